@@ -1,0 +1,1 @@
+"""The autopilot domain shared by every role: admission, runs, tasks, audit, rule versions."""

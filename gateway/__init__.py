@@ -1,0 +1,1 @@
+"""The HTTP edge: app assembly, webhook ingress, provider presets, admin and runtime APIs, CLI."""

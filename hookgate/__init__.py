@@ -1,0 +1,1 @@
+"""Hookgate runtime core: settings, database access, migrations, embedded PostgreSQL, crypto."""
