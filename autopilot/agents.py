@@ -1,0 +1,76 @@
+"""Agents (HTTP endpoints we push to, or runtimes that pull with ``hgr_`` tokens) and squads."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from dataclasses import dataclass
+from uuid import UUID
+
+import asyncpg
+
+from hookgate import crypto
+from hookgate.database import Conn, one
+from sql import Q
+
+RUNTIME_TOKEN_PREFIX = "hgr_"
+
+
+@dataclass(frozen=True)
+class NewAgent:
+    """A created agent with the credential shown once: ``signing_secret`` (http) or ``runtime_token`` (pull)."""
+
+    row: asyncpg.Record
+    signing_secret: str | None = None
+    runtime_token: str | None = None
+
+
+def new_signing_secret() -> str:
+    """A Standard Webhooks secret: ``whsec_`` + base64 of 32 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def secret_context(agent_id: UUID) -> str:
+    """AAD binding an agent's signing-secret ciphertext to that agent."""
+    return f"agent:{agent_id}:signing_secret"
+
+
+async def create_http_agent(
+    conn: Conn, keyring: crypto.Keyring, *, workspace_id: UUID, owner_id: UUID, name: str,
+    url: str, timeout_s: float = 10.0, visibility: str = "workspace", max_concurrency: int = 4,
+) -> NewAgent:
+    """Create an HTTP agent with a generated ``whsec_`` secret, stored encrypted, bound to the new id."""
+    secret = new_signing_secret()
+    async with conn.transaction():
+        # The id is needed for the AAD, so insert with a placeholder ciphertext, then seal it to the row.
+        row = one(await conn.fetchrow(
+            Q.agent_insert_http, workspace_id, name, owner_id, visibility, url, timeout_s,
+            b"\x00", crypto.hint(secret), max_concurrency,
+        ))
+        sealed = keyring.encrypt(secret, secret_context(row["id"]))
+        row = one(await conn.fetchrow(Q.agent_set_signing_secret, row["id"], sealed))
+    return NewAgent(row, signing_secret=secret)
+
+
+async def create_pull_agent(
+    conn: Conn, *, workspace_id: UUID, owner_id: UUID, name: str,
+    visibility: str = "workspace", max_concurrency: int = 4,
+) -> NewAgent:
+    """Create a pull agent; its ``hgr_`` runtime token is returned once and stored as a digest."""
+    token = crypto.new_token(RUNTIME_TOKEN_PREFIX)
+    row = one(await conn.fetchrow(
+        Q.agent_insert_pull, workspace_id, name, owner_id, visibility,
+        crypto.digest(token), crypto.hint(token), max_concurrency,
+    ))
+    return NewAgent(row, runtime_token=token)
+
+
+async def create_squad(
+    conn: Conn, *, workspace_id: UUID, name: str, leader_id: UUID, member_ids: list[UUID]
+) -> asyncpg.Record:
+    """A squad led by ``leader_id``; work assigned to the squad goes to its leader."""
+    async with conn.transaction():
+        squad = one(await conn.fetchrow(Q.squad_insert, workspace_id, name, leader_id))
+        for agent_id in {leader_id, *member_ids}:
+            await conn.execute(Q.squad_member_insert, squad["id"], agent_id)
+    return squad

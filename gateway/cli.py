@@ -1,0 +1,151 @@
+"""The ``hookgate`` command: run roles (serve, gateway, worker, scheduler), migrate, bootstrap.
+
+Every flag has an environment variable (``HOOKGATE_…``), named in ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hookgate import logs
+from hookgate.context import Context, open_context
+from hookgate.migrations import MigrationError
+from hookgate.service import Service, run_services
+from hookgate.settings import ConfigError, Settings, load_settings
+
+EPILOG = """\
+environment:
+  HOOKGATE_DATABASE_URL   PostgreSQL URL; unset = embedded PostgreSQL in HOOKGATE_DATA_DIR
+  HOOKGATE_DATA_DIR       embedded database and generated secret key (default ./.hookgate)
+  HOOKGATE_SECRET_KEY     base64 of 32 bytes encrypting secrets at rest (generated in embedded mode)
+  HOOKGATE_PUBLIC_URL     base of the webhook URLs shown to admins (default http://localhost:8080)
+  HOOKGATE_HOST, HOOKGATE_PORT   HTTP bind address (default 127.0.0.1:8080)
+  HOOKGATE_LOG_LEVEL      debug, info, warning, error (default info)
+See README.md and docs/OPERATIONS.md for every setting.
+"""
+
+
+def _role_services(ctx: Context, roles: Sequence[str]) -> list[Service]:
+    from gateway.server import HttpServer
+    from scheduler.role import services as scheduler_services
+    from worker.role import services as worker_services
+
+    found: list[Service] = []
+    if "gateway" in roles:
+        found.append(HttpServer(ctx))
+    if "worker" in roles:
+        found.extend(worker_services(ctx))
+    if "scheduler" in roles:
+        found.extend(scheduler_services(ctx))
+    return found
+
+
+async def _run_roles(settings: Settings, roles: Sequence[str], *, announce: bool) -> None:
+    async with open_context(settings) as ctx:
+        if announce:
+            await _announce(ctx)
+        await run_services(_role_services(ctx, roles), deadline=settings.shutdown_deadline)
+
+
+async def _announce(ctx: Context) -> None:
+    """First start on an empty database: create a workspace and print its owner key once."""
+    from autopilot.workspaces import bootstrap
+    from sql import Q
+
+    async with ctx.pool.acquire() as conn:
+        if await conn.fetchval(Q.workspace_count):
+            print(f"hookgate ready on http://{ctx.settings.host}:{ctx.settings.port}", file=sys.stderr)
+            return
+        boot = await bootstrap(conn, "default")
+    base = f"http://{ctx.settings.host}:{ctx.settings.port}"
+    print(
+        f"\nHookgate is ready on {base}\n"
+        f"A workspace was created. Its owner API key (shown once, keep it):\n\n  {boot.api_key}\n\n"
+        f"Try it:\n  curl -s {base}/readyz\n"
+        f"  curl -s -H 'Authorization: Bearer {boot.api_key}' {base}/v1/me\n",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+async def _migrate(settings: Settings) -> None:
+    async with open_context(settings, migrate=False) as ctx:
+        from hookgate import migrations
+
+        async with ctx.pool.acquire() as conn:
+            applied = await migrations.migrate(conn)
+    print(json.dumps({"applied": applied}))
+
+
+async def _bootstrap(settings: Settings, workspace: str, as_json: bool) -> None:
+    from autopilot.workspaces import bootstrap
+
+    async with open_context(settings) as ctx, ctx.pool.acquire() as conn:
+        boot = await bootstrap(conn, workspace)
+    if as_json:
+        print(json.dumps({"workspace_id": str(boot.workspace_id), "member_id": str(boot.member_id),
+                          "api_key": boot.api_key}))
+    else:
+        print(f"workspace {workspace} ({boot.workspace_id})\nowner {boot.member_id}\napi key {boot.api_key}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full command tree; every command's --help reads like a manual page."""
+    parser = argparse.ArgumentParser(
+        prog="hookgate", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="Hookgate: webhooks and cron schedules in, durable exactly-once runs out.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, text in (
+        ("serve", "gateway + worker + scheduler in one process (embedded PostgreSQL if no URL)"),
+        ("gateway", "HTTP only: webhook ingress, admin and runtime APIs, dashboard"),
+        ("worker", "delivery and push workers (admit, dispatch, deliver to agents)"),
+        ("scheduler", "the DB-backed scheduler (cron triggers, lease watchdog, maintenance)"),
+    ):
+        role = sub.add_parser(name, help=text, description=text, epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        if name in ("serve", "gateway"):
+            role.add_argument("--host", help="bind address (env HOOKGATE_HOST, default 127.0.0.1)")
+            role.add_argument("--port", type=int, help="bind port (env HOOKGATE_PORT, default 8080)")
+    sub.add_parser("migrate", help="apply pending database migrations and exit",
+                   description="Apply pending migrations in order, each in a transaction (safe to run twice).")
+    boot = sub.add_parser("bootstrap", help="create a workspace and owner if missing; print a new owner key",
+                          description="Idempotent per workspace name: a second call prints a new key "
+                                      "for the same owner.")
+    boot.add_argument("--workspace", default="default", help="workspace name (default: default)")
+    boot.add_argument("--json", action="store_true", help='print {"workspace_id","member_id","api_key"}')
+    return parser
+
+
+def _dispatch(args: argparse.Namespace) -> Callable[[Settings], Any]:
+    roles = {"serve": ("gateway", "worker", "scheduler"), "gateway": ("gateway",),
+             "worker": ("worker",), "scheduler": ("scheduler",)}
+    if args.command in roles:
+        return lambda s: _run_roles(s, roles[args.command], announce=args.command == "serve")
+    if args.command == "migrate":
+        return _migrate
+    return lambda s: _bootstrap(s, args.workspace, args.json)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``hookgate`` console script."""
+    args = build_parser().parse_args(argv)
+    overrides = {k: v for k in ("host", "port") if (v := getattr(args, k, None)) is not None}
+    try:
+        settings = load_settings(**overrides)
+        logs.configure(settings.log_level)
+        asyncio.run(_dispatch(args)(settings))
+    except (ConfigError, MigrationError) as exc:
+        print(f"hookgate: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+if __name__ == "__main__":
+    main()

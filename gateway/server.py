@@ -1,0 +1,53 @@
+"""The HTTP server as a service: uvicorn over the app, stopped by our signal handling, not its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Generator
+
+import uvicorn
+
+from gateway.app import create_app
+from hookgate.context import Context
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: the role runner owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class HttpServer:
+    """Serve the Hookgate app on HOOKGATE_HOST:HOOKGATE_PORT until stopped; in-flight requests finish."""
+
+    name = "http"
+
+    def __init__(self, ctx: Context, *, host: str | None = None, port: int | None = None) -> None:
+        settings = ctx.settings
+        config = uvicorn.Config(
+            create_app(ctx), host=host or settings.host, port=settings.port if port is None else port,
+            lifespan="off", access_log=False, log_config=None, server_header=False,
+            timeout_keep_alive=5, timeout_graceful_shutdown=max(1, int(settings.shutdown_deadline) - 1),
+            h11_max_incomplete_event_size=64 * 1024,
+        )
+        self.server = _Server(config)
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop`."""
+        await self.server.serve()
+
+    async def stop(self) -> None:
+        """Stop accepting connections; uvicorn lets in-flight requests finish within its grace period."""
+        self.server.should_exit = True
+        while self.server.started and not self.server.force_exit and self.server.servers:
+            await asyncio.sleep(0.05)
+            if all(not s.is_serving() for s in self.server.servers):
+                break
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful when configured as 0)."""
+        return int(self.server.servers[0].sockets[0].getsockname()[1])

@@ -1,0 +1,97 @@
+"""Everything a role needs at run time: settings, the pool, the keyring, and the embedded server if any."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from hookgate import crypto, database, migrations
+from hookgate.settings import ConfigError, Settings, decode_secret_key
+from sql import Q
+
+log = logging.getLogger("hookgate")
+
+EMBEDDED_DATABASE = "hookgate"
+
+
+@dataclass
+class Context:
+    """Shared by every role in a process: one pool, one keyring, one set of settings."""
+
+    settings: Settings
+    dsn: str
+    pool: asyncpg.Pool
+    keyring: crypto.Keyring
+
+
+def with_database(dsn: str, name: str) -> str:
+    """The same server URL pointing at another database."""
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+async def _ensure_database(server_dsn: str, name: str) -> None:
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        if not await conn.fetchval(Q.server_database_exists, name):
+            with contextlib.suppress(asyncpg.DuplicateDatabaseError):
+                await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def embedded_server(settings: Settings) -> AsyncIterator[str]:
+    """Start (or attach to) the embedded PostgreSQL in the data dir; yields the Hookgate database URL."""
+    from hookgate.embedded import EmbeddedPostgres, EmbeddedPostgresError
+
+    server = EmbeddedPostgres(settings.data_dir)
+    try:
+        server_dsn = await asyncio.to_thread(server.start)
+    except EmbeddedPostgresError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        await _ensure_database(server_dsn, EMBEDDED_DATABASE)
+        yield with_database(server_dsn, EMBEDDED_DATABASE)
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+def keyring_for(settings: Settings) -> crypto.Keyring:
+    """The keyring from HOOKGATE_SECRET_KEY, generated into the data dir in embedded mode."""
+    keys = settings.secret_keys()
+    if not keys and settings.embedded:
+        keys = [decode_secret_key(crypto.ensure_key_file(settings.data_dir))]
+    return crypto.Keyring(keys)
+
+
+@contextlib.asynccontextmanager
+async def open_context(settings: Settings, *, migrate: bool = True, **pool_args: Any) -> AsyncIterator[Context]:
+    """Resolve the database (embedded or configured), migrate if asked, open the pool; close on exit."""
+    keyring = keyring_for(settings)
+    async with contextlib.AsyncExitStack() as stack:
+        if settings.database_url is None:
+            dsn = await stack.enter_async_context(embedded_server(settings))
+        else:
+            dsn = settings.database_url.get_secret_value()
+        await database.check_reachable(dsn)
+        if migrate:
+            conn = await database.connect(dsn)
+            try:
+                applied = await migrations.migrate(conn)
+            finally:
+                await conn.close()
+            if applied:
+                log.info("migrations applied", extra={"migrations": applied})
+        pool = await database.create_pool(
+            dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size, **pool_args
+        )
+        stack.push_async_callback(pool.close)
+        yield Context(settings=settings, dsn=dsn, pool=pool, keyring=keyring)

@@ -1,0 +1,79 @@
+"""Connection pools and per-connection setup; the only place that opens connections to PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any, TypeAlias
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from hookgate.settings import ConfigError
+
+#: Any connection a store function accepts: a direct one or one borrowed from a pool.
+Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+
+
+class MissingRow(LookupError):
+    """A statement that must return a row returned none (the row vanished or a guard did not match)."""
+
+
+def one(row: asyncpg.Record | None) -> asyncpg.Record:
+    """The row a statement must have returned."""
+    if row is None:
+        raise MissingRow("statement returned no row")
+    return row
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+async def init_connection(conn: Conn) -> None:
+    """Decode json/jsonb to Python values and encode Python values as JSON on every connection."""
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(name, encoder=_dumps, decoder=json.loads, schema="pg_catalog")
+
+
+async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20, **kwargs: Any) -> asyncpg.Pool:
+    """A pool whose connections speak JSON natively; statements are prepared and cached per connection."""
+    pool = await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size, init=init_connection,
+        max_inactive_connection_lifetime=300, **kwargs,
+    )
+    assert pool is not None
+    return pool
+
+
+async def connect(dsn: str, **kwargs: Any) -> asyncpg.Connection:
+    """One direct connection (LISTEN, migrations, admin work) with the same codecs as the pool."""
+    conn: asyncpg.Connection = await asyncpg.connect(dsn, **kwargs)
+    await init_connection(conn)
+    return conn
+
+
+def describe_connect_error(exc: BaseException) -> str:
+    """One line saying why the database could not be reached, with no secret from the URL."""
+    if isinstance(exc, asyncpg.InvalidPasswordError | asyncpg.InvalidAuthorizationSpecificationError):
+        return f"database refused the credentials: {exc}"
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        return f"database does not exist: {exc}"
+    if isinstance(exc, socket.gaierror):
+        return "database host name does not resolve"
+    if isinstance(exc, ConnectionRefusedError | OSError):
+        return f"database is unreachable ({exc.__class__.__name__}: {exc.strerror or exc})"
+    if isinstance(exc, TimeoutError):
+        return "database did not answer in time"
+    if isinstance(exc, ValueError):
+        return f"database URL is malformed: {exc}"
+    return f"database connection failed: {exc.__class__.__name__}"
+
+
+async def check_reachable(dsn: str, timeout: float = 5.0) -> None:
+    """Open and close one connection, raising ConfigError with a one-line reason on failure."""
+    try:
+        conn = await asyncpg.connect(dsn, timeout=timeout)
+    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise ConfigError(describe_connect_error(exc)) from None
+    await conn.close()

@@ -1,0 +1,120 @@
+"""Configuration from ``HOOKGATE_*`` environment variables (DESIGN §11); nothing else reads the environment."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class ConfigError(ValueError):
+    """Configuration that cannot work; the CLI prints its message as one line and exits."""
+
+
+def decode_secret_key(value: str) -> bytes:
+    """Decode a 32-byte key given as standard or URL-safe base64 (padding optional)."""
+    text = value.strip()
+    padded = text + "=" * (-len(text) % 4)
+    for decode in (base64.b64decode, base64.urlsafe_b64decode):
+        try:
+            raw = decode(padded.encode("ascii"), validate=True) if decode is base64.b64decode else decode(padded)
+        except (binascii.Error, ValueError, UnicodeEncodeError):
+            continue
+        if len(raw) == 32:
+            return raw
+    raise ConfigError("HOOKGATE_SECRET_KEY must be base64 (standard or URL-safe) of exactly 32 bytes")
+
+
+class Settings(BaseSettings):
+    """Every knob of every role, with named defaults. Field ``foo`` is read from ``HOOKGATE_FOO``."""
+
+    model_config = SettingsConfigDict(env_prefix="HOOKGATE_", extra="ignore", frozen=True)
+
+    database_url: SecretStr | None = Field(
+        default=None, description="PostgreSQL URL; unset = embedded PostgreSQL in the data dir"
+    )
+    data_dir: Path = Field(default=Path(".hookgate"), description="Embedded database and generated key")
+    secret_key: SecretStr | None = Field(
+        default=None, description="base64 of 32 bytes protecting secrets at rest (generated in embedded mode)"
+    )
+    secret_key_previous: SecretStr | None = Field(
+        default=None, description="The previous secret key, still accepted for decryption during a key rotation"
+    )
+    public_url: str = Field(default="http://localhost:8080", description="Base of the URLs shown to admins")
+    host: str = Field(default="127.0.0.1", description="Address the HTTP server binds")
+    port: int = Field(default=8080, ge=0, le=65535, description="Port the HTTP server binds")
+
+    pool_min_size: int = Field(default=2, ge=0, description="Connections kept open per process")
+    pool_max_size: int = Field(default=20, ge=1, description="Upper bound of connections per process")
+    pool_acquire_timeout: float = Field(
+        default=2.0, gt=0, description="Seconds ingress waits for a connection before answering 503"
+    )
+    shutdown_deadline: float = Field(default=20.0, gt=0, description="Seconds a role gets to drain on SIGTERM")
+    log_level: str = Field(default="info", description="debug, info, warning or error")
+
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are trusted"
+    )
+    ip_request_cap: int = Field(default=600, ge=1, description="Requests per IP per rate window (all requests)")
+    ip_bad_credential_cap: int = Field(
+        default=30, ge=1, description="Unknown-token and bad-signature answers per IP per rate window"
+    )
+    rate_window_s: float = Field(default=60.0, gt=0, description="Length of the per-IP rate windows")
+    rate_table_size: int = Field(default=100_000, ge=100, description="Most IPs tracked per gate (memory bound)")
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _split_cidrs(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list):
+            for cidr in value:
+                try:
+                    ipaddress.ip_network(str(cidr), strict=False)
+                except ValueError as exc:
+                    raise ValueError(f"not a CIDR: {cidr!r}") from exc
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            raw = value.get_secret_value()
+            if not raw.startswith(("postgres://", "postgresql://")):
+                raise ValueError("must start with postgresql:// (or postgres://)")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_level(cls, value: str) -> str:
+        level = value.lower()
+        if level not in {"debug", "info", "warning", "error"}:
+            raise ValueError("must be debug, info, warning or error")
+        return level
+
+    @property
+    def embedded(self) -> bool:
+        """True when no database URL is configured and the embedded PostgreSQL is used."""
+        return self.database_url is None
+
+    def secret_keys(self) -> list[bytes]:
+        """The current key first, then the previous one (decryption only); empty if none is set."""
+        keys = [decode_secret_key(k.get_secret_value()) for k in (self.secret_key, self.secret_key_previous) if k]
+        return keys
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment, turning validation errors into one readable ConfigError."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"HOOKGATE_{field.upper()}: {first['msg']}") from None

@@ -1,0 +1,24 @@
+-- name: api_key_insert
+-- Store a new key's digest. $1 = workspace, $2 = member, $3 = sha256 digest, $4 = last-4 hint.
+INSERT INTO api_key (workspace_id, member_id, digest, hint) VALUES ($1, $2, $3, $4)
+RETURNING id, created_at;
+
+-- name: api_key_authenticate
+-- Resolve a key digest $1 to its live member, stamping last use (at most once a minute per key, so a
+-- busy client does not turn every read into a write).
+WITH hit AS (
+    SELECT k.id AS key_id, k.last_used_at, m.id AS member_id, m.workspace_id, m.role, m.name
+    FROM api_key k JOIN member m ON m.id = k.member_id
+    WHERE k.digest = $1 AND k.revoked_at IS NULL AND m.disabled_at IS NULL
+), touch AS (
+    UPDATE api_key SET last_used_at = now()
+    WHERE id = (SELECT key_id FROM hit)
+      AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
+)
+SELECT key_id, member_id, workspace_id, role, name FROM hit;
+
+-- name: api_key_revoke
+-- Revoke key $2 of workspace $1. Returns the key if it was live.
+UPDATE api_key SET revoked_at = now()
+WHERE workspace_id = $1 AND id = $2 AND revoked_at IS NULL
+RETURNING id, member_id;

@@ -1,0 +1,59 @@
+-- name: admission_facts
+-- Everything the admission gate (DESIGN §6) needs about autopilot $1 and trigger $2 (nullable), in one
+-- round trip: statuses, the resolved agent (a squad resolves to its leader), its readiness, and who is
+-- accountable. $3 = the manual clicker (nullable). $4 = runtime heartbeat timeout in seconds.
+SELECT a.id AS autopilot_id, a.workspace_id, a.status AS autopilot_status, a.execution_mode,
+       a.assignee_type, a.assignee_id, a.created_by,
+       t.id AS trigger_id, t.enabled AS trigger_enabled, (t.deleted_at IS NOT NULL) AS trigger_deleted,
+       t.published_by_id AS trigger_publisher_id,
+       rv.id AS rule_version_id, rv.publisher_id AS rule_publisher_id,
+       ag.id AS agent_id, ag.archived_at IS NOT NULL AS agent_archived, ag.runtime_kind,
+       ag.visibility AS agent_visibility, ag.owner_id AS agent_owner_id,
+       CASE WHEN ag.runtime_kind = 'http' THEN ag.endpoint_url IS NOT NULL
+            ELSE EXISTS (SELECT 1 FROM agent_instance i
+                         WHERE i.agent_id = ag.id AND i.status = 'online'
+                           AND i.heartbeat_at > now() - make_interval(secs => $4))
+       END AS runtime_ready,
+       (SELECT id FROM member o WHERE o.workspace_id = a.workspace_id AND o.role = 'owner'
+          AND o.disabled_at IS NULL ORDER BY o.created_at, o.id LIMIT 1) AS owner_id,
+       clicker.id AS clicker_id, clicker.role AS clicker_role,
+       (clicker.id IS NOT NULL AND (clicker.id = a.created_by OR clicker.role IN ('owner', 'admin')
+           OR EXISTS (SELECT 1 FROM autopilot_collaborator c
+                      WHERE c.autopilot_id = a.id AND c.member_id = clicker.id))) AS clicker_can_write,
+       publisher.id AS publisher_live_id
+FROM autopilot a
+LEFT JOIN autopilot_trigger t ON t.id = $2 AND t.autopilot_id = a.id
+LEFT JOIN LATERAL (SELECT id, publisher_id FROM autopilot_rule_version v
+                   WHERE v.autopilot_id = a.id ORDER BY v.version DESC LIMIT 1) rv ON true
+LEFT JOIN squad s ON a.assignee_type = 'squad' AND s.id = a.assignee_id
+LEFT JOIN agent ag ON ag.id = CASE WHEN a.assignee_type = 'agent' THEN a.assignee_id ELSE s.leader_agent_id END
+                  AND ag.workspace_id = a.workspace_id
+LEFT JOIN member clicker ON clicker.id = $3 AND clicker.workspace_id = a.workspace_id
+                        AND clicker.disabled_at IS NULL
+LEFT JOIN member publisher ON publisher.id = coalesce(t.published_by_id, rv.publisher_id)
+                          AND publisher.disabled_at IS NULL
+WHERE a.id = $1;
+
+-- name: run_insert
+-- Admit a run, idempotently: a second admission of the same delivery or the same (trigger, planned_at)
+-- returns nothing (the caller then reads the existing run). $1 = workspace, $2 = autopilot,
+-- $3 = trigger, $4 = delivery, $5 = source, $6 = status ('pending' or 'skipped'), $7 = rule version,
+-- $8 = planned_at, $9 = payload, $10 = originator, $11 = accountable, $12 = reason code, $13 = reason.
+INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source, status,
+                           rule_version_id, planned_at, payload, originator_id, accountable_id,
+                           reason_code, reason, finished_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, CASE WHEN $6 = 'skipped' THEN now() END)
+ON CONFLICT DO NOTHING
+RETURNING id, status, reason_code, reason, created_at;
+
+-- name: run_get_by_delivery
+-- The run admitted for delivery $1, if any.
+SELECT id, status, reason_code, reason FROM autopilot_run WHERE webhook_delivery_id = $1;
+
+-- name: run_get_by_plan
+-- The run admitted for occurrence ($1 trigger, $2 planned_at), if any.
+SELECT id, status, reason_code, reason FROM autopilot_run WHERE trigger_id = $1 AND planned_at = $2;
+
+-- name: run_get
+-- One run of a workspace. $1 = workspace, $2 = run id.
+SELECT * FROM autopilot_run WHERE workspace_id = $1 AND id = $2;

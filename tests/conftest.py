@@ -1,0 +1,171 @@
+"""Test harness: real PostgreSQL, a fresh database per test cloned from a migrated template.
+
+The server is the embedded PostgreSQL by default; set ``HOOKGATE_TEST_DATABASE_URL`` to a server URL
+(e.g. ``postgresql://postgres@127.0.0.1:5432/postgres``) to use another one (the CI runs both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from gateway.app import create_app
+from gateway.server import HttpServer
+from hookgate import database, migrations
+from hookgate.context import Context, open_context, with_database
+from hookgate.settings import Settings
+from tests import processes
+
+TEST_SECRET_KEY = base64.b64encode(b"k" * 32).decode()
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """Admin URL of the PostgreSQL server the suite uses (embedded unless the env var names one)."""
+    configured = os.environ.get("HOOKGATE_TEST_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    from hookgate.embedded import EmbeddedPostgres
+
+    with tempfile.TemporaryDirectory(prefix="hookgate-test-") as tmp:
+        server = EmbeddedPostgres(Path(tmp))
+        try:
+            yield server.start()
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+async def template_url(server_url: str) -> AsyncIterator[str]:
+    """A migrated template database, created once per session."""
+    name = f"hg_tpl_{os.getpid()}"
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        conn = await database.connect(with_database(server_url, name))
+        try:
+            await migrations.migrate(conn)
+        finally:
+            await conn.close()
+        yield with_database(server_url, name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def db_url(server_url: str, template_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test only (dropped afterwards, even if connections linger)."""
+    name = f"hg_t_{os.getpid()}_{next(_counter)}"
+    template = template_url.rsplit("/", 1)[1]
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY FILE_COPY')
+        yield with_database(server_url, name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+def make_settings(db_url: str, **overrides: Any) -> Settings:
+    """Settings for a test process pointed at ``db_url``."""
+    values: dict[str, Any] = {
+        "database_url": db_url, "secret_key": TEST_SECRET_KEY, "public_url": "http://hooks.test",
+        "pool_min_size": 1, "pool_max_size": 10,
+    }
+    return Settings(**(values | overrides))
+
+
+@pytest.fixture
+def settings(db_url: str) -> Settings:
+    """Settings for this test's database."""
+    return make_settings(db_url)
+
+
+@pytest.fixture
+async def ctx(settings: Settings) -> AsyncIterator[Context]:
+    """An open context (pool, keyring) over this test's database."""
+    async with open_context(settings, migrate=False) as context:
+        yield context
+
+
+@pytest.fixture
+async def conn(ctx: Context) -> AsyncIterator[asyncpg.Connection]:
+    """One pooled connection of this test's context."""
+    async with ctx.pool.acquire() as connection:
+        yield connection
+
+
+@pytest.fixture
+async def client(ctx: Context) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client talking to the app in-process over ASGI."""
+    transport = httpx.ASGITransport(app=create_app(ctx), client=("203.0.113.7", 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
+        yield http
+
+
+@pytest.fixture
+async def live_url(ctx: Context) -> AsyncIterator[str]:
+    """The app served by uvicorn on a real loopback socket; yields its base URL."""
+    server = HttpServer(ctx, host="127.0.0.1", port=0)
+    task = asyncio.create_task(server.run())
+    while not server.server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        await server.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+
+
+@pytest.fixture
+def spawn(db_url: str, tmp_path: Path) -> Iterator[processes.Spawner]:
+    """Start ``hookgate`` roles as separate OS processes over this test's database; all killed after."""
+    spawner = processes.Spawner(
+        env={"HOOKGATE_DATABASE_URL": db_url, "HOOKGATE_SECRET_KEY": TEST_SECRET_KEY,
+             "HOOKGATE_PUBLIC_URL": "http://hooks.test"},
+        log_dir=tmp_path,
+    )
+    try:
+        yield spawner
+    finally:
+        spawner.kill_all()
+
+
+_loop_errors: list[dict[str, Any]] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def _loop_error_trap() -> AsyncIterator[None]:
+    """Record exceptions nobody awaited (a crashed background task); see ``_no_loop_errors``."""
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: _loop_errors.append(context))
+    yield
+    loop.set_exception_handler(None)
+
+
+@pytest.fixture(autouse=True)
+def _no_loop_errors() -> Iterator[None]:
+    """Any unhandled exception in the event loop during a test fails that test."""
+    _loop_errors.clear()
+    yield
+    errors = [e for e in _loop_errors if "exception" in e or "message" in e]
+    _loop_errors.clear()
+    assert not errors, f"unhandled event-loop errors: {errors}"

@@ -1,0 +1,85 @@
+"""Build workspaces, agents, autopilots and triggers for tests through the domain functions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from autopilot import agents, rules, workspaces
+from hookgate.context import Context
+
+
+@dataclass
+class World:
+    """A bootstrapped workspace with its owner and key."""
+
+    ctx: Context
+    workspace_id: Any
+    owner_id: Any
+    api_key: str
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """Authorization header for the owner."""
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+
+async def world(ctx: Context, name: str = "acme") -> World:
+    """A workspace with an owner key."""
+    async with ctx.pool.acquire() as conn:
+        boot = await workspaces.bootstrap(conn, name)
+    return World(ctx, boot.workspace_id, boot.member_id, boot.api_key)
+
+
+async def http_agent(w: World, url: str = "http://127.0.0.1:9/agent", **kw: Any) -> agents.NewAgent:
+    """An HTTP agent owned by the workspace owner."""
+    async with w.ctx.pool.acquire() as conn:
+        return await agents.create_http_agent(
+            conn, w.ctx.keyring, workspace_id=w.workspace_id, owner_id=w.owner_id,
+            name=kw.pop("name", "agent"), url=url, **kw,
+        )
+
+
+async def pull_agent(w: World, **kw: Any) -> agents.NewAgent:
+    """A pull agent owned by the workspace owner."""
+    async with w.ctx.pool.acquire() as conn:
+        return await agents.create_pull_agent(
+            conn, workspace_id=w.workspace_id, owner_id=w.owner_id, name=kw.pop("name", "runtime"), **kw
+        )
+
+
+async def autopilot(w: World, agent_id: Any, mode: str = "run_only", **kw: Any) -> asyncpg.Record:
+    """An active autopilot assigned to an agent, created by the owner."""
+    async with w.ctx.pool.acquire() as conn:
+        row, _ = await rules.create_autopilot(
+            conn, workspace_id=w.workspace_id, creator_id=kw.pop("creator_id", w.owner_id),
+            title=kw.pop("title", "triage"), assignee_type=kw.pop("assignee_type", "agent"),
+            assignee_id=agent_id, execution_mode=mode, **kw,
+        )
+    return row
+
+
+async def webhook_trigger(w: World, autopilot_row: asyncpg.Record, provider: str = "generic",
+                          secret: str | None = None, **kw: Any) -> tuple[asyncpg.Record, str]:
+    """A webhook trigger (optionally with a signing secret); returns ``(trigger, token)``."""
+    async with w.ctx.pool.acquire() as conn:
+        row, token = await rules.create_webhook_trigger(
+            conn, w.ctx.keyring, autopilot=autopilot_row, publisher=rules.Publisher.member(w.owner_id),
+            provider=provider, **kw,
+        )
+        if secret is not None:
+            await rules.set_signing_secret(conn, w.ctx.keyring, row["id"], secret)
+    return row, token
+
+
+async def schedule_trigger(w: World, autopilot_row: asyncpg.Record, cron: str, next_fire_at: datetime,
+                           timezone: str = "UTC", **kw: Any) -> asyncpg.Record:
+    """A schedule trigger with a given first fire time."""
+    async with w.ctx.pool.acquire() as conn:
+        return await rules.create_schedule_trigger(
+            conn, autopilot=autopilot_row, publisher=rules.Publisher.member(w.owner_id), cron=cron,
+            timezone=timezone, next_fire_at=next_fire_at, **kw,
+        )
