@@ -1,0 +1,87 @@
+import asyncio
+
+from autopilot import admission
+from tests import factories
+
+
+async def _setup(ctx, mode="run_only", pull=False):
+    w = await factories.world(ctx)
+    agent = await (factories.pull_agent(w) if pull else factories.http_agent(w))
+    ap = await factories.autopilot(w, agent.row["id"], mode=mode)
+    trigger, _ = await factories.webhook_trigger(w, ap)
+    return w, agent, ap, trigger
+
+
+async def test_admitted_run_is_pending_and_accountable_to_the_trigger_publisher(ctx, conn):
+    w, _, ap, trigger = await _setup(ctx)
+    result = await admission.admit(conn, autopilot_id=ap["id"], trigger_id=trigger["id"], source="webhook",
+                                   payload={"event": "x"})
+    run = await conn.fetchrow("SELECT * FROM autopilot_run WHERE id = $1", result.run_id)
+    assert result.created and run["status"] == "pending"
+    assert run["accountable_id"] == w.owner_id and run["originator_id"] is None
+    assert run["rule_version_id"] is not None
+
+
+async def test_paused_autopilot_gives_a_skipped_run_with_reason(ctx, conn):
+    _, _, ap, trigger = await _setup(ctx)
+    await conn.execute("UPDATE autopilot SET status = 'paused' WHERE id = $1", ap["id"])
+    result = await admission.admit(conn, autopilot_id=ap["id"], trigger_id=trigger["id"], source="webhook",
+                                   payload={})
+    assert (result.status, result.reason_code) == ("skipped", "autopilot_paused")
+
+
+async def test_run_only_with_an_offline_pull_runtime_is_skipped_but_create_issue_is_admitted(ctx, conn):
+    _, _, ap, trigger = await _setup(ctx, pull=True)
+    skipped = await admission.admit(conn, autopilot_id=ap["id"], trigger_id=trigger["id"], source="webhook",
+                                    payload={})
+    assert skipped.reason_code == "runtime_offline"
+    await conn.execute("UPDATE autopilot SET execution_mode = 'create_issue' WHERE id = $1", ap["id"])
+    admitted = await admission.admit(conn, autopilot_id=ap["id"], trigger_id=trigger["id"], source="webhook",
+                                     payload={})
+    assert admitted.status == "pending"
+
+
+async def test_manual_run_records_the_clicker_and_refuses_a_non_writer(ctx, conn):
+    from autopilot import workspaces
+
+    w, _, ap, _ = await _setup(ctx)
+    outsider, _ = await workspaces.add_member(conn, w.workspace_id, "bob", "member")
+    refused = await admission.admit(conn, autopilot_id=ap["id"], source="manual", payload={},
+                                    clicker_id=outsider["id"])
+    assert refused.reason_code == "actor_forbidden"
+    ok = await admission.admit(conn, autopilot_id=ap["id"], source="manual", payload={}, clicker_id=w.owner_id)
+    run = await conn.fetchrow("SELECT * FROM autopilot_run WHERE id = $1", ok.run_id)
+    assert run["originator_id"] == w.owner_id == run["accountable_id"]
+
+
+async def test_squad_assignee_resolves_to_its_leader(ctx, conn):
+    from autopilot import agents
+
+    w = await factories.world(ctx)
+    leader = await factories.http_agent(w, name="leader")
+    squad = await agents.create_squad(conn, workspace_id=w.workspace_id, name="sq", leader_id=leader.row["id"],
+                                      member_ids=[])
+    ap = await factories.autopilot(w, squad["id"], assignee_type="squad")
+    facts = await admission.decide(conn, autopilot_id=ap["id"], trigger_id=None, source="api")
+    assert facts.reason_code is None
+    await conn.execute("UPDATE agent SET archived_at = now() WHERE id = $1", leader.row["id"])
+    facts = await admission.decide(conn, autopilot_id=ap["id"], trigger_id=None, source="api")
+    assert facts.reason_code == "agent_archived"
+
+
+async def test_concurrent_admissions_of_one_delivery_make_one_run(ctx):
+    w, _, ap, trigger = await _setup(ctx)
+    async with ctx.pool.acquire() as conn:
+        delivery = await conn.fetchval(
+            """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event,
+                                             signature_status) VALUES ($1, $2, $3, 'generic', 'e', 'valid')
+               RETURNING id""", w.workspace_id, trigger["id"], ap["id"])
+
+    async def one_admission():
+        async with ctx.pool.acquire() as conn:
+            return await admission.admit(conn, autopilot_id=ap["id"], trigger_id=trigger["id"], source="webhook",
+                                         payload={}, delivery_id=delivery)
+
+    results = await asyncio.gather(*(one_admission() for _ in range(8)))
+    assert len({r.run_id for r in results}) == 1
+    assert sum(r.created for r in results) == 1

@@ -1,0 +1,39 @@
+import asyncpg
+
+from gateway.app import create_app
+from hookgate.context import open_context
+from tests.conftest import make_settings
+
+
+async def test_healthz_and_readyz_answer_on_a_migrated_database(client):
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+
+
+async def test_readyz_is_503_while_migrations_are_pending(server_url, db_url):
+    import httpx
+
+    from hookgate.context import with_database
+
+    admin = await asyncpg.connect(server_url)
+    await admin.execute('DROP DATABASE IF EXISTS "hg_unmigrated" WITH (FORCE)')
+    await admin.execute('CREATE DATABASE "hg_unmigrated"')
+    try:
+        settings = make_settings(with_database(server_url, "hg_unmigrated"))
+        async with open_context(settings, migrate=False) as ctx:
+            transport = httpx.ASGITransport(app=create_app(ctx))
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+                answer = await http.get("/readyz")
+        assert answer.status_code == 503
+        assert answer.json()["error"] == "migrations_pending"
+    finally:
+        await admin.execute('DROP DATABASE IF EXISTS "hg_unmigrated" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_unknown_routes_and_methods_are_json_errors(client):
+    missing = await client.get("/nope")
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+    wrong = await client.post("/healthz")
+    assert wrong.status_code == 405 and wrong.json()["error"] == "method_not_allowed"

@@ -1,0 +1,97 @@
+import asyncio
+import re
+
+import asyncpg
+import pytest
+
+from hookgate import database, migrations
+from sql import migration_files
+
+
+def test_migration_files_are_numbered_without_gaps_and_named_snake_case():
+    files = migration_files()
+    assert files, "no migrations shipped"
+    for expected, (number, name, text) in enumerate(files, start=1):
+        assert re.fullmatch(r"\d{4}_[a-z0-9_]+\.sql", name), name
+        assert number == expected, f"{name} should be {expected:04d}"
+        assert text.strip(), f"{name} is empty"
+    assert [m.version for m in migrations.shipped()] == list(range(1, len(files) + 1))
+
+
+EXPECTED_TABLES = {
+    "workspace", "member", "api_key", "agent", "agent_instance", "squad", "squad_member", "autopilot",
+    "autopilot_collaborator", "autopilot_rule_version", "autopilot_trigger", "webhook_delivery",
+    "autopilot_run", "issue", "agent_task", "sys_cron_executions", "audit_log", "idempotency_key",
+    "hookgate_migrations",
+}
+EXPECTED_INDEXES = {
+    "webhook_delivery_dedupe_uq", "webhook_delivery_queue_idx", "autopilot_run_planned_uq",
+    "autopilot_run_delivery_uq", "agent_task_queue_idx", "agent_task_lease_idx", "autopilot_trigger_due_idx",
+    "sys_cron_executions_stale_idx",
+}
+
+
+async def _fresh(server_url: str, name: str) -> str:
+    from hookgate.context import with_database
+
+    admin = await asyncpg.connect(server_url)
+    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    return with_database(server_url, name)
+
+
+async def _drop(server_url: str, name: str) -> None:
+    admin = await asyncpg.connect(server_url)
+    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await admin.close()
+
+
+async def test_applying_all_migrations_to_an_empty_database_gives_the_expected_schema(server_url):
+    url = await _fresh(server_url, "hg_mig_empty")
+    try:
+        conn = await database.connect(url)
+        assert await migrations.pending(conn) == migrations.shipped()
+        applied = await migrations.migrate(conn)
+        assert applied == [m.name for m in migrations.shipped()]
+        tables = {r["tablename"] for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname='public'")}
+        assert tables == EXPECTED_TABLES
+        rows = await conn.fetch("SELECT indexname FROM pg_indexes WHERE schemaname='public'")
+        indexes = {r["indexname"] for r in rows}
+        assert EXPECTED_INDEXES <= indexes
+        predicate = await conn.fetchval(
+            "SELECT pg_get_indexdef('webhook_delivery_dedupe_uq'::regclass)"
+        )
+        assert "UNIQUE" in predicate and "rejected" in predicate
+        assert await migrations.migrate(conn) == []
+        assert await migrations.pending(conn) == []
+        await conn.close()
+    finally:
+        await _drop(server_url, "hg_mig_empty")
+
+
+async def test_two_migrators_at_once_apply_each_migration_once(server_url):
+    url = await _fresh(server_url, "hg_mig_race")
+    try:
+        conns = [await database.connect(url) for _ in range(4)]
+        results = await asyncio.gather(*(migrations.migrate(c) for c in conns))
+        applied = [name for result in results for name in result]
+        assert sorted(applied) == [m.name for m in migrations.shipped()]
+        rows = await conns[0].fetchval("SELECT count(*) FROM hookgate_migrations")
+        assert rows == len(migrations.shipped())
+        for c in conns:
+            await c.close()
+    finally:
+        await _drop(server_url, "hg_mig_race")
+
+
+async def test_an_edited_applied_migration_is_refused(conn):
+    await conn.execute("UPDATE hookgate_migrations SET checksum = 'x' WHERE version = 1")
+    with pytest.raises(migrations.MigrationError, match="edited"):
+        await migrations.pending(conn)
+
+
+async def test_a_database_ahead_of_the_code_is_refused(conn):
+    await conn.execute("INSERT INTO hookgate_migrations (version, name, checksum) VALUES (9999, '9999_x.sql', 'x')")
+    with pytest.raises(migrations.MigrationError, match="lacks"):
+        await migrations.pending(conn)
