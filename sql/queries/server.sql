@@ -5,3 +5,9 @@ SELECT 1 FROM pg_database WHERE datname = $1;
 -- name: server_ping
 -- The cheapest round trip: is the database there?
 SELECT 1;
+
+-- name: notify_send
+-- Wake listeners (a hint only: every listener also polls). $1 = channel, $2 = payload (an id).
+-- Channels: hookgate_deliveries (queued delivery), hookgate_runs (pending run without a delivery),
+-- hookgate_tasks (queued task), hookgate_triggers (a schedule trigger changed).
+SELECT pg_notify($1, $2);
