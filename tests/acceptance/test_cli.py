@@ -1,0 +1,63 @@
+"""The real ``hookgate`` CLI as a subprocess: bootstrap, migrate, and one-line configuration errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import TEST_SECRET_KEY
+from tests.processes import ROOT
+
+
+def hookgate(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    import os
+
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")}
+    full_env |= env | {"PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], env=full_env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_bootstrap_json_is_idempotent_per_workspace_and_prints_a_new_key_each_time(db_url):
+    env = {"HOOKGATE_DATABASE_URL": db_url, "HOOKGATE_SECRET_KEY": TEST_SECRET_KEY}
+    first = json.loads(hookgate("bootstrap", "--workspace", "ops", "--json", env=env).stdout)
+    second = json.loads(hookgate("bootstrap", "--workspace", "ops", "--json", env=env).stdout)
+    assert set(first) == {"workspace_id", "member_id", "api_key"}
+    assert first["workspace_id"] == second["workspace_id"] and first["member_id"] == second["member_id"]
+    assert first["api_key"] != second["api_key"] and first["api_key"].startswith("hgk_")
+
+
+def test_migrate_on_a_current_database_applies_nothing(db_url):
+    out = hookgate("migrate", env={"HOOKGATE_DATABASE_URL": db_url, "HOOKGATE_SECRET_KEY": TEST_SECRET_KEY})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"applied": []}
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"HOOKGATE_DATABASE_URL": "mysql://nope"}, "HOOKGATE_DATABASE_URL"),
+        ({"HOOKGATE_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/x"}, "unreachable"),
+        ({"HOOKGATE_SECRET_KEY": "too-short"}, "HOOKGATE_SECRET_KEY"),
+        ({"HOOKGATE_PORT": "eighty"}, "HOOKGATE_PORT"),
+        ({"HOOKGATE_TRUSTED_PROXIES": "10.0.0.0/33"}, "HOOKGATE_TRUSTED_PROXIES"),
+    ],
+)
+def test_bad_configuration_fails_at_start_with_one_clear_line(env, needle, db_url):
+    full = {"HOOKGATE_DATABASE_URL": db_url, "HOOKGATE_SECRET_KEY": TEST_SECRET_KEY} | env
+    out = hookgate("migrate", env=full, timeout=30)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("hookgate: error:") and needle in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_help_reads_like_a_manual_and_names_the_environment():
+    out = hookgate("--help", env={})
+    assert out.returncode == 0
+    for word in ("serve", "gateway", "worker", "scheduler", "migrate", "bootstrap", "HOOKGATE_DATABASE_URL"):
+        assert word in out.stdout
+    serve = hookgate("serve", "--help", env={})
+    assert "HOOKGATE_PORT" in serve.stdout
