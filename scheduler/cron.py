@@ -91,23 +91,8 @@ class Schedule:
         local = bound.astimezone(zone).replace(tzinfo=None)
         # Across a repeated hour, wall times on the far side of `bound` have instants on its near side.
         margin = _fold_size(local, zone) + _MINUTE
-        start = local + (margin if reverse else -margin)
-        pending: list[tuple[timedelta, datetime]] = []
-        emitted: datetime | None = None
-        for wall in _walls(" ".join(fields), start, reverse=reverse):
-            res = _resolve(wall, zone, interval)
-            for t in res.fires:
-                if (t <= bound) if reverse else (t > bound):
-                    heapq.heappush(pending, (_key(t, reverse), t))
-            # Later walls cannot fire beyond this horizon, so what is pending up to it is final.
-            horizon = _key(res.last if reverse else res.first, reverse)
-            while pending and pending[0][0] <= horizon:
-                t = heapq.heappop(pending)[1]
-                if t != emitted:
-                    yield (emitted := t)
-        for _, t in sorted(pending):
-            if t != emitted:
-                yield (emitted := t)
+        walls = _walls(" ".join(fields), local + (margin if reverse else -margin), reverse=reverse)
+        return _merge((_resolve(wall, zone, interval) for wall in walls), bound, reverse)
 
 
 def latest_only(
@@ -136,6 +121,25 @@ class _Resolved(NamedTuple):
     first: datetime
     last: datetime
     fires: tuple[datetime, ...]
+
+
+def _merge(resolved: Iterator[_Resolved], bound: datetime, reverse: bool) -> Iterator[datetime]:
+    """Instants of successive wall times in time order (a repeated hour interleaves them), deduplicated."""
+    pending: list[tuple[timedelta, datetime]] = []
+    emitted: datetime | None = None
+    for res in resolved:
+        for t in res.fires:
+            if (t <= bound) if reverse else (t > bound):
+                heapq.heappush(pending, (_key(t, reverse), t))
+        # Later wall times cannot fire beyond this horizon, so what is pending up to it is final.
+        horizon = _key(res.last if reverse else res.first, reverse)
+        while pending and pending[0][0] <= horizon:
+            t = heapq.heappop(pending)[1]
+            if t != emitted:
+                yield (emitted := t)
+    for _, t in sorted(pending):
+        if t != emitted:
+            yield (emitted := t)
 
 
 def _resolve(wall: datetime, zone: ZoneInfo, interval: bool) -> _Resolved:
@@ -237,4 +241,5 @@ def _check_zone(name: str) -> None:
 @cache
 def _zones() -> frozenset[str]:
     """The IANA zone names available to zoneinfo, read once."""
-    return frozenset(available_timezones())
+    # "localtime" is the host's zone, which would differ between replicas.
+    return frozenset(available_timezones()) - {"localtime"}
