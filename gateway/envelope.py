@@ -29,14 +29,18 @@ from urllib.parse import parse_qsl
 __all__ = [
     "BodyError",
     "InvalidBody",
+    "Payload",
     "UnsupportedMediaType",
     "build_envelope",
     "form_fields",
+    "is_json_type",
     "media_type",
     "parse_body",
+    "rfc3339",
 ]
 
 Payload = dict[str, Any] | list[Any]
+"""A parsed webhook body: always a JSON object or array, never a scalar."""
 
 _BOM = b"\xef\xbb\xbf"
 _FORM = "application/x-www-form-urlencoded"
