@@ -1,0 +1,165 @@
+"""Request bodies into the run envelope: `{"event", "payload", "request": {...}}` (DESIGN §4 step 5).
+
+Errors (the ingress maps `code` to the HTTP status):
+
+    BodyError                 base; `code` and a short `detail` that never echoes the input
+    ├── InvalidBody           "invalid_body", 400: empty, not UTF-8, invalid or scalar JSON
+    └── UnsupportedMediaType  "unsupported_media_type", 415: neither JSON nor a form
+
+Choices:
+- The body is always decoded as UTF-8 (ASCII included); a `charset` parameter is accepted and ignored.
+  A leading UTF-8 BOM is dropped.
+- A missing or empty Content-Type is read as JSON: curl and many small senders omit it, and JSON is
+  what a webhook almost always is. A body that is not JSON then fails as `invalid_body`.
+- JSON means `application/json` or any `<type>/<subtype>+json`. It must be an object or an array;
+  `NaN`/`Infinity` are refused (not JSON) and so is nesting too deep to parse.
+- A form (`application/x-www-form-urlencoded`) becomes an object of strings; a key sent more than once
+  keeps every value, as a list in arrival order, so nothing a sender signed is lost.
+- A form whose only field is `payload` holding a JSON object or array (Slack interactivity, GitHub's
+  form-encoded webhooks) becomes that JSON. The form wrapper adds nothing; the raw body is stored anyway.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl
+
+__all__ = [
+    "BodyError",
+    "InvalidBody",
+    "Payload",
+    "UnsupportedMediaType",
+    "build_envelope",
+    "form_fields",
+    "is_json_type",
+    "media_type",
+    "parse_body",
+    "rfc3339",
+]
+
+Payload = dict[str, Any] | list[Any]
+"""A parsed webhook body: always a JSON object or array, never a scalar."""
+
+_BOM = b"\xef\xbb\xbf"
+_FORM = "application/x-www-form-urlencoded"
+
+
+class BodyError(Exception):
+    """A request body the gateway will not store; `code` is the public error code."""
+
+    code = "invalid_body"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class InvalidBody(BodyError):
+    """The body is empty, not UTF-8, not valid JSON, or JSON that is not an object or array."""
+
+    code = "invalid_body"
+
+
+class UnsupportedMediaType(BodyError):
+    """The Content-Type is neither JSON nor a urlencoded form."""
+
+    code = "unsupported_media_type"
+
+
+def media_type(content_type: str | None) -> str:
+    """The lower-cased `type/subtype` of a Content-Type header, without parameters; "" if absent."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def is_json_type(mtype: str) -> bool:
+    """Whether a media type (from `media_type`) is JSON; "" (no Content-Type) counts as JSON."""
+    return mtype in ("", "application/json") or (mtype.endswith("+json") and "/" in mtype)
+
+
+def parse_body(raw: bytes, content_type: str | None) -> Payload:
+    """Parse a webhook body into a JSON object or array; raise a `BodyError` subclass if we can't."""
+    mtype = media_type(content_type)
+    if not (is_json_type(mtype) or mtype == _FORM):
+        raise UnsupportedMediaType("expected application/json or application/x-www-form-urlencoded")
+    text = _decode(raw)
+    if not text.strip():
+        raise InvalidBody("empty body")
+    if mtype == _FORM:
+        return _form_payload(form_fields(text))
+    return _json_payload(text)
+
+
+def form_fields(text: str) -> list[tuple[str, str]]:
+    """The (name, value) pairs of a urlencoded form, in order; `InvalidBody` if not UTF-8 once unquoted."""
+    try:
+        return parse_qsl(text, keep_blank_values=True, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidBody("form field is not valid UTF-8 once percent-decoded") from None
+
+
+def build_envelope(
+    event: str, payload: Payload, received_at: datetime, content_type: str | None
+) -> dict[str, Any]:
+    """The envelope a run carries; `received_at` must be timezone-aware and is rendered in UTC."""
+    return {
+        "event": event,
+        "payload": payload,
+        "request": {"received_at": rfc3339(received_at), "content_type": content_type},
+    }
+
+
+def rfc3339(moment: datetime) -> str:
+    """An aware datetime as RFC 3339 UTC with microseconds, e.g. `2024-05-01T12:00:00.000000Z`."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("received_at must be timezone-aware")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.removeprefix(_BOM).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidBody("body is not valid UTF-8") from None
+
+
+def _json_payload(text: str) -> Payload:
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise InvalidBody(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise InvalidBody("invalid JSON: nested too deeply") from None
+    except ValueError:  # NaN/Infinity, or an integer longer than Python's digit limit
+        raise InvalidBody("invalid JSON: unsupported number") from None
+    if not isinstance(value, dict | list):
+        raise InvalidBody("JSON body must be an object or an array")
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _form_payload(fields: list[tuple[str, str]]) -> Payload:
+    if len(fields) == 1 and fields[0][0] == "payload":
+        embedded = _embedded_json(fields[0][1])
+        if embedded is not None:
+            return embedded
+    form: dict[str, Any] = {}
+    for name, value in fields:
+        if name not in form:
+            form[name] = value
+        elif isinstance(form[name], list):
+            form[name].append(value)
+        else:
+            form[name] = [form[name], value]
+    return form
+
+
+def _embedded_json(text: str) -> Payload | None:
+    try:
+        return _json_payload(text)
+    except InvalidBody:
+        return None
