@@ -31,3 +31,8 @@ INSERT INTO squad_member (squad_id, agent_id) VALUES ($1, $2) ON CONFLICT DO NOT
 -- Seal an http agent's signing secret to its row. $1 = agent id, $2 = ciphertext.
 UPDATE agent SET signing_secret_ct = $2, updated_at = now() WHERE id = $1
 RETURNING *;
+
+-- name: agent_get_by_runtime_token
+-- The live pull agent whose runtime token digest is $1.
+SELECT id, workspace_id, name, max_concurrency FROM agent
+WHERE runtime_token_digest = $1 AND runtime_kind = 'pull' AND archived_at IS NULL;

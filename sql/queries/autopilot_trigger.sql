@@ -31,3 +31,8 @@ SET previous_secret_ct = CASE WHEN $4 > 0 THEN signing_secret_ct END,
     updated_at = now()
 WHERE id = $1 AND kind = 'webhook' AND deleted_at IS NULL
 RETURNING id;
+
+-- name: trigger_pace_take
+-- Take up to $2 dispatch slots from trigger $1's pacing window ($3 per minute). $4 = clock override
+-- (nullable). Returns how many were granted and when the window ends.
+SELECT granted, window_end FROM hookgate_pace_take($1, $2, $3, coalesce($4::timestamptz, now()));
