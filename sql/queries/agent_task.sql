@@ -33,9 +33,9 @@ SELECT c.id, c.workspace_id, c.run_id, c.agent_id, c.payload, c.attempt, c.max_a
 FROM claimed c;
 
 -- name: task_agents_due
--- HTTP agents that have due queued tasks and a free concurrency slot (the push worker claims for them).
--- $1 = at most this many agents, $2 = clock override (nullable).
-SELECT a.id
+-- HTTP agents that have due queued tasks and a free concurrency slot (the push worker claims for them),
+-- with their push timeout. $1 = at most this many agents, $2 = clock override (nullable).
+SELECT a.id, a.timeout_s
 FROM agent a
 WHERE a.runtime_kind = 'http' AND a.archived_at IS NULL
   AND EXISTS (SELECT 1 FROM agent_task t WHERE t.agent_id = a.id AND t.status = 'queued'
@@ -96,13 +96,14 @@ SELECT * FROM done;
 
 -- name: task_retry
 -- The holder gives the task back for another attempt after $3 seconds (retryable failure): task $1,
--- lease token $2, error $4, retry class $5; audited as RELEASE by actor type $6 / id $7.
+-- lease token $2, error $4, retry class $5; audited as RELEASE by actor type $6 / id $7. Zero rows when the
+-- lease is lost or no attempt is left (the caller then finishes it as failed).
 WITH back AS (
     UPDATE agent_task
     SET status = 'queued', error = $4, retry_class = $5, released_token = lease_token, lease_token = NULL,
         lease_expires_at = NULL, holder_instance = NULL, available_at = now() + make_interval(secs => $3),
         updated_at = now()
-    WHERE id = $1 AND lease_token = $2 AND status = 'running'
+    WHERE id = $1 AND lease_token = $2 AND status = 'running' AND attempt < max_attempts
     RETURNING id, workspace_id, run_id, status, attempt, available_at
 ), audited AS (
     INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)

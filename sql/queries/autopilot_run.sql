@@ -64,7 +64,7 @@ SELECT * FROM autopilot_run WHERE workspace_id = $1 AND id = $2;
 -- whether that agent's runtime is ready. $2 = runtime heartbeat timeout in seconds.
 SELECT r.id, r.workspace_id, r.autopilot_id, r.status, r.payload, r.issue_id, r.task_id, r.source,
        a.title, a.instructions, a.execution_mode, a.assignee_type, a.assignee_id, a.issue_title_template,
-       ag.id AS agent_id, ag.archived_at IS NOT NULL AS agent_archived, ag.runtime_kind,
+       ag.id AS agent_id, ag.archived_at IS NOT NULL AS agent_archived, ag.runtime_kind, ag.timeout_s,
        CASE WHEN ag.runtime_kind = 'http' THEN ag.endpoint_url IS NOT NULL
             ELSE EXISTS (SELECT 1 FROM agent_instance i
                          WHERE i.agent_id = ag.id AND i.status = 'online'
@@ -131,3 +131,8 @@ FOR UPDATE SKIP LOCKED;
 -- name: run_get_any
 -- One run by id, whatever its workspace (internal use).
 SELECT * FROM autopilot_run WHERE id = $1;
+
+-- name: run_touch
+-- Move run $1 to the back of the repair order after a failed dispatch attempt (so one broken run cannot
+-- hold up the others).
+UPDATE autopilot_run SET updated_at = now() WHERE id = $1;
