@@ -13,7 +13,7 @@ async def _run(ctx, conn, mode="run_only", pull=False, **ap_kw):
 
 
 async def test_run_only_makes_one_task_and_a_second_dispatch_changes_nothing(ctx, conn):
-    _, agent, _, run_id = await _run(ctx, conn)
+    _, _agent, _, run_id = await _run(ctx, conn)
     first = await dispatch.dispatch_run(conn, run_id)
     second = await dispatch.dispatch_run(conn, run_id)
     assert first.status == "queued" and first.issue_id is None
@@ -23,7 +23,7 @@ async def test_run_only_makes_one_task_and_a_second_dispatch_changes_nothing(ctx
 
 
 async def test_create_issue_makes_the_issue_even_when_the_runtime_is_offline(ctx, conn):
-    _, _, ap, run_id = await _run(ctx, conn, mode="create_issue", pull=True,
+    _, _, _ap, run_id = await _run(ctx, conn, mode="create_issue", pull=True,
                                   issue_title_template="$title on $event")
     result = await dispatch.dispatch_run(conn, run_id)
     issue = await conn.fetchrow("SELECT * FROM issue WHERE run_id = $1", run_id)

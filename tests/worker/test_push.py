@@ -53,7 +53,7 @@ def test_outcomes_map_status_codes_and_honour_retry_after():
 
 
 async def test_fast_path_pushes_once_with_the_contract_body_and_a_valid_signature(wctx, agent_server):
-    w, agent, ap, trigger = await _world(wctx, agent_server)
+    _w, agent, ap, trigger = await _world(wctx, agent_server)
     async with wctx.pool.acquire() as conn:
         _, run_id = await add_delivery(conn, ap, trigger, payload={"x": 1})
     pusher = Pusher(wctx, holder="t1")
@@ -81,7 +81,7 @@ async def test_agent_answering_500_then_200_gets_the_same_webhook_id_and_complet
         return Response(status_code=500) if n == 0 else JSONResponse({"done": True})
 
     agent_server.behaviours["a"] = flaky
-    w, agent, ap, trigger = await _world(wctx, agent_server)
+    _w, _agent, ap, trigger = await _world(wctx, agent_server)
     async with wctx.pool.acquire() as conn:
         _, run_id = await add_delivery(conn, ap, trigger)
     pusher = Pusher(wctx, holder="t1")
@@ -136,7 +136,7 @@ async def _const(response):
 
 async def test_accepted_push_is_finished_by_the_agent_reporting_with_its_lease_token(wctx, agent_server):
     agent_server.behaviours["a"] = lambda n, h: _const(Response(status_code=202))
-    w, agent, ap, trigger = await _world(wctx, agent_server)
+    _w, _agent, ap, trigger = await _world(wctx, agent_server)
     async with wctx.pool.acquire() as conn:
         _, run_id = await add_delivery(conn, ap, trigger)
     pusher = Pusher(wctx, holder="t1")
@@ -203,7 +203,7 @@ async def test_stop_releases_pushes_still_in_flight_after_the_deadline(wctx, age
         return Response(status_code=200)
 
     agent_server.behaviours["a"] = hang
-    w, agent, ap, trigger = await _world(wctx, agent_server, timeout_s=60)
+    _w, _agent, ap, trigger = await _world(wctx, agent_server, timeout_s=60)
     async with wctx.pool.acquire() as conn:
         _, run_id = await add_delivery(conn, ap, trigger)
     pusher = Pusher(wctx, holder="t1")
@@ -218,7 +218,7 @@ async def test_stop_releases_pushes_still_in_flight_after_the_deadline(wctx, age
 
 
 async def test_dispatch_without_a_pusher_leaves_the_task_queued_and_notifies(wctx, agent_server):
-    w, agent, ap, trigger = await _world(wctx, agent_server)
+    _w, _agent, ap, trigger = await _world(wctx, agent_server)
     heard: list[str] = []
     listener = await database.connect(wctx.dsn)
     try:
