@@ -45,41 +45,75 @@ BEGIN
 END
 $$;
 
--- Claim queued tasks of one agent (optionally one given task) within its concurrency cap (DESIGN §7 P3).
--- The agent row is locked first so concurrent claimers count running tasks one after the other: the cap
--- is strict across any number of processes. In READ COMMITTED each statement of this (volatile) function
--- takes a fresh snapshot, so the count after the lock sees every claim committed before it.
--- FOR NO KEY UPDATE does not block task inserts (their foreign-key check takes KEY SHARE).
+-- Per-agent concurrency slots (DESIGN §7 P3). A running task holds one slot: the slot row stores the lease
+-- token it was claimed with, so the slot is free again as soon as that lease ends (report, retry, expiry,
+-- cancel) without any write on release. Claimers lock different slots (SKIP LOCKED), so claims for one
+-- agent run in parallel while the cap stays strict.
+CREATE TABLE agent_slot (
+    agent_id     uuid NOT NULL REFERENCES agent(id),
+    slot         integer NOT NULL CHECK (slot >= 0),
+    lease_token  uuid,
+    PRIMARY KEY (agent_id, slot)
+);
+-- A slot is busy while a running task carries its token: one index probe per slot checked.
+CREATE INDEX agent_task_running_token_idx ON agent_task (lease_token) WHERE status = 'running';
+
+-- Claim up to p_limit due queued tasks of one agent (or only p_task) within its concurrency cap. In READ
+-- COMMITTED every statement of this volatile function takes a fresh snapshot, so the re-check after a slot
+-- is locked sees every claim committed before: two claimers can never fill one slot.
 CREATE FUNCTION hookgate_task_claim(p_agent uuid, p_task uuid, p_limit integer, p_lease_s double precision,
                                     p_holder text, p_at timestamptz)
 RETURNS SETOF agent_task
 LANGUAGE plpgsql AS $$
 DECLARE
-    free integer;
+    cap    integer;
+    s      integer;
+    t      uuid;
+    tok    uuid;
+    tried  integer[] := '{}';
+    n      integer := 0;
 BEGIN
-    PERFORM 1 FROM agent WHERE id = p_agent AND archived_at IS NULL FOR NO KEY UPDATE;
+    SELECT max_concurrency INTO cap FROM agent WHERE id = p_agent AND archived_at IS NULL;
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    SELECT a.max_concurrency - (SELECT count(*) FROM agent_task t WHERE t.agent_id = p_agent AND t.status = 'running')
-      INTO free FROM agent a WHERE a.id = p_agent;
-    IF free <= 0 THEN
-        RETURN;
+    IF NOT EXISTS (SELECT 1 FROM agent_slot WHERE agent_id = p_agent AND slot = cap - 1) THEN
+        INSERT INTO agent_slot (agent_id, slot) SELECT p_agent, g FROM generate_series(0, cap - 1) g
+        ON CONFLICT DO NOTHING;
     END IF;
-    RETURN QUERY
-    WITH picked AS (
-        SELECT id FROM agent_task
-        WHERE agent_id = p_agent AND status = 'queued' AND available_at <= p_at
-          AND (p_task IS NULL OR id = p_task)
-        ORDER BY available_at, id
-        LIMIT least(free, p_limit)
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE agent_task t
-    SET status = 'running', attempt = t.attempt + 1, lease_token = gen_random_uuid(),
-        lease_expires_at = p_at + make_interval(secs => p_lease_s), holder_instance = p_holder,
-        started_at = coalesce(t.started_at, now()), updated_at = now()
-    FROM picked WHERE t.id = picked.id
-    RETURNING t.*;
+    WHILE n < p_limit LOOP
+        SELECT sl.slot INTO s FROM agent_slot sl
+        WHERE sl.agent_id = p_agent AND sl.slot < cap AND sl.slot <> ALL (tried)
+          AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.agent_id = p_agent AND r.status = 'running'
+                            AND r.lease_token = sl.lease_token)
+        ORDER BY sl.slot
+        LIMIT 1
+        FOR UPDATE OF sl SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        tried := tried || s;
+        -- Fresh snapshot: is the slot still free now that we hold it?
+        CONTINUE WHEN EXISTS (SELECT 1 FROM agent_slot sl JOIN agent_task r ON r.lease_token = sl.lease_token
+                              WHERE sl.agent_id = p_agent AND sl.slot = s AND r.status = 'running');
+        IF p_task IS NULL THEN
+            SELECT id INTO t FROM agent_task
+            WHERE agent_id = p_agent AND status = 'queued' AND available_at <= p_at
+            ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED;
+        ELSE
+            SELECT id INTO t FROM agent_task
+            WHERE id = p_task AND agent_id = p_agent AND status = 'queued' AND available_at <= p_at
+            FOR UPDATE SKIP LOCKED;
+        END IF;
+        EXIT WHEN NOT FOUND;
+        tok := gen_random_uuid();
+        UPDATE agent_slot SET lease_token = tok WHERE agent_id = p_agent AND slot = s;
+        RETURN QUERY
+        UPDATE agent_task
+        SET status = 'running', attempt = attempt + 1, lease_token = tok,
+            lease_expires_at = p_at + make_interval(secs => p_lease_s), holder_instance = p_holder,
+            started_at = coalesce(started_at, now()), updated_at = now()
+        WHERE id = t
+        RETURNING *;
+        n := n + 1;
+    END LOOP;
 END
 $$;

@@ -4,26 +4,27 @@
 -- their oldest rows interleaved (first of each trigger, then second of each, …). $2 = lease seconds,
 -- $5 = clock override (nullable = now()). A leased row stays 'queued' with available_at = lease end, so an
 -- expired lease is simply claimable again. Returns what dispatch needs, with the trigger's pacing budget.
-WITH RECURSIVE clock AS (
-    SELECT coalesce($5::timestamptz, now()) AS at
-), heads AS (
-    (SELECT d.trigger_id, 1 AS depth FROM webhook_delivery d, clock
-     WHERE d.status = 'queued' AND d.available_at <= clock.at AND ($3::uuid IS NULL OR d.trigger_id > $3)
+WITH RECURSIVE heads AS (
+    (SELECT d.trigger_id, 1 AS depth FROM webhook_delivery d
+     WHERE d.status = 'queued' AND d.available_at <= coalesce($5::timestamptz, now())
+       AND ($3::uuid IS NULL OR d.trigger_id > $3)
      ORDER BY d.trigger_id LIMIT 1)
     UNION ALL
-    SELECT (SELECT d.trigger_id FROM webhook_delivery d, clock
-            WHERE d.status = 'queued' AND d.available_at <= clock.at AND d.trigger_id > h.trigger_id
+    SELECT (SELECT d.trigger_id FROM webhook_delivery d
+            WHERE d.status = 'queued' AND d.available_at <= coalesce($5::timestamptz, now())
+              AND d.trigger_id > h.trigger_id
             ORDER BY d.trigger_id LIMIT 1), h.depth + 1
     FROM heads h WHERE h.trigger_id IS NOT NULL AND h.depth < $4
 ), locked AS (
-    SELECT x.id, x.trigger_id, row_number() OVER (PARTITION BY x.trigger_id ORDER BY x.available_at, x.received_at) AS rn,
-           x.available_at
+    -- Ordered by the (trigger_id, available_at) index, so each trigger's head is read, not its whole backlog.
+    SELECT x.id, x.available_at, row_number() OVER (PARTITION BY x.trigger_id ORDER BY x.available_at) AS rn
     FROM heads h CROSS JOIN LATERAL (
-        SELECT d.id, d.trigger_id, d.available_at, d.received_at FROM webhook_delivery d, clock
-        WHERE d.trigger_id = h.trigger_id AND d.status = 'queued' AND d.available_at <= clock.at
-        ORDER BY d.available_at, d.received_at
+        SELECT d.id, d.trigger_id, d.available_at FROM webhook_delivery d
+        WHERE d.trigger_id = h.trigger_id AND d.status = 'queued'
+          AND d.available_at <= coalesce($5::timestamptz, now())
+        ORDER BY d.available_at
         LIMIT $1
-        FOR UPDATE OF d SKIP LOCKED
+        FOR UPDATE SKIP LOCKED
     ) x
     WHERE h.trigger_id IS NOT NULL
 ), picked AS (
@@ -31,10 +32,10 @@ WITH RECURSIVE clock AS (
 )
 UPDATE webhook_delivery w
 SET lease_token = gen_random_uuid(),
-    lease_expires_at = clock.at + make_interval(secs => $2),
-    available_at = clock.at + make_interval(secs => $2),
+    lease_expires_at = coalesce($5::timestamptz, now()) + make_interval(secs => $2),
+    available_at = coalesce($5::timestamptz, now()) + make_interval(secs => $2),
     updated_at = now()
-FROM picked, clock, autopilot_trigger t
+FROM picked, autopilot_trigger t
 WHERE w.id = picked.id AND t.id = w.trigger_id
 RETURNING w.id, w.lease_token, w.workspace_id, w.trigger_id, w.autopilot_id, w.event, w.envelope, w.run_id,
           w.dispatch_attempts, w.received_at, t.rate_limit_per_minute;
