@@ -11,6 +11,7 @@ the holder's report ends a lease. Errors::
 
 from __future__ import annotations
 
+import contextlib
 import random
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -110,7 +111,8 @@ async def report(
     A retryable failure with attempts left goes back to the queue; otherwise the task ends and its run ends
     with it. Any other token raises LeaseLost after recording LATE_RESULT.
     """
-    async with conn.transaction():
+    # Inside a caller's transaction (batched push outcomes) no savepoint: the caller rolls back as a whole.
+    async with contextlib.nullcontext() if conn.is_in_transaction() else conn.transaction():
         if rep.status == "failed" and rep.retry_class in RETRYABLE_CLASSES:
             back = await conn.fetchrow(
                 Q.task_retry, task_id, lease_token, rep.retry_after_s, rep.error, rep.retry_class,

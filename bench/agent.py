@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 import time
+from typing import ClassVar
 
 _OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"ok\":true}"
 
@@ -18,14 +19,16 @@ _OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\
 class Agent(asyncio.Protocol):
     """One keep-alive connection; parses Content-Length framed requests."""
 
-    latencies: list[float] = []
+    latencies: ClassVar[list[float]] = []
     count = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """A new client connection."""
         self.transport = transport
         self.buf = b""
 
     def data_received(self, data: bytes) -> None:
+        """Buffer bytes and handle every complete request."""
         self.buf += data
         while True:
             head_end = self.buf.find(b"\r\n\r\n")
@@ -44,6 +47,7 @@ class Agent(asyncio.Protocol):
             self.handle(head.split(" ", 2), body)
 
     def handle(self, request_line: list[str], body: bytes) -> None:
+        """Answer one request (stats, or a push: record its latency, say 200)."""
         method, path = request_line[0], request_line[1]
         if path == "/stats":
             if method == "DELETE":

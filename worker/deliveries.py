@@ -34,6 +34,8 @@ log = logging.getLogger("hookgate.deliveries")
 CHANNEL = "hookgate_deliveries"
 #: Triggers visited per claim: the round-robin fan-out (a batch interleaves at most this many).
 TRIGGER_FANOUT = 16
+#: Deliveries a dispatcher commits together when the queue is backed up (one commit instead of several).
+COMMIT_GROUP = 8
 _DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
 _IGNORED = {
     "trigger_deleted": "the trigger was deleted",
@@ -116,27 +118,49 @@ class DeliveryWorker:
             self.pusher.submit(result.claimed)
         return outcome
 
+    async def process_many(self, batch: list[asyncpg.Record]) -> list[str]:
+        """Dispatch several leased deliveries in one transaction (one commit); on any error, one by one."""
+        if len(batch) == 1:
+            return [await self.process(batch[0])]
+        options = options_for(self.ctx, self.holder, self.pusher)
+        try:
+            async with self.ctx.pool.acquire() as conn, conn.transaction():
+                done = [await self._dispatch_in(conn, d, options) for d in batch]
+        except Exception:
+            # A lost lease or a failing delivery must not take the others with it: retry them singly.
+            return [await self.process(d) for d in batch]
+        for _, result in done:
+            if result is not None and result.claimed is not None and self.pusher is not None:
+                self.pusher.submit(result.claimed)
+        return [outcome for outcome, _ in done]
+
     async def _dispatch(
         self, conn: Conn, d: asyncpg.Record, options: dispatch.Options
     ) -> tuple[str, dispatch.Dispatched | None]:
         async with conn.transaction():
-            run_id = d["run_id"] or await conn.fetchval(Q.run_get_by_delivery, d["id"])
-            if run_id is None:
-                reason = await self._gate(conn, d)
-                if reason is not None:
-                    if await conn.fetchval(Q.delivery_ignore, d["id"], d["lease_token"], reason,
-                                           _IGNORED[reason]) is None:
-                        raise _LeaseLost
-                    return "ignored", None
-                admitted = await admission.admit(
-                    conn, autopilot_id=d["autopilot_id"], source="webhook", payload=d["envelope"] or {},
-                    trigger_id=d["trigger_id"], delivery_id=d["id"],
-                    heartbeat_timeout_s=self.settings.heartbeat_timeout_s,
-                )
-                run_id = admitted.run_id
-            result = await dispatch.dispatch_run(conn, run_id, options)
-            if await conn.fetchval(Q.delivery_complete, d["id"], d["lease_token"], run_id) is None:
-                raise _LeaseLost
+            return await self._dispatch_in(conn, d, options)
+
+    async def _dispatch_in(
+        self, conn: Conn, d: asyncpg.Record, options: dispatch.Options
+    ) -> tuple[str, dispatch.Dispatched | None]:
+        """Admit (crash window) and dispatch one delivery inside the caller's transaction."""
+        run_id = d["run_id"] or await conn.fetchval(Q.run_get_by_delivery, d["id"])
+        if run_id is None:
+            reason = await self._gate(conn, d)
+            if reason is not None:
+                if await conn.fetchval(Q.delivery_ignore, d["id"], d["lease_token"], reason,
+                                       _IGNORED[reason]) is None:
+                    raise _LeaseLost
+                return "ignored", None
+            admitted = await admission.admit(
+                conn, autopilot_id=d["autopilot_id"], source="webhook", payload=d["envelope"] or {},
+                trigger_id=d["trigger_id"], delivery_id=d["id"],
+                heartbeat_timeout_s=self.settings.heartbeat_timeout_s,
+            )
+            run_id = admitted.run_id
+        result = await dispatch.dispatch_run(conn, run_id, options)
+        if await conn.fetchval(Q.delivery_complete, d["id"], d["lease_token"], run_id) is None:
+            raise _LeaseLost
         return "dispatched", result
 
     async def _gate(self, conn: Conn, d: asyncpg.Record) -> str | None:
@@ -216,11 +240,13 @@ class DeliveryWorker:
 
     async def _dispatcher(self) -> None:
         while True:
-            delivery = await self._queue.get()
-            self._taken.set()
+            batch = [await self._queue.get()]
             self._busy += 1
+            while len(batch) < COMMIT_GROUP and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            self._taken.set()
             try:
-                await self.process(delivery)
+                await self.process_many(batch)
             finally:
                 self._busy -= 1
 

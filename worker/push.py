@@ -36,6 +36,8 @@ log = logging.getLogger("hookgate.push")
 
 RETRY_STATUSES = frozenset({408, 429})
 MAX_RESULT_BYTES = 64 * 1024
+#: Push outcomes written per transaction when many finish together.
+OUTCOME_GROUP = 64
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,8 @@ class Pusher:
             follow_redirects=False,
         )
         self._inflight: dict[asyncio.Task[None], tasks.Claimed] = {}
+        self._outcomes: list[tuple[tasks.Claimed, Outcome, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self.stopping = False
 
@@ -185,23 +189,55 @@ class Pusher:
         return Outcome("retry", detail, delay)
 
     async def _record(self, claimed: tasks.Claimed, outcome: Outcome) -> None:
+        """Queue the outcome for the next group commit and wait until it is written."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outcomes.append((claimed, outcome, done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
+        await done
+
+    async def _flush(self) -> None:
+        """Write queued outcomes, up to OUTCOME_GROUP per transaction (one commit for many pushes)."""
+        while self._outcomes:
+            group, self._outcomes = self._outcomes[:OUTCOME_GROUP], self._outcomes[OUTCOME_GROUP:]
+            try:
+                async with self.ctx.pool.acquire() as conn:
+                    try:
+                        async with conn.transaction():
+                            for claimed, outcome, _ in group:
+                                await self._write(conn, claimed, outcome)
+                    except Exception:
+                        if len(group) == 1:
+                            raise
+                        for claimed, outcome, _ in group:  # isolate the failing one
+                            async with conn.transaction():
+                                await self._write(conn, claimed, outcome)
+            except Exception as exc:
+                for _, _, done in group:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            for _, _, done in group:
+                if not done.done():
+                    done.set_result(None)
+
+    async def _write(self, conn: Any, claimed: tasks.Claimed, outcome: Outcome) -> None:
         report = {
             "done": tasks.Report("succeeded", result=outcome.result),
             "retry": tasks.Report("failed", error=outcome.detail, retry_class="transient",
                                   retry_after_s=outcome.delay),
             "terminal": tasks.Report("failed", error=outcome.detail, retry_class="permanent"),
         }.get(outcome.kind)
-        async with self.ctx.pool.acquire() as conn:
-            try:
-                if report is None:
-                    await tasks.accept(conn, claimed.id, claimed.lease_token, lease_s=self.settings.task_lease_s,
-                                       actor_id=self.holder)
-                else:
-                    await tasks.report(conn, claimed.id, claimed.lease_token, report, actor_type="worker",
-                                       actor_id=self.holder)
-            except tasks.LeaseLost:
-                log.info("push result after the lease was lost; recorded, not applied",
-                         extra={"task_id": str(claimed.id)})
+        try:
+            if report is None:
+                await tasks.accept(conn, claimed.id, claimed.lease_token, lease_s=self.settings.task_lease_s,
+                                   actor_id=self.holder)
+            else:
+                await tasks.report(conn, claimed.id, claimed.lease_token, report, actor_type="worker",
+                                   actor_id=self.holder)
+        except tasks.LeaseLost:
+            log.info("push result after the lease was lost; recorded, not applied",
+                     extra={"task_id": str(claimed.id)})
 
     async def run(self) -> None:
         """Pushes are started by :meth:`submit`; this only waits for :meth:`stop`."""
