@@ -5,6 +5,9 @@ capability: no bearer needed); 408, 429, 5xx, timeouts and connection errors are
 backoff and jitter, honouring ``Retry-After``; any other 4xx fails the task. Pushes run as their own
 asyncio tasks, bounded per process (``push_inflight``) and per agent (its ``max_concurrency``, enforced at
 claim time in the database), each with the agent's timeout: a hanging agent holds only its own slots.
+
+The client is aiohttp, not httpx: on this 2-core machine httpx's pool managed ~230 pushes/s with 40 in
+flight where aiohttp did ~5,000/s (see docs/BENCHMARKS.md), and the push client is the drain's bottleneck.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+import aiohttp
 import asyncpg
-import httpx
+from multidict import CIMultiDictProxy
 
 from autopilot import agents, tasks
 from hookgate.context import Context
@@ -73,26 +78,30 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def classify(response: httpx.Response, *, attempt: int, base: float, cap: float) -> Outcome:
+def classify(status: int, headers: Mapping[str, str], *, attempt: int, base: float, cap: float,
+             body: bytes = b"") -> Outcome:
     """Map an agent's HTTP answer to an outcome."""
-    code = response.status_code
-    if code == 202:
+    if status == 202:
         return Outcome("accepted", "agent accepted; it reports later")
-    if 200 <= code < 300:
-        return Outcome("done", f"agent answered {code}", result=_result(response))
-    if code in RETRY_STATUSES or code >= 500:
-        hinted = retry_after_s(response.headers.get("retry-after"))
+    if 200 <= status < 300:
+        return Outcome("done", f"agent answered {status}", result=_result(status, headers, body))
+    if status in RETRY_STATUSES or status >= 500:
+        hinted = retry_after_s(headers.get("retry-after"))
         delay = min(cap, hinted) if hinted is not None else tasks.backoff(attempt, base, cap)
-        return Outcome("retry", f"agent answered {code}", delay)
-    return Outcome("terminal", f"agent answered {code}")
+        return Outcome("retry", f"agent answered {status}", delay)
+    return Outcome("terminal", f"agent answered {status}")
 
 
-def _result(response: httpx.Response) -> Any:
-    result: dict[str, Any] = {"http_status": response.status_code}
-    if len(response.content) <= MAX_RESULT_BYTES and "json" in response.headers.get("content-type", ""):
+def _result(status: int, headers: Mapping[str, str], body: bytes) -> Any:
+    result: dict[str, Any] = {"http_status": status}
+    if body and len(body) <= MAX_RESULT_BYTES and "json" in headers.get("content-type", ""):
         with contextlib.suppress(ValueError):
-            result["body"] = response.json()
+            result["body"] = json.loads(body)
     return result
+
+
+def _lower(headers: CIMultiDictProxy[str]) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}
 
 
 def report_url(public_url: str, task_id: UUID) -> str:
@@ -117,14 +126,9 @@ class Pusher:
 
     name = "push"
 
-    def __init__(self, ctx: Context, *, holder: str, wake: Wakeup | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, ctx: Context, *, holder: str, wake: Wakeup | None = None) -> None:
         self.ctx, self.settings, self.holder, self.wake = ctx, ctx.settings, holder, wake
-        size = self.settings.push_connections
-        self.client = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=size, max_keepalive_connections=size), transport=transport,
-            follow_redirects=False,
-        )
+        self._client: aiohttp.ClientSession | None = None
         self._inflight: dict[asyncio.Task[None], tasks.Claimed] = {}
         self._outcomes: list[tuple[tasks.Claimed, Outcome, asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -174,15 +178,25 @@ class Pusher:
             "webhook-timestamp": str(stamp), "webhook-signature": sign(secret, str(claimed.id), stamp, body),
             "user-agent": "hookgate",
         }
-        timeout = min(task["timeout_s"], self.settings.push_timeout_cap_s)
+        timeout = aiohttp.ClientTimeout(total=min(task["timeout_s"], self.settings.push_timeout_cap_s))
         try:
-            response = await self.client.post(task["endpoint_url"], content=body, headers=headers, timeout=timeout)
-        except httpx.TimeoutException:
+            async with self.client().post(task["endpoint_url"], data=body, headers=headers, timeout=timeout,
+                                          allow_redirects=False) as response:
+                content = await response.content.read(MAX_RESULT_BYTES + 1)
+                status, answer = response.status, _lower(response.headers)
+        except TimeoutError:
             return self._transport_retry(claimed, "agent timed out")
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, OSError) as exc:
             return self._transport_retry(claimed, f"agent unreachable: {exc.__class__.__name__}")
-        return classify(response, attempt=claimed.attempt, base=self.settings.task_backoff_base_s,
-                        cap=self.settings.task_backoff_cap_s)
+        return classify(status, answer, attempt=claimed.attempt, base=self.settings.task_backoff_base_s,
+                        cap=self.settings.task_backoff_cap_s, body=content)
+
+    def client(self) -> aiohttp.ClientSession:
+        """The shared session (created in the running loop on first use), with a bounded connection pool."""
+        if self._client is None:
+            connector = aiohttp.TCPConnector(limit=self.settings.push_connections)
+            self._client = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        return self._client
 
     def _transport_retry(self, claimed: tasks.Claimed, detail: str) -> Outcome:
         delay = tasks.backoff(claimed.attempt, self.settings.task_backoff_base_s, self.settings.task_backoff_cap_s)
@@ -251,7 +265,8 @@ class Pusher:
         if pending:
             _, late = await asyncio.wait(pending, timeout=wait_s)
             await self._release(late)
-        await self.client.aclose()
+        if self._client is not None:
+            await self._client.close()
         self._stopped.set()
 
     async def _release(self, late: set[asyncio.Task[None]]) -> None:
