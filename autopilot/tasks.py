@@ -54,6 +54,12 @@ class Claimed:
     max_attempts: int
     lease_token: UUID
     lease_expires_at: datetime
+    autopilot_id: UUID | None = None
+    autopilot_title: str | None = None
+    autopilot_instructions: str | None = None
+    endpoint_url: str | None = None
+    timeout_s: float = 10.0
+    signing_secret_ct: bytes | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Claimed:

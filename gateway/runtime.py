@@ -119,18 +119,15 @@ async def claim(request: Request) -> Response:
             won = await tasks.claim(conn, agent_id=agent["id"], lease_s=ctx.settings.task_lease_s,
                                     holder=instance, actor_type="runtime")
             if won:
-                task = await conn.fetchrow(Q.task_context, won[0].id)
-                return JSONResponse(_claim_body(won[0], task))
+                return JSONResponse(_claim_body(won[0]))
         if time.monotonic() >= deadline or await request.is_disconnected():
             return Response(status_code=204)
         await asyncio.sleep(min(ctx.settings.runtime_claim_poll_s, max(0.0, deadline - time.monotonic())))
 
 
-def _claim_body(won: tasks.Claimed, task: asyncpg.Record | None) -> dict[str, Any]:
-    autopilot: dict[str, str | None] = {"id": None, "title": None, "instructions": None}
-    if task is not None and task["autopilot_id"] is not None:
-        autopilot = {"id": str(task["autopilot_id"]), "title": task["autopilot_title"],
-                     "instructions": task["autopilot_instructions"]}
+def _claim_body(won: tasks.Claimed) -> dict[str, Any]:
+    autopilot = {"id": None if won.autopilot_id is None else str(won.autopilot_id), "title": won.autopilot_title,
+                 "instructions": won.autopilot_instructions}
     return {
         "task": {"id": str(won.id), "run_id": None if won.run_id is None else str(won.run_id),
                  "attempt": won.attempt, "payload": won.payload, "autopilot": autopilot},

@@ -28,7 +28,6 @@ from typing import Any
 from uuid import UUID
 
 import aiohttp
-import asyncpg
 from multidict import CIMultiDictProxy
 
 from autopilot import agents, tasks
@@ -109,13 +108,13 @@ def report_url(public_url: str, task_id: UUID) -> str:
     return f"{public_url.rstrip('/')}/v1/runtime/tasks/{task_id}/report"
 
 
-def push_body(task: asyncpg.Record, claimed: tasks.Claimed, public_url: str) -> bytes:
+def push_body(claimed: tasks.Claimed, public_url: str) -> bytes:
     """The body of a push, exactly the fields of DESIGN §11."""
     return json.dumps({
         "task_id": str(claimed.id), "run_id": None if claimed.run_id is None else str(claimed.run_id),
         "attempt": claimed.attempt,
-        "autopilot": {"id": str(task["autopilot_id"]) if task["autopilot_id"] else None,
-                      "title": task["autopilot_title"], "instructions": task["autopilot_instructions"]},
+        "autopilot": {"id": None if claimed.autopilot_id is None else str(claimed.autopilot_id),
+                      "title": claimed.autopilot_title, "instructions": claimed.autopilot_instructions},
         "payload": claimed.payload, "lease_token": str(claimed.lease_token),
         "report_url": report_url(public_url, claimed.id),
     }, separators=(",", ":"), ensure_ascii=False).encode()
@@ -161,26 +160,23 @@ class Pusher:
 
     async def push(self, claimed: tasks.Claimed) -> str:
         """One push attempt of a claimed task, its outcome recorded under the lease; returns the outcome kind."""
-        async with self.ctx.pool.acquire() as conn:
-            task = await conn.fetchrow(Q.task_context, claimed.id)
-        if task is None or task["lease_token"] != claimed.lease_token or task["status"] != "running":
-            return "lost"
-        outcome = await self._post(task, claimed)
+        outcome = await self._post(claimed)
         await self._record(claimed, outcome)
         return outcome.kind
 
-    async def _post(self, task: asyncpg.Record, claimed: tasks.Claimed) -> Outcome:
-        body = push_body(task, claimed, self.settings.public_url)
-        secret = self.ctx.keyring.decrypt(task["signing_secret_ct"], agents.secret_context(task["agent_id"]))
+    async def _post(self, claimed: tasks.Claimed) -> Outcome:
+        body = push_body(claimed, self.settings.public_url)
+        assert claimed.signing_secret_ct is not None and claimed.endpoint_url is not None
+        secret = self.ctx.keyring.decrypt(claimed.signing_secret_ct, agents.secret_context(claimed.agent_id))
         stamp = int(time.time())
         headers = {
             "content-type": "application/json", "webhook-id": str(claimed.id),
             "webhook-timestamp": str(stamp), "webhook-signature": sign(secret, str(claimed.id), stamp, body),
             "user-agent": "hookgate",
         }
-        timeout = aiohttp.ClientTimeout(total=min(task["timeout_s"], self.settings.push_timeout_cap_s))
+        timeout = aiohttp.ClientTimeout(total=min(claimed.timeout_s, self.settings.push_timeout_cap_s))
         try:
-            async with self.client().post(task["endpoint_url"], data=body, headers=headers, timeout=timeout,
+            async with self.client().post(claimed.endpoint_url, data=body, headers=headers, timeout=timeout,
                                           allow_redirects=False) as response:
                 content = await response.content.read(MAX_RESULT_BYTES + 1)
                 status, answer = response.status, _lower(response.headers)

@@ -14,7 +14,8 @@ SELECT id FROM agent_task WHERE idempotency_key = $1;
 -- name: task_claim
 -- Claim (P1) up to $3 due queued tasks of agent $1 (or only task $2 when set) within the agent's concurrency
 -- cap (P3), leasing each for $4 seconds to holder $5; the run moves to running and each claim is audited
--- (actor type $6). $7 = clock override (nullable). Returns the claimed tasks with their lease tokens.
+-- (actor type $6). $7 = clock override (nullable). Returns the claimed tasks with their lease tokens and what
+-- a holder needs to do them (the autopilot; for http agents where and how to push), saving a round trip.
 WITH claimed AS (
     SELECT * FROM hookgate_task_claim($1, $2, $3, $4, $5, coalesce($7::timestamptz, now()))
 ), started AS (
@@ -29,8 +30,12 @@ WITH claimed AS (
     FROM claimed c
 )
 SELECT c.id, c.workspace_id, c.run_id, c.agent_id, c.payload, c.attempt, c.max_attempts, c.lease_token,
-       c.lease_expires_at
-FROM claimed c;
+       c.lease_expires_at, ag.endpoint_url, ag.timeout_s, ag.signing_secret_ct,
+       ap.id AS autopilot_id, ap.title AS autopilot_title, ap.instructions AS autopilot_instructions
+FROM claimed c
+JOIN agent ag ON ag.id = c.agent_id
+LEFT JOIN autopilot_run r ON r.id = c.run_id
+LEFT JOIN autopilot ap ON ap.id = r.autopilot_id;
 
 -- name: task_agents_due
 -- HTTP agents that have due queued tasks and a free concurrency slot (the push worker claims for them),
