@@ -72,6 +72,7 @@ DECLARE
     tok    uuid;
     tried  integer[] := '{}';
     n      integer := 0;
+    off    integer;
 BEGIN
     SELECT max_concurrency INTO cap FROM agent WHERE id = p_agent AND archived_at IS NULL;
     IF NOT FOUND THEN
@@ -81,14 +82,24 @@ BEGIN
         INSERT INTO agent_slot (agent_id, slot) SELECT p_agent, g FROM generate_series(0, cap - 1) g
         ON CONFLICT DO NOTHING;
     END IF;
+    -- Start the slot scan at a random slot, so concurrent claimers rarely probe the same busy slots.
+    off := floor(random() * cap)::integer;
     WHILE n < p_limit LOOP
         SELECT sl.slot INTO s FROM agent_slot sl
-        WHERE sl.agent_id = p_agent AND sl.slot < cap AND sl.slot <> ALL (tried)
-          AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.agent_id = p_agent AND r.status = 'running'
-                            AND r.lease_token = sl.lease_token)
+        WHERE sl.agent_id = p_agent AND sl.slot >= off AND sl.slot < cap AND sl.slot <> ALL (tried)
+          AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token)
         ORDER BY sl.slot
         LIMIT 1
         FOR UPDATE OF sl SKIP LOCKED;
+        IF NOT FOUND THEN
+            SELECT sl.slot INTO s FROM agent_slot sl
+            WHERE sl.agent_id = p_agent AND sl.slot < off AND sl.slot <> ALL (tried)
+              AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running'
+                                AND r.lease_token = sl.lease_token)
+            ORDER BY sl.slot
+            LIMIT 1
+            FOR UPDATE OF sl SKIP LOCKED;
+        END IF;
         EXIT WHEN NOT FOUND;
         tried := tried || s;
         -- Fresh snapshot: is the slot still free now that we hold it?
