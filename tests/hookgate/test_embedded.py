@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -33,6 +34,17 @@ from pathlib import Path
 from hookgate.embedded import EmbeddedPostgres
 print(EmbeddedPostgres(Path(sys.argv[1])).start(), flush=True)
 time.sleep(600)
+"""
+
+OWNER_UNTIL_STDIN_CLOSES = """
+import sys
+from pathlib import Path
+from hookgate.embedded import EmbeddedPostgres
+ep = EmbeddedPostgres(Path(sys.argv[1]))
+ep.start()
+print((ep.pgdata / "postmaster.pid").read_text().split()[0], flush=True)
+sys.stdin.read()
+ep.stop()
 """
 
 ORDINARY_USER_RUN = """
@@ -88,7 +100,9 @@ def kill_cluster(pgdata: Path) -> None:
     procs = server_processes(pgdata)
     for proc in procs:
         proc.kill()
-    psutil.wait_procs(procs, timeout=5)
+    deadline = time.monotonic() + 5
+    while any(running(p.pid) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def socket_dir(dsn: str) -> str:
@@ -122,22 +136,21 @@ def make_pg(tmp_path: Path) -> Iterator[Callable[..., EmbeddedPostgres]]:
 
 
 @pytest.fixture
-def orphan_owner(tmp_path: Path) -> Iterator[Callable[[Path], subprocess.Popen[str]]]:
-    """Start a child process that owns the server for a data dir and then sleeps."""
+def owners(tmp_path: Path) -> Iterator[Callable[[str, Path], subprocess.Popen[str]]]:
+    """Start child processes running an owner script on a data dir; kill them all afterwards."""
     children: list[subprocess.Popen[str]] = []
 
-    def spawn(data_dir: Path) -> subprocess.Popen[str]:
+    def spawn(script: str, data_dir: Path) -> subprocess.Popen[str]:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        cmd = [sys.executable, "-c", OWNER_THEN_SLEEP, str(data_dir)]
-        children.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path))
+        cmd = [sys.executable, "-c", script, str(data_dir)]
+        pipe = subprocess.PIPE
+        children.append(subprocess.Popen(cmd, stdin=pipe, stdout=pipe, text=True, env=env, cwd=tmp_path))
         return children[-1]
 
     yield spawn
     for child in children:
         child.kill()
-        child.wait()
-        assert child.stdout is not None
-        child.stdout.close()
+        child.communicate()
 
 
 async def test_start_serves_postgresql_18_on_a_unix_socket_only(make_pg: MakePg) -> None:
@@ -174,12 +187,30 @@ async def test_two_instances_share_one_server_until_the_last_detaches(
     assert server_processes(second.pgdata) == []
 
 
-def test_server_of_a_sigkilled_owner_is_adopted_and_then_stopped(
-    make_pg: MakePg, orphan_owner: Callable[[Path], subprocess.Popen[str]],
-    tmp_path: Path,
+def test_processes_starting_together_share_one_server_and_the_last_out_stops_it(
+    make_pg: MakePg, owners: Callable[[str, Path], subprocess.Popen[str]], tmp_path: Path,
 ) -> None:
     data_dir = tmp_path / ".hookgate"
-    child = orphan_owner(data_dir)
+    pgdata = make_pg(data_dir).pgdata  # never started: there for its paths and cleanup
+    children = [owners(OWNER_UNTIL_STDIN_CLOSES, data_dir) for _ in range(3)]
+    pids = {child.stdout.readline().strip() for child in children if child.stdout is not None}
+    assert len(pids) == 1 and pids != {""}  # one initdb, one postmaster
+    pid = int(pids.pop())
+    for child in children[:-1]:
+        child.communicate(timeout=30)
+        assert child.returncode == 0
+        assert running(pid)
+    children[-1].communicate(timeout=30)
+    assert children[-1].returncode == 0
+    assert not running(pid)
+    assert server_processes(pgdata) == []
+
+
+def test_server_of_a_sigkilled_owner_is_adopted_and_then_stopped(
+    make_pg: MakePg, owners: Callable[[str, Path], subprocess.Popen[str]], tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / ".hookgate"
+    child = owners(OWNER_THEN_SLEEP, data_dir)
     assert child.stdout is not None
     assert child.stdout.readline().startswith("postgresql://")
     ep = make_pg(data_dir)
