@@ -411,16 +411,12 @@ class EmbeddedPostgres:
 
     def dsn(self, database: str = "postgres") -> str:
         """An asyncpg/libpq DSN for database on the unix socket, as the superuser."""
-        if self._socket is None:
-            raise EmbeddedPostgresError("embedded PostgreSQL is not started")
-        sock, port = self._socket
+        sock, port = self._started_socket()
         return f"postgresql://{SUPERUSER}@/{quote(database, safe='')}?host={quote(str(sock))}&port={port}"
 
     def ensure_database(self, name: str) -> str:
         """Create database name unless it exists (serialised across processes); return its DSN."""
-        dsn = self.dsn(name)
-        assert self._socket is not None
-        sock, port = self._socket
+        sock, port = self._started_socket()
         args = [str(self._layout.bindir / "createdb"), "-h", str(sock), "-p", str(port), "-U", SUPERUSER]
         with self._owners_lock():
             try:
@@ -432,7 +428,7 @@ class EmbeddedPostgres:
         # The server's messages are in locale C, so this text is stable.
         if done.returncode != 0 and "already exists" not in done.stderr:
             raise EmbeddedPostgresError(f"createdb {name} failed: {done.stderr.strip()[:300]}")
-        return dsn
+        return self.dsn(name)
 
     def __enter__(self) -> Self:
         self.start()
@@ -440,6 +436,12 @@ class EmbeddedPostgres:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+    def _started_socket(self) -> tuple[Path, int]:
+        """The server's socket dir and port; raises unless start() succeeded."""
+        if self._socket is None:
+            raise EmbeddedPostgresError("embedded PostgreSQL is not started")
+        return self._socket
 
     @property
     def _owners_file(self) -> Path:

@@ -296,6 +296,10 @@ def test_as_root_no_permission_changes_and_cluster_lives_outside_the_home(
     assert postmaster.username() == SYSTEM_USER
     assert Path(postmaster.exe()).is_relative_to(SHARED_ROOT)
     assert Path(postmaster.exe()).stat().st_uid == 0
+    initdb = Path(postmaster.exe()).with_name("initdb")
+    ldd = subprocess.run(["ldd", str(initdb)], capture_output=True, text=True, check=True)
+    libpq = next(line for line in ldd.stdout.splitlines() if "libpq" in line)
+    assert f"=> {SHARED_ROOT}/" in libpq  # the relative rpath resolves inside the copy
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="switching to an unprivileged user needs root")
