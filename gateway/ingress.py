@@ -2,8 +2,9 @@
 
 1 IP gates (:mod:`gateway.ratelimit`) · 2 token lookup by digest (:mod:`gateway.ingress_triggers`) ·
 3 256 KiB cap while streaming · 4 trigger/autopilot/workspace cross-check · 5 envelope
-(:mod:`gateway.envelope`) · 6 event, dedupe key and signature (:mod:`gateway.providers`) · 7-12 persist,
-reject, ignore, admit, wake, answer (:mod:`gateway.ingress_store`).
+(:mod:`gateway.envelope`) · 6 event, dedupe key and signature (:mod:`gateway.providers`) · 7-10, 12
+persist, reject, ignore, admit, answer (:mod:`gateway.ingress_store`) · 11 wake the worker
+(:mod:`gateway.ingress_wake`).
 
 Every miss (malformed, unknown, rotated, schedule or deleted trigger, workspace mismatch) is the same
 404 bytes. The body of an unknown token is never read. No 2xx leaves before its commit; if the database
@@ -26,6 +27,7 @@ from gateway import ingress_store as store
 from gateway import ratelimit
 from gateway.envelope import BodyError, build_envelope, parse_body
 from gateway.ingress_triggers import Trigger, TriggerCache, lookup
+from gateway.ingress_wake import Waker
 from gateway.providers import Inbound, get_preset, selected_headers, slack_challenge
 from hookgate import crypto
 from hookgate.context import Context
@@ -44,16 +46,18 @@ _DB_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceErr
 
 @dataclass
 class IngressState:
-    """Per-app state of the ingress: the context, the IP gates and the lookup cache."""
+    """Per-app state of the ingress: the context, the IP gates, the lookup cache and the worker waker."""
 
     ctx: Context
     gates: ratelimit.RateGates
     cache: TriggerCache
+    waker: Waker
 
     @classmethod
     def create(cls, ctx: Context) -> IngressState:
-        """Fresh gates and cache for an app over ``ctx``."""
-        return cls(ctx, ratelimit.RateGates(ctx.settings), TriggerCache())
+        """Fresh gates, cache and waker for an app over ``ctx``."""
+        waker = Waker(ctx.pool, ctx.settings.pool_acquire_timeout)
+        return cls(ctx, ratelimit.RateGates(ctx.settings), TriggerCache(), waker)
 
 
 def ingress_state(request: Request) -> IngressState:
@@ -148,6 +152,8 @@ async def _steps_4_to_12(request: Request, state: IngressState, ip: str, trigger
             continue
         if answer.charge:
             state.gates.charge(ip)
+        if answer.wake is not None:
+            state.waker.wake(answer.wake)  # step 11, after the commit
         return JSONResponse(answer.body, status_code=answer.status)
     return _raw(404, NOT_FOUND)
 

@@ -12,10 +12,12 @@ A request that passed the token, size, body and signature steps becomes exactly 
 - ``skipped``: the gate said no: the run is inserted ``skipped`` with its reason, and the delivery is
   ``dispatched`` at once (its run is final: there is nothing left for a worker to do).
 
-Steps 7-11 are one statement (``delivery_ingest``), hence one atomic commit, and the 2xx is sent only
-after it. If admitting the run fails on an internal error (a bug in the gate, a constraint the run
-violates), the delivery alone is committed ``queued`` with no run, the same state a crash leaves, and the
-worker admits it later; the answer is then ``accepted`` with ``run_id`` null.
+Steps 7-10 are one statement (``delivery_ingest``), hence one atomic commit, and the 2xx is sent only
+after it; step 11 (the worker's wake-up) follows the commit (see :mod:`gateway.ingress_wake`).
+If admitting the run fails on an internal error (a bug in the gate, a constraint the run violates), the
+delivery alone is committed ``queued`` with no run, the same state a crash leaves, and the worker admits
+it later; the answer is then ``accepted`` with ``run_id`` null. (A single statement is its own
+savepoint: the failed attempt leaves nothing behind.)
 
 Event filters: the trigger's ``event_filters`` is a JSON array of event names or shell-style glob
 patterns (``*`` any run of characters, dots included; ``?`` one character; ``[abc]`` a set), matched
@@ -28,6 +30,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import math
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -89,11 +92,12 @@ class Plan:
 
 @dataclass(frozen=True)
 class Answer:
-    """The HTTP answer: status code and JSON body; ``charge`` means add bad-credential debt."""
+    """The HTTP answer: status code and JSON body; ``charge`` adds bad-credential debt; ``wake`` a queued id."""
 
     status: int
     body: dict[str, Any]
     charge: bool = False
+    wake: str | None = None
 
 
 def event_allowed(event: str, filters: tuple[str, ...]) -> bool:
@@ -144,6 +148,13 @@ def queued_plan(trigger: Trigger) -> Plan:
     return Plan("queued", None, 200, body)
 
 
+def uuid7(unix_s: float) -> UUID:
+    """A UUIDv7 (48-bit millisecond time, version 7, RFC 4122 variant, random rest), like hookgate_uuid7()."""
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (int(unix_s * 1000) & (1 << 48) - 1) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64
+    return UUID(int=value | 0b10 << 62 | rand & (1 << 62) - 1)
+
+
 def unavailable(exc: BaseException) -> bool:
     """Whether a failure means the database is unreachable (503), not that a statement was refused."""
     if isinstance(exc, asyncpg.PostgresError):
@@ -152,11 +163,13 @@ def unavailable(exc: BaseException) -> bool:
 
 
 async def _ingest(conn: Conn, trigger: Trigger, d: Delivery, p: Plan) -> asyncpg.Record:
+    ts = d.received_at.timestamp()  # the database clock (see Trigger.now), so ids sort like received_at
     row = await conn.fetchrow(
         Q.delivery_ingest, trigger.id, trigger.digest, trigger.fingerprint, d.received_at, d.raw, d.content_type,
         d.headers, d.envelope, trigger.provider, d.event, d.dedupe_key, d.dedupe_source, d.signature,
         p.status, p.reason_code, p.response_status, p.response, p.run_status, p.rule_version_id,
-        p.accountable_id, p.run_reason_code, p.run_reason,
+        p.accountable_id, p.run_reason_code, p.run_reason, uuid7(ts),
+        None if p.run_status is None else uuid7(ts),
     )
     assert row is not None
     if not row["live"]:
@@ -169,16 +182,17 @@ def _answer(p: Plan, delivery_id: UUID, run_id: UUID | None) -> Answer:
     if p.run_status is not None or "run_id" in p.response:
         body["run_id"] = None if run_id is None else str(run_id)
     body.update((k, v) for k, v in p.response.items() if k not in body)
-    return Answer(p.response_status, body, charge=p.status == "rejected")
+    wake = body["delivery_id"] if p.status == "queued" else None
+    return Answer(p.response_status, body, charge=p.status == "rejected", wake=wake)
 
 
 async def _duplicate(conn: Conn, trigger: Trigger, d: Delivery) -> Answer | None:
     row = await conn.fetchrow(Q.delivery_duplicate, trigger.id, d.dedupe_key)
     if row is None:
         return None  # the holder vanished (failed) between our insert and this update: insert again
-    run_id = row["run_id"]
-    return Answer(200, {"status": "duplicate", "delivery_id": str(row["delivery_id"]),
-                        "run_id": None if run_id is None else str(run_id)})
+    run_id, delivery_id = row["run_id"], str(row["delivery_id"])
+    body = {"status": "duplicate", "delivery_id": delivery_id, "run_id": None if run_id is None else str(run_id)}
+    return Answer(200, body, wake=delivery_id if row["status"] == "queued" else None)
 
 
 async def store(conn: Conn, trigger: Trigger, d: Delivery) -> Answer:

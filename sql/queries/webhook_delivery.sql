@@ -48,15 +48,19 @@ WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 -- Ingress steps 7-11 in one statement (so one atomic commit): re-check that trigger $1 still has token
 -- digest $2 and the fingerprint $3 of ingress_trigger_lookup (a rotated token, a new secret, an edited
 -- trigger or autopilot persists nothing: live = 0 and the caller looks up again), insert the delivery
--- with its final status, the run if one is admitted, and wake the delivery worker for a queued delivery.
--- A dedupe-key collision inserts nothing (delivery_id is NULL with live = 1; the caller takes the
+-- with its final status and the run if one is admitted. No NOTIFY here: a NOTIFY in a transaction takes
+-- a database-wide lock at commit that serialises every notifying commit (and its WAL flush), which cut
+-- ingress throughput by about half; the caller wakes the worker right after the commit instead
+-- (gateway/ingress_wake.py), and the worker's poll covers a lost hint. A dedupe-key collision inserts nothing (delivery_id is NULL with live = 1; the caller takes the
 -- duplicate path). Rejected rows are outside the dedupe index, so a forged request never collides.
 -- $4 = received_at, $5 = raw body, $6 = content type, $7 = selected headers, $8 = envelope (also the
 -- run payload), $9 = provider, $10 = event, $11 = dedupe key, $12 = dedupe source, $13 = signature
 -- status, $14 = delivery status, $15 = delivery reason code, $16 = response status, $17 = response body
 -- without ids (delivery_id, and run_id when a run is made, are added here), $18 = run status
 -- ('pending', 'skipped', or NULL for no run), $19 = rule version, $20 = accountable member,
--- $21 = run reason code, $22 = run reason.
+-- $21 = run reason code, $22 = run reason, $23 = the new delivery's id, $24 = the new run's id (NULL
+-- when no run is made); both UUIDv7 made by the caller, because hookgate_uuid7() in SQL cost more than
+-- all the rest of this statement's expressions together.
 WITH live AS (
     SELECT t.id, t.workspace_id, t.autopilot_id
     FROM autopilot_trigger t JOIN autopilot a ON a.id = t.autopilot_id
@@ -65,13 +69,15 @@ WITH live AS (
                   t.previous_secret_expires_at > now(), a.status, a.execution_mode, a.assignee_type,
                   a.assignee_id, a.workspace_id)::text) = $3
 ), ids AS (
-    SELECT hookgate_uuid7() AS delivery_id,
-           CASE WHEN $18::text IS NOT NULL THEN hookgate_uuid7() END AS run_id
+    SELECT $23::uuid AS delivery_id, $24::uuid AS run_id
 ), delivery AS (
     INSERT INTO webhook_delivery (id, workspace_id, trigger_id, autopilot_id, received_at, body, content_type,
                                   headers, envelope, provider, event, dedupe_key, dedupe_source,
                                   signature_status, status, reason_code, response_status, response_body, run_id)
-    SELECT ids.delivery_id, live.workspace_id, live.id, live.autopilot_id, $4, $5, $6, $7, $8, $9, $10, $11,
+    -- The envelope is stored once: on the run when one is made (its payload), else on the delivery
+    -- (so the worker can admit a queued delivery that has no run yet, or a replay can reuse it).
+    SELECT ids.delivery_id, live.workspace_id, live.id, live.autopilot_id, $4, $5, $6, $7,
+           CASE WHEN ids.run_id IS NULL THEN $8::jsonb END, $9, $10, $11,
            $12, $13, $14, $15, $16,
            $17::jsonb || jsonb_build_object('delivery_id', ids.delivery_id)
                || CASE WHEN ids.run_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('run_id', ids.run_id) END,
@@ -88,26 +94,20 @@ WITH live AS (
     FROM delivery CROSS JOIN live
     WHERE delivery.run_id IS NOT NULL
     RETURNING id
-), woken AS (
-    -- NOTIFY is transactional: the worker hears of the delivery only once it is committed.
-    SELECT pg_notify('hookgate_deliveries', delivery.id::text) FROM delivery WHERE delivery.status = 'queued'
 )
 SELECT (SELECT count(*) FROM live) AS live, delivery.id AS delivery_id, delivery.status,
-       (SELECT id FROM run) AS run_id, (SELECT count(*) FROM woken) AS woken
+       (SELECT id FROM run) AS run_id
 FROM (SELECT 1) AS one LEFT JOIN delivery ON true;
 
 -- name: delivery_duplicate
 -- Ingress step 7, duplicate path: a correctly signed request whose dedupe key $2 collided on trigger $1.
--- Count the provider's retry on the original, wake the worker if the original is still queued, and
--- return the original's ids (run_id NULL while the worker has not admitted it yet).
+-- Count the provider's retry on the original and return its ids and status (the caller wakes the
+-- worker if it is still queued) (run_id NULL while the worker has not admitted it yet).
 WITH hit AS (
     UPDATE webhook_delivery SET attempt_count = attempt_count + 1, updated_at = now()
     WHERE trigger_id = $1 AND dedupe_key = $2 AND status NOT IN ('rejected', 'failed')
     RETURNING id, status, run_id
-), woken AS (
-    SELECT pg_notify('hookgate_deliveries', hit.id::text) FROM hit WHERE hit.status = 'queued'
 )
 SELECT hit.id AS delivery_id, hit.status,
-       coalesce(hit.run_id, (SELECT r.id FROM autopilot_run r WHERE r.webhook_delivery_id = hit.id)) AS run_id,
-       (SELECT count(*) FROM woken) AS woken
+       coalesce(hit.run_id, (SELECT r.id FROM autopilot_run r WHERE r.webhook_delivery_id = hit.id)) AS run_id
 FROM hit;
