@@ -41,7 +41,9 @@ _JSON = "application/json"
 NOT_FOUND = b'{"error":"not_found","message":"not found"}'
 TOO_LARGE = b'{"error":"payload_too_large","message":"the body is larger than 256 KiB"}'
 UNAVAILABLE = b'{"error":"unavailable","message":"the database is unavailable; retry later"}'
-_DB_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, crypto.DecryptError)
+# InternalClientError: asyncpg's pool can raise it when releasing a connection the server just killed.
+_DB_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+              crypto.DecryptError)
 
 
 @dataclass
@@ -95,8 +97,10 @@ async def _read_capped(request: Request) -> bytes | None:
 
 
 async def _lookup(state: IngressState, digest: bytes, cached: bool) -> Trigger | None:
+    if cached and (hit := state.cache.get(digest)) is not None:
+        return hit  # no connection taken at all
     async with state.ctx.pool.acquire(timeout=state.ctx.settings.pool_acquire_timeout) as conn:
-        return await lookup(conn, state.ctx.keyring, digest, state.cache if cached else None)
+        return await lookup(conn, state.ctx.keyring, digest, state.cache)
 
 
 def _verify(request: Request, trigger: Trigger, raw: bytes, headers: dict[str, str],

@@ -108,9 +108,7 @@ class TriggerCache:
 
 async def lookup(conn: Conn, keyring: crypto.Keyring, digest: bytes, cache: TriggerCache | None = None,
                  now: datetime | None = None) -> Trigger | None:
-    """The live webhook trigger with this token digest (cached if allowed), or None for a miss."""
-    if cache is not None and (hit := cache.get(digest)) is not None:
-        return hit
+    """The live webhook trigger with this token digest, or None for a miss; a hit is put in ``cache``."""
     row = await conn.fetchrow(Q.ingress_trigger_lookup, digest, admission.RUNTIME_HEARTBEAT_TIMEOUT_S, now)
     if row is None:
         return None
