@@ -218,7 +218,7 @@ async def store(conn: Conn, trigger: Trigger, d: Delivery) -> Answer:
     raise RuntimeError("dedupe key kept flapping between insert and duplicate paths")
 
 
-_SUSPECT = re.compile(rb"\\u0000|\x00|%00|\\u[dD][89abAB]|[0-9][eE][+-]?[0-9]{3}|[0-9]{300}")
+_SUSPECT = re.compile(rb"\\u0000|\x00|%00|\\u[dD][89a-fA-F]|[0-9][eE][+-]?[0-9]{3}|[0-9]{300}")
 _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
 
 
