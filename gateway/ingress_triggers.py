@@ -113,7 +113,7 @@ async def lookup(conn: Conn, keyring: crypto.Keyring, digest: bytes, cache: Trig
     if row is None:
         return None
     trigger = _trigger(row, digest, keyring)
-    if cache is not None:
+    if cache is not None and trigger.consistent:  # an inconsistent trigger is a miss: never cached
         grace: Any = row["previous_secret_ttl_s"]
         cache.put(trigger, cache.ttl if grace is None else float(grace))
     return trigger

@@ -392,3 +392,31 @@ async def test_terminated_backends_and_an_exhausted_pool_are_503(db_url, server_
         assert r.status_code in (200, 503)  # never a 2xx without a commit; the pool reconnects next time
         if r.status_code == 503:
             assert (await client.post(h.path, content=raw, headers=headers)).status_code == 200
+
+
+async def test_steps_run_in_the_design_order(db_url):
+    """Each pair of adjacent gates, hit together, answers with the earlier step."""
+    async with kit.app_client(db_url, ip_request_cap=5) as (ctx, client):
+        h = await kit.hook(ctx)
+        app = client._transport.app  # type: ignore[attr-defined]
+        async with ctx.pool.acquire() as conn:
+            # 3 before 4: over the cap on a trigger whose workspace disagrees is 413, not 404.
+            other = await factories.world(ctx, "elsewhere")
+            await conn.execute("UPDATE autopilot_trigger SET workspace_id = $1", other.workspace_id)
+            status, _, _ = await kit.asgi_post(app, h.path, [b"{}"], [(b"content-length", b"300000")])
+            assert status == 413
+            await conn.execute("UPDATE autopilot_trigger SET workspace_id = $1", h.w.workspace_id)
+            # 5 before 6: an invalid body with a forged signature is 400, and nothing is stored.
+            forged = kit.github({"x": 1})[1] | {"x-hub-signature-256": "sha256=00"}
+            assert (await client.post(h.path, content=b"{oops", headers=forged)).status_code == 400
+            # 8 before 9: a forged request to a disabled trigger is rejected (401), not ignored.
+            await conn.execute("UPDATE autopilot_trigger SET enabled = false")
+            r = await client.post(h.path, content=b'{"a":1}', headers=forged)
+            assert (r.status_code, r.json()["status"]) == (401, "rejected")
+            # 7 before 9: a correctly signed retry of an ignored delivery is a duplicate.
+            raw, headers = kit.github({"action": "opened"})
+            assert (await client.post(h.path, content=raw, headers=headers)).json()["status"] == "ignored"
+            assert (await client.post(h.path, content=raw, headers=headers)).json()["status"] == "duplicate"
+            # 1 before 2: the sixth request from this address is 429, even with a valid token.
+            assert (await client.post(h.path, content=raw, headers=headers)).status_code == 429
+            assert [d["status"] for d in await kit.deliveries(conn)] == ["rejected", "ignored"]
