@@ -41,11 +41,6 @@ class Waker:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._flush())
 
-    async def idle(self) -> None:
-        """Wait until every announced delivery has been notified (tests, shutdown)."""
-        while self._task is not None and not self._task.done():
-            await asyncio.shield(self._task)
-
     async def _flush(self) -> None:
         delay = self._last + self.interval - time.monotonic()
         if delay > 0:

@@ -42,11 +42,19 @@ async def test_accepted_delivery_is_queued_with_a_pending_run_and_the_worker_is_
     assert run["payload"]["event"] == "github.issues.opened" and run["payload"]["payload"]["issue"]["number"] == 1
 
 
-async def test_correctly_signed_duplicate_counts_the_attempt_and_returns_the_same_ids(ctx, client, conn):
+async def test_correctly_signed_duplicate_counts_the_attempt_and_wakes_the_queued_original(ctx, client, conn,
+                                                                                           db_url):
     h = await kit.hook(ctx)
     raw, headers = kit.github({"action": "opened"})
     first = (await client.post(h.path, content=raw, headers=headers)).json()
-    again = await client.post(h.path, content=raw, headers=headers)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    listener = await asyncpg.connect(db_url)
+    await listener.add_listener("hookgate_deliveries", lambda *args: heard.put_nowait(args[3]))
+    try:
+        again = await client.post(h.path, content=raw, headers=headers)
+        assert await asyncio.wait_for(heard.get(), 5) == first["delivery_id"]
+    finally:
+        await listener.close()
     assert again.status_code == 200
     assert again.json() == {"status": "duplicate", "delivery_id": first["delivery_id"], "run_id": first["run_id"]}
     [d] = await kit.deliveries(conn)
