@@ -156,10 +156,10 @@ def uuid7(unix_s: float) -> UUID:
 
 
 def unavailable(exc: BaseException) -> bool:
-    """Whether a failure means the database is unreachable (503), not that a statement was refused."""
+    """Whether a failure means the database is unreachable (503), not that a statement or the gate failed."""
     if isinstance(exc, asyncpg.PostgresError):
         return str(exc.sqlstate or "")[:2] in _UNAVAILABLE_CLASSES
-    return True
+    return isinstance(exc, OSError | TimeoutError | asyncpg.InterfaceError | asyncpg.InternalClientError)
 
 
 async def _ingest(conn: Conn, trigger: Trigger, d: Delivery, p: Plan) -> asyncpg.Record:
@@ -201,9 +201,9 @@ async def store(conn: Conn, trigger: Trigger, d: Delivery) -> Answer:
         try:
             p = plan(trigger, d)
             row = await _ingest(conn, trigger, d, p)
-        except (Stale, OSError, asyncpg.InterfaceError):
+        except Stale:
             raise
-        except Exception as exc:
+        except Exception as exc:  # the gate's own bugs included: the delivery is kept for the worker
             if unavailable(exc) or d.signature in REJECTED:
                 raise
             log.error("admission failed at ingress; delivery left queued for the worker", exc_info=exc,
