@@ -74,6 +74,10 @@ def _raw(status: int, body: bytes, headers: dict[str, str] | None = None) -> Res
     return Response(body, status_code=status, media_type=_JSON, headers=headers)
 
 
+def _unavailable() -> Response:
+    return _raw(503, UNAVAILABLE, {"Retry-After": str(RETRY_AFTER_UNAVAILABLE_S)})
+
+
 def _headers(request: Request) -> dict[str, str]:
     # Lower-cased names; NULs dropped because PostgreSQL text cannot hold them.
     return {k.decode("latin-1"): v.decode("latin-1").replace("\x00", "") for k, v in request.scope["headers"]}
@@ -148,7 +152,9 @@ async def _steps_4_to_12(request: Request, state: IngressState, ip: str, trigger
                 answer = await store.store(conn, trigger, delivery)  # steps 7-12
         except store.Stale:
             state.cache.drop(trigger.digest)
-            fresh = await _lookup(state, trigger.digest, cached=False) if attempt == 0 else None
+            if attempt:
+                break  # changed again under us: the provider retries shortly
+            fresh = await _lookup(state, trigger.digest, cached=False)
             if fresh is None or not fresh.consistent:
                 state.gates.charge(ip)
                 return _raw(404, NOT_FOUND)
@@ -159,7 +165,7 @@ async def _steps_4_to_12(request: Request, state: IngressState, ip: str, trigger
         if answer.wake is not None:
             state.waker.wake(answer.wake)  # step 11, after the commit
         return JSONResponse(answer.body, status_code=answer.status)
-    return _raw(404, NOT_FOUND)
+    return _unavailable()
 
 
 async def receive_hook(request: Request) -> Response:
@@ -185,7 +191,7 @@ async def receive_hook(request: Request) -> Response:
         return await _steps_4_to_12(request, state, ip, trigger, raw)
     except _DB_ERRORS as exc:
         log.warning("ingress answered 503", extra={"error": exc.__class__.__name__})
-        return _raw(503, UNAVAILABLE, {"Retry-After": str(RETRY_AFTER_UNAVAILABLE_S)})
+        return _unavailable()
 
 
 routes = [Route("/hooks/{token:path}", receive_hook, methods=["POST"])]
