@@ -18,6 +18,7 @@ from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
 from gateway.admin.pagination import PageQuery
 from gateway.errors import ApiError
+from hookgate.database import one
 from sql import Q
 
 api = Endpoints("Agents and squads")
@@ -179,7 +180,7 @@ async def create_squad(call: Call) -> SquadOut:
             raise ApiError(422, "invalid_request", f"agent {agent_id} does not exist in this workspace")
     squad = await agents.create_squad(call.conn, workspace_id=ws, name=body.name, leader_id=body.leader_id,
                                       member_ids=body.member_ids)
-    return squad_out(await call.conn.fetchrow(Q.squad_get, ws, squad["id"]))
+    return squad_out(one(await call.conn.fetchrow(Q.squad_get, ws, squad["id"])))
 
 
 @api.add("GET", "/v1/squads", summary="List squads", response=SquadPage, query=PageQuery)

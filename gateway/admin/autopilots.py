@@ -167,7 +167,9 @@ async def list_autopilots(call: Call) -> dict[str, Any]:
     rows = await call.conn.fetch(Q.autopilot_list, call.principal.workspace_id, q.status,
                                  pagination.uuid_after(q), q.limit + 1)
     shown = [await autopilot_out(call.conn, r) for r in rows[: q.limit]]
-    return pagination.page([*shown, *rows[q.limit:]], q.limit, lambda r: r, lambda r: r.id)
+    more = len(rows) > q.limit
+    return {"items": [a.model_dump(mode="json") for a in shown],
+            "next_cursor": pagination.encode(shown[-1].id) if more else None}
 
 
 @api.add("GET", "/v1/autopilots/{autopilot_id}", summary="Get an autopilot", response=AutopilotOut)
@@ -206,7 +208,8 @@ def _status_verb(verb: str) -> Any:
         row = await auth.autopilot_of(call.conn, call.principal, call.path["autopilot_id"])
         await auth.require_writer(call.conn, call.principal, row)
         try:
-            updated, _ = await editing.set_status(call.conn, row["id"], verb, Publisher.member(call.principal.member_id))
+            publisher = Publisher.member(call.principal.member_id)
+            updated, _ = await editing.set_status(call.conn, row["id"], verb, publisher)
         except editing.EditError as exc:
             raise ApiError(409, exc.code, str(exc)) from None
         return await autopilot_out(call.conn, updated)

@@ -130,9 +130,9 @@ def _validate(model: type[BaseModel], data: Any) -> BaseModel:
         return model.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
-        first = errors[0] if errors else {"loc": (), "msg": "invalid"}
-        where = ".".join(str(p) for p in first["loc"])
-        raise ApiError(422, "invalid_request", f"{where}: {first['msg']}" if where else first["msg"],
+        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
+        what = errors[0]["msg"] if errors else "invalid"
+        raise ApiError(422, "invalid_request", f"{where}: {what}" if where else what,
                        detail=[{"loc": [str(p) for p in e["loc"]], "msg": e["msg"], "type": e["type"]}
                                for e in errors]) from None
 
