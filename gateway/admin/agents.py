@@ -136,7 +136,7 @@ def squad_out(row: asyncpg.Record) -> SquadOut:
 
 
 @api.add("POST", "/v1/agents", summary="Create an agent", response=NewAgentOut, status=201, body=AgentIn)
-async def create_agent(call: Call) -> NewAgentOut:
+async def create_agent(call: Call) -> dict[str, Any]:
     """Any member may create an agent; they own it. The credential is in this answer only."""
     body: AgentIn = call.body
     p, runtime = call.principal, body.runtime.root
@@ -149,8 +149,11 @@ async def create_agent(call: Call) -> NewAgentOut:
         made = await agents.create_pull_agent(
             call.conn, workspace_id=p.workspace_id, owner_id=p.member_id, name=body.name,
             visibility=body.visibility, max_concurrency=body.max_concurrency)
-    return NewAgentOut(**agent_out(made.row).model_dump(), signing_secret=made.signing_secret,
-                       runtime_token=made.runtime_token)
+    # Only the credential of this runtime kind is in the answer (the other key is absent, not null).
+    out = agent_out(made.row).model_dump(mode="json")
+    if made.signing_secret is not None:
+        return out | {"signing_secret": made.signing_secret}
+    return out | {"runtime_token": made.runtime_token}
 
 
 @api.add("GET", "/v1/agents", summary="List agents", response=AgentPage, query=PageQuery)

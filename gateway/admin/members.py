@@ -127,7 +127,7 @@ async def create_member(call: Call) -> NewMember:
         raise ApiError(403, "forbidden", "only owners may add owners")
     async with call.conn.transaction():
         row, key = await workspaces.add_member(call.conn, call.principal.workspace_id, body.name, body.role,
-                                               body.email)
+                                               body.email, actor_id=call.principal.member_id)
     return NewMember.model_validate(dict(row) | {"disabled_at": None, "api_key": key})
 
 
@@ -159,7 +159,8 @@ async def create_key(call: Call) -> NewKey:
     if member_id != call.principal.member_id:
         auth.require_admin(call.principal, "create keys for other members")
     async with call.conn.transaction():
-        key_id, key = await workspaces.issue_key(call.conn, call.principal.workspace_id, member_id)
+        key_id, key = await workspaces.issue_key(call.conn, call.principal.workspace_id, member_id,
+                                                 actor_id=call.principal.member_id)
     return NewKey(id=key_id, member_id=member_id, api_key=key)
 
 

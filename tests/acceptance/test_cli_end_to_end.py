@@ -1,5 +1,8 @@
-"""Issue 6 end to end, through the real CLI and HTTP only: bootstrap, agent, autopilot, GitHub trigger,
-a GitHub-signed delivery, the run, token rotation (old URL 404, new URL accepted)."""
+"""Issue 6 end to end, through the real CLI and HTTP only.
+
+Bootstrap, agent, autopilot, GitHub trigger, a GitHub-signed delivery, the run, token rotation (the old URL
+answers 404, the new one is accepted).
+"""
 
 from __future__ import annotations
 
