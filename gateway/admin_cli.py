@@ -210,24 +210,25 @@ def add_commands(sub: Any) -> None:
     agents = sub.add_parser("agents", help="create and list agents (admin API client)").add_subparsers(
         dest="verb", required=True, metavar="VERB")
     p = _verb(agents, "create", agents_create, "create an http agent (--endpoint) or a pull agent (--pull)")
-    p.add_argument("--name", required=True)
+    p.add_argument("--name", required=True, help="agent name")
     kind = p.add_mutually_exclusive_group(required=True)
     kind.add_argument("--endpoint", help="URL we push tasks to (http agent)")
     kind.add_argument("--pull", action="store_true", help="a runtime that pulls work with an hgr_ token")
     p.add_argument("--timeout", type=float, default=10.0, help="push timeout in seconds (default 10)")
     p.add_argument("--private", action="store_true", help="only you may assign work to it")
-    p.add_argument("--max-concurrency", type=int, default=4)
+    p.add_argument("--max-concurrency", type=int, default=4, help="tasks at once (default 4)")
     _verb(agents, "list", agents_list, "list agents").add_argument("--limit", type=int, default=50)
 
     autopilots = sub.add_parser("autopilots", help="create and list autopilots (admin API client)").add_subparsers(
         dest="verb", required=True, metavar="VERB")
     p = _verb(autopilots, "create", autopilots_create, "create an autopilot assigned to an agent or a squad")
-    p.add_argument("--title", required=True)
-    p.add_argument("--instructions", default="")
+    p.add_argument("--title", required=True, help="autopilot title")
+    p.add_argument("--instructions", default="", help="what the agent should do")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--agent", help="assignee agent id")
     who.add_argument("--squad", help="assignee squad id (its leader does the work)")
-    p.add_argument("--mode", choices=("run_only", "create_issue"), default="create_issue")
+    p.add_argument("--mode", choices=("run_only", "create_issue"), default="create_issue",
+                   help="create an issue per run (default) or run the agent directly")
     p = _verb(autopilots, "list", autopilots_list, "list autopilots")
     p.add_argument("--status", choices=("active", "paused", "archived"))
     p.add_argument("--limit", type=int, default=50)
@@ -235,12 +236,13 @@ def add_commands(sub: Any) -> None:
     triggers = sub.add_parser("triggers", help="create triggers, rotate tokens, set secrets").add_subparsers(
         dest="verb", required=True, metavar="VERB")
     p = _verb(triggers, "create", triggers_create, "create a webhook trigger, or a schedule with --cron")
-    p.add_argument("--autopilot", required=True)
+    p.add_argument("--autopilot", required=True, help="autopilot id")
     p.add_argument("--provider", default="generic", help="webhook preset: generic, github, stripe, … (webhook)")
     p.add_argument("--event", action="append", help="event filter, repeatable, * wildcards (webhook)")
     p.add_argument("--cron", help="5-field cron expression: makes a schedule trigger")
     p.add_argument("--timezone", default="UTC", help="IANA zone the cron is read in (schedule)")
-    p.add_argument("--overlap", choices=("skip", "buffer_one", "allow"), default="skip")
+    p.add_argument("--overlap", choices=("skip", "buffer_one", "allow"), default="skip",
+                   help="what an occurrence does while the previous run is active (schedule)")
     _verb(triggers, "rotate-token", triggers_rotate, "give a webhook trigger a new token; the old URL answers 404"
           ).add_argument("trigger")
     p = _verb(triggers, "set-secret", triggers_set_secret, "set (or --remove) a webhook trigger's signing secret")

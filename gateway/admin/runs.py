@@ -16,7 +16,7 @@ from uuid import UUID
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
-from autopilot import admission
+from autopilot import admission, audit
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
 from gateway.admin.pagination import PageQuery
@@ -196,5 +196,8 @@ async def cancel_run(call: Call) -> RunOut:
                                        body.reason or "cancelled through the admin API")
         if row is None:
             raise ApiError(409, "run_finished", f"the run already ended ({run['status']})")
-        await call.conn.fetch(Q.task_cancel_queued_for_run, run["id"])
+        tasks = await call.conn.fetch(Q.task_cancel_queued_for_run, run["id"])
+        await audit.record(call.conn, "RUN_CANCEL", actor_type="member", actor_id=call.principal.member_id,
+                           subject_type="run", subject_id=run["id"], workspace_id=call.principal.workspace_id,
+                           detail={"previous_status": run["status"], "tasks_cancelled": len(tasks)})
     return run_out(row)

@@ -129,5 +129,8 @@ async def test_cancel_ends_the_run_and_its_queued_task_once(client, team, conn):
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     assert cancelled.json()["reason"] == "dup" and cancelled.json()["finished_at"]
     assert await conn.fetchval("SELECT status FROM agent_task WHERE id = $1", task) == "cancelled"
+    audit = (await client.get("/v1/audit", headers=team.h("owner"), params={"subject_id": run_id})).json()
+    assert [a["action"] for a in audit["items"]] == ["RUN_CANCEL"]
+    assert audit["items"][0]["detail"] == {"previous_status": "pending", "tasks_cancelled": 1}
     again = await client.post(f"/v1/runs/{run_id}/cancel", headers=team.h("owner"), json={})
     assert again.status_code == 409 and again.json()["error"] == "run_finished"
