@@ -37,7 +37,11 @@ class NotReplayable(Exception):
 
 @dataclass(frozen=True)
 class Replay:
-    """The new delivery, its status, and the run admitted for it (None when ignored)."""
+    """The new delivery, its status, and the run admitted for it (None when ignored).
+
+    ``queued``: a pending run the worker dispatches; ``dispatched``: the gate skipped the run (``reason_code``
+    says why; nothing is left to do); ``ignored``: the trigger or autopilot no longer takes the event.
+    """
 
     delivery_id: UUID
     status: str
@@ -46,8 +50,9 @@ class Replay:
 
 
 def event_allowed(filters: list[str], event: str) -> bool:
-    """No filters admit every event; otherwise the event must match one (``*`` is a wildcard)."""
-    return not filters or any(fnmatch.fnmatchcase(event, f) for f in filters)
+    """No filters admit every event; else one must match (shell-style glob, case-insensitive, as ingress)."""
+    name = event.lower()
+    return not filters or any(fnmatch.fnmatchcase(name, f.lower()) for f in filters if isinstance(f, str))
 
 
 def ignore_reason(trigger: asyncpg.Record, autopilot_status: str, event: str) -> str | None:
@@ -75,19 +80,24 @@ async def replay(conn: Conn, original: asyncpg.Record, actor_id: UUID) -> Replay
         code = ignore_reason(trigger, autopilot["status"], original["event"])
         status = "ignored" if code else "queued"
         row = one(await conn.fetchrow(Q.delivery_insert_replay, original["id"], status, code, _IGNORED.get(code or "")))
-        run_id = None if code else await _admit(conn, row)
+        run_id = None
+        if code is None:
+            run_id, status, code = await _admit(conn, row)
         await audit.record(conn, "REPLAY", actor_type="member", actor_id=actor_id, subject_type="delivery",
                            subject_id=original["id"], workspace_id=original["workspace_id"],
                            detail={"delivery_id": str(row["id"]), "status": status, "reason_code": code})
     return Replay(row["id"], status, run_id, code)
 
 
-async def _admit(conn: Conn, delivery: asyncpg.Record) -> UUID:
+async def _admit(conn: Conn, delivery: asyncpg.Record) -> tuple[UUID, str, str | None]:
+    """Ingress step 10-11 for the copy: its run through the gate; wake a worker when there is work."""
     payload: dict[str, Any] = delivery["envelope"] or {}
     admitted = await admission.admit(
         conn, autopilot_id=delivery["autopilot_id"], source="webhook", payload=payload,
         trigger_id=delivery["trigger_id"], delivery_id=delivery["id"],
     )
-    await conn.fetchrow(Q.delivery_set_run, delivery["id"], admitted.run_id)
-    await conn.execute(Q.notify_send, "hookgate_deliveries", str(delivery["id"]))
-    return admitted.run_id
+    status = "dispatched" if admitted.status == "skipped" else "queued"
+    await conn.fetchrow(Q.delivery_set_run, delivery["id"], admitted.run_id, status, admitted.reason_code)
+    if status == "queued":
+        await conn.execute(Q.notify_send, "hookgate_deliveries", str(delivery["id"]))
+    return admitted.run_id, status, admitted.reason_code

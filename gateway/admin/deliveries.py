@@ -71,11 +71,15 @@ class DeliveryQuery(PageQuery):
 
 
 class ReplayOut(BaseModel):
-    """The new delivery made by a replay, and its run (null when the trigger now ignores it)."""
+    """The new delivery made by a replay and its run.
+
+    ``queued`` (a pending run), ``dispatched`` (the gate skipped the run: ``reason_code``), or ``ignored``
+    (the trigger no longer takes the event; no run).
+    """
 
     delivery_id: UUID
     run_id: UUID | None
-    status: Literal["queued", "ignored"]
+    status: Literal["queued", "dispatched", "ignored"]
     reason_code: str | None
     replayed_from: UUID
 

@@ -28,6 +28,7 @@ FROM webhook_delivery WHERE id = $1
 RETURNING *;
 
 -- name: delivery_set_run
--- Link queued delivery $1 to the run admitted for it, $2.
-UPDATE webhook_delivery SET run_id = $2, updated_at = now() WHERE id = $1
+-- Link delivery $1 to the run admitted for it, $2. $3 = delivery status: 'queued' (a pending run for the
+-- worker to dispatch) or 'dispatched' (the run was skipped: nothing is left to do), $4 = its reason code.
+UPDATE webhook_delivery SET run_id = $2, status = $3, reason_code = $4, updated_at = now() WHERE id = $1
 RETURNING id;

@@ -107,6 +107,16 @@ async def test_replay_is_ignored_like_ingress_when_the_rule_no_longer_admits_it(
     assert disabled["reason_code"] == "trigger_disabled"
 
 
+async def test_a_replay_the_gate_skips_is_dispatched_with_a_skipped_run(client, team, conn):
+    trigger = await _trigger(client, team, event_filters=["GitHub.Push"])  # filters ignore case, like ingress
+    original = await _delivery(conn, team, trigger)
+    await conn.execute("UPDATE agent SET archived_at = now() WHERE id = $1", team.agent_id)
+    made = (await client.post(f"/v1/deliveries/{original}/replay", headers=team.h("owner"))).json()
+    assert (made["status"], made["reason_code"]) == ("dispatched", "agent_archived")
+    run = (await client.get(f"/v1/runs/{made['run_id']}", headers=team.h("owner"))).json()
+    assert (run["status"], run["reason_code"]) == ("skipped", "agent_archived")
+
+
 async def test_forged_deliveries_and_deleted_triggers_cannot_be_replayed(client, team, conn):
     trigger = await _trigger(client, team)
     forged = await _delivery(conn, team, trigger, status="rejected", key="f")
