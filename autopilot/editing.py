@@ -65,6 +65,8 @@ async def set_status(
         if row is None:
             return current, None
         version = await publish(conn, autopilot_id, verb, publisher)
+        for trigger in await conn.fetch(Q.trigger_schedule_ids, autopilot_id):
+            await conn.execute(Q.notify_send, "hookgate_triggers", str(trigger["id"]))
     return row, version
 
 

@@ -142,8 +142,13 @@ async def autopilot_out(conn: Conn, row: asyncpg.Record) -> AutopilotOut:
 
 
 async def _check_assignee(call: Call, assignee: Assignee) -> None:
+    """The assignee exists here, and a private agent is only assigned by its owner (DESIGN §6)."""
     if not await call.conn.fetchval(Q.assignee_exists, call.principal.workspace_id, assignee.type, assignee.id):
         raise ApiError(422, "invalid_assignee", f"no live {assignee.type} {assignee.id} in this workspace")
+    if assignee.type == "agent":
+        agent = await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, assignee.id)
+        if agent is not None and agent["visibility"] == "private" and agent["owner_id"] != call.principal.member_id:
+            raise ApiError(422, "invalid_assignee", "a private agent can only be assigned by its owner")
 
 
 @api.add("POST", "/v1/autopilots", summary="Create an autopilot", response=AutopilotOut, status=201,

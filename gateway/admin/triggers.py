@@ -239,7 +239,8 @@ async def edit_trigger(call: Call) -> dict[str, Any]:
         return trigger_out(call, updated, True)
     _refuse(changes, ("provider", "event_filters", "rate_limit_per_minute"), "schedule")
     next_fire_at = None
-    if "cron" in changes or "timezone" in changes:
+    # A new cron or zone, or re-enabling, plans the next occurrence from now (never a stale one).
+    if "cron" in changes or "timezone" in changes or (changes.get("enabled") and not row["enabled"]):
         schedule = _schedule(changes.get("cron", row["cron"]), changes.get("timezone", row["timezone"]))
         changes |= {"cron": schedule.cron, "timezone": schedule.timezone}
         next_fire_at = schedule.next_after(await _db_now(call.conn))

@@ -87,3 +87,8 @@ RETURNING *;
 -- name: trigger_get_including_deleted
 -- One trigger of workspace $1 by id $2, deleted or not (a delivery's trigger may be gone).
 SELECT * FROM autopilot_trigger WHERE workspace_id = $1 AND id = $2;
+
+-- name: trigger_schedule_ids
+-- Live schedule triggers of autopilot $1 (the schedulers are woken for each when the autopilot's status
+-- changes, so a resume plans its next occurrence at once).
+SELECT id FROM autopilot_trigger WHERE autopilot_id = $1 AND kind = 'schedule' AND deleted_at IS NULL;

@@ -118,3 +118,12 @@ async def test_switching_the_assignee_to_a_squad(client, team):
     edited = await client.patch(f"/v1/autopilots/{team.autopilot_id}", headers=team.h("owner"),
                                 json={"assignee": {"type": "squad", "id": squad.json()["id"]}})
     assert edited.json()["assignee"] == {"type": "squad", "id": squad.json()["id"]}
+
+
+async def test_a_private_agent_is_assigned_only_by_its_owner(client, team):
+    private = (await client.post("/v1/agents", headers=team.h("member"), json={
+        "name": "mine", "runtime": {"kind": "pull"}, "visibility": "private"})).json()
+    spec = {"title": "t", "assignee": {"type": "agent", "id": private["id"]}}
+    by_admin = await client.post("/v1/autopilots", headers=team.h("admin"), json=spec)
+    by_owner = await client.post("/v1/autopilots", headers=team.h("member"), json=spec)
+    assert (by_admin.status_code, by_admin.json()["error"], by_owner.status_code) == (422, "invalid_assignee", 201)

@@ -76,6 +76,8 @@ async def test_schedule_changes_notify_the_schedulers(client, team, ctx):
                                     json={"cron": "0 * * * *", "timezone": "Asia/Tokyo"})
         assert edited.status_code == 200 and edited.json()["cron"] == "0 * * * *"
         assert await asyncio.wait_for(heard.get(), 5) == made["id"]
+        await client.post(f"/v1/autopilots/{team.autopilot_id}/pause", headers=team.h("owner"))
+        assert await asyncio.wait_for(heard.get(), 5) == made["id"]
         assert (await client.delete(f"/v1/triggers/{made['id']}", headers=team.h("owner"))).status_code == 200
         assert await asyncio.wait_for(heard.get(), 5) == made["id"]
         gone = await client.get(f"/v1/triggers/{made['id']}", headers=team.h("owner"))
@@ -139,3 +141,12 @@ async def test_deleting_a_webhook_trigger_frees_its_token(client, team, conn):
                                crypto.digest(made["token"])) == 0
     again = await client.delete(f"/v1/triggers/{made['id']}", headers=team.h("owner"))
     assert again.status_code == 404
+
+
+async def test_re_enabling_a_schedule_plans_from_now_not_from_a_stale_time(client, team, conn):
+    made = (await _create(client, team, kind="schedule", cron="0 * * * *")).json()
+    await client.patch(f"/v1/triggers/{made['id']}", headers=team.h("owner"), json={"enabled": False})
+    await conn.execute("UPDATE autopilot_trigger SET next_fire_at = now() - interval '3 days' WHERE id = $1",
+                       made["id"])
+    enabled = (await client.patch(f"/v1/triggers/{made['id']}", headers=team.h("owner"), json={"enabled": True})).json()
+    assert datetime.fromisoformat(enabled["next_fire_at"]) > await conn.fetchval("SELECT now()")
