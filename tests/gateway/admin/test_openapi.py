@@ -22,6 +22,8 @@ async def test_openapi_document_describes_every_admin_route(client):
     assert doc["openapi"] == "3.1.0" and doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     documented = {(method.upper(), path) for path, ops in doc["paths"].items() for method in ops}
     assert documented == {(e.method, e.path) for e in admin.ENDPOINTS}
+    operation_ids = [op["operationId"] for ops in doc["paths"].values() for op in ops.values()]
+    assert len(operation_ids) == len(set(operation_ids)) == len(admin.ENDPOINTS)
     create = doc["paths"]["/v1/autopilots/{autopilot_id}/runs"]["post"]
     assert set(create["responses"]) == {"201", "400", "401", "403", "404", "409", "422"}
     assert any(p["name"] == "Idempotency-Key" for p in create["parameters"])
