@@ -111,7 +111,8 @@ async def issue_status_changed(conn: Conn, issue_id: UUID, status: str) -> None:
     """End the issue's run when the issue is done or cancelled (same transaction as the status change).
 
     LEAD-MERGE: connect to the dispatch branch here: replace this body with
-    ``await autopilot.lifecycle.issue_status_changed(conn, issue_id, status)``. This is the single call site.
+    ``await autopilot.lifecycle.issue_status_changed(conn, issue_id, status)`` (it sets the same status
+    again, harmlessly, and ends the run on done/cancelled). This is the single call site.
     """
     return None
 
@@ -145,7 +146,7 @@ async def update_issue(call: Call) -> IssueOut:
         autopilot = await auth.autopilot_of(call.conn, call.principal, row["autopilot_id"])
         await auth.require_writer(call.conn, call.principal, autopilot)
     async with call.conn.transaction():
-        updated = one(await call.conn.fetchrow(Q.issue_set_status, call.principal.workspace_id, row["id"],
+        updated = one(await call.conn.fetchrow(Q.issue_update_status, call.principal.workspace_id, row["id"],
                                                body.status))
         if updated["previous_status"] != body.status:
             await issue_status_changed(call.conn, row["id"], body.status)

@@ -12,7 +12,7 @@ LIMIT $5;
 -- One issue of workspace $1 by id $2.
 SELECT * FROM issue WHERE workspace_id = $1 AND id = $2;
 
--- name: issue_set_status
+-- name: issue_update_status
 -- Move issue $2 of workspace $1 to status $3. Returns the row (changed or not) and the previous status.
 WITH old AS (SELECT id, status FROM issue WHERE workspace_id = $1 AND id = $2 FOR UPDATE)
 UPDATE issue i SET status = $3, updated_at = CASE WHEN i.status = $3 THEN i.updated_at ELSE now() END
