@@ -13,7 +13,7 @@ from uuid import UUID
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from autopilot import agents
+from autopilot import agents, audit
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
 from gateway.admin.pagination import PageQuery
@@ -171,6 +171,22 @@ async def get_agent(call: Call) -> AgentOut:
     if row is None:
         raise auth.not_found("agent")
     return agent_out(row)
+
+
+@api.add("POST", "/v1/agents/{agent_id}/archive", summary="Archive an agent", response=AgentOut)
+async def archive_agent(call: Call) -> AgentOut:
+    """The agent's owner, or an owner/admin. Runs assigned to it are skipped (``agent_archived``) from now on."""
+    row = await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, call.path["agent_id"])
+    if row is None:
+        raise auth.not_found("agent")
+    if row["owner_id"] != call.principal.member_id:
+        auth.require_admin(call.principal, "archive other members' agents")
+    async with call.conn.transaction():
+        archived = one(await call.conn.fetchrow(Q.agent_archive, call.principal.workspace_id, row["id"]))
+        if row["archived_at"] is None:
+            await audit.record(call.conn, "AGENT_ARCHIVE", actor_type="member", actor_id=call.principal.member_id,
+                               subject_type="agent", subject_id=row["id"], workspace_id=call.principal.workspace_id)
+    return agent_out(archived)
 
 
 @api.add("POST", "/v1/squads", summary="Create a squad", response=SquadOut, status=201, body=SquadIn)

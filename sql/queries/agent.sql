@@ -64,3 +64,10 @@ SELECT CASE $2::text
          WHEN 'squad' THEN EXISTS (SELECT 1 FROM squad WHERE workspace_id = $1 AND id = $3)
          ELSE false
        END;
+
+-- name: agent_archive
+-- Archive agent $2 of workspace $1 (runs assigned to it are skipped from now on). Returns the row; an
+-- already archived agent keeps its first archive time.
+UPDATE agent SET archived_at = coalesce(archived_at, now()), updated_at = now()
+WHERE workspace_id = $1 AND id = $2
+RETURNING *;

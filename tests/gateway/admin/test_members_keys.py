@@ -70,3 +70,13 @@ async def test_agents_return_their_credential_once(client, team):
     page = (await client.get("/v1/agents", headers=team.h("member"), params={"limit": 1})).json()
     rest = (await client.get("/v1/agents", headers=team.h("member"), params={"cursor": page["next_cursor"]})).json()
     assert len(page["items"]) == 1 and len(rest["items"]) == 2 and rest["next_cursor"] is None
+
+
+async def test_archiving_an_agent_is_for_its_owner_or_admins_and_skips_its_runs(client, team):
+    refused = await client.post(f"/v1/agents/{team.agent_id}/archive", headers=team.h("collaborator"))
+    archived = await client.post(f"/v1/agents/{team.agent_id}/archive", headers=team.h("admin"))
+    assert (refused.status_code, archived.status_code) == (403, 200) and archived.json()["archived_at"]
+    again = await client.post(f"/v1/agents/{team.agent_id}/archive", headers=team.h("owner"))
+    assert again.json()["archived_at"] == archived.json()["archived_at"]
+    run = (await client.post(f"/v1/autopilots/{team.autopilot_id}/runs", headers=team.h("owner"), json={})).json()
+    assert (run["status"], run["reason_code"]) == ("skipped", "agent_archived")
