@@ -47,10 +47,14 @@ from sql import Q
 log = logging.getLogger("hookgate.ingress")
 
 REJECTED = {"invalid": "invalid_signature", "missing": "missing_signature", "expired": "expired_timestamp"}
-_REJECT_TEXT = {
+_REASON_TEXT = {
     "invalid_signature": "the signature does not match",
     "missing_signature": "the signature is missing",
     "expired_timestamp": "the signed timestamp is outside the tolerance",
+    "trigger_disabled": "the trigger is disabled",
+    "autopilot_paused": "the autopilot is paused",
+    "autopilot_archived": "the autopilot is archived",
+    "event_filtered": "the event does not match the trigger's event filters",
 }
 # SQLSTATE classes that mean "the database is not there" rather than "this statement is wrong".
 _UNAVAILABLE_CLASSES = ("08", "53", "57", "58")
@@ -121,7 +125,7 @@ def plan(trigger: Trigger, delivery: Delivery) -> Plan:
     """Steps 8-10 as a decision over the facts read with the token (no I/O)."""
     if delivery.signature in REJECTED:
         code = REJECTED[delivery.signature]
-        body = {"status": "rejected", "reason": code, "error": code, "message": _REJECT_TEXT[code]}
+        body = {"status": "rejected", "reason": code, "error": code, "message": _REASON_TEXT[code]}
         return Plan("rejected", code, 401, body)
     ignored = ignored_reason(trigger, delivery.event)
     if ignored is not None:
@@ -169,7 +173,7 @@ async def _ingest(conn: Conn, trigger: Trigger, d: Delivery, p: Plan) -> asyncpg
         d.headers, d.envelope, trigger.provider, d.event, d.dedupe_key, d.dedupe_source, d.signature,
         p.status, p.reason_code, p.response_status, p.response, p.run_status, p.rule_version_id,
         p.accountable_id, p.run_reason_code, p.run_reason, uuid7(ts),
-        None if p.run_status is None else uuid7(ts),
+        None if p.run_status is None else uuid7(ts), _REASON_TEXT.get(p.reason_code or "", p.run_reason),
     )
     assert row is not None
     if not row["live"]:

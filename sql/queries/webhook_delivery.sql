@@ -60,7 +60,7 @@ WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 -- ('pending', 'skipped', or NULL for no run), $19 = rule version, $20 = accountable member,
 -- $21 = run reason code, $22 = run reason, $23 = the new delivery's id, $24 = the new run's id (NULL
 -- when no run is made); both UUIDv7 made by the caller, because hookgate_uuid7() in SQL cost more than
--- all the rest of this statement's expressions together.
+-- all the rest of this statement's expressions together. $25 = the delivery's reason (text).
 WITH live AS (
     SELECT t.id, t.workspace_id, t.autopilot_id
     FROM autopilot_trigger t JOIN autopilot a ON a.id = t.autopilot_id
@@ -73,12 +73,12 @@ WITH live AS (
 ), delivery AS (
     INSERT INTO webhook_delivery (id, workspace_id, trigger_id, autopilot_id, received_at, body, content_type,
                                   headers, envelope, provider, event, dedupe_key, dedupe_source,
-                                  signature_status, status, reason_code, response_status, response_body, run_id)
-    -- The envelope is stored once: on the run when one is made (its payload), else on the delivery
-    -- (so the worker can admit a queued delivery that has no run yet, or a replay can reuse it).
-    SELECT ids.delivery_id, live.workspace_id, live.id, live.autopilot_id, $4, $5, $6, $7,
-           CASE WHEN ids.run_id IS NULL THEN $8::jsonb END, $9, $10, $11,
-           $12, $13, $14, $15, $16,
+                                  signature_status, status, reason_code, reason, response_status, response_body,
+                                  run_id)
+    -- The envelope is kept on the delivery too (the run's payload is the same): the worker admits a
+    -- queued delivery that has no run yet from it, and a replay copies it.
+    SELECT ids.delivery_id, live.workspace_id, live.id, live.autopilot_id, $4, $5, $6, $7, $8, $9, $10, $11,
+           $12, $13, $14, $15, $25, $16,
            $17::jsonb || jsonb_build_object('delivery_id', ids.delivery_id)
                || CASE WHEN ids.run_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('run_id', ids.run_id) END,
            ids.run_id
@@ -111,3 +111,37 @@ WITH hit AS (
 SELECT hit.id AS delivery_id, hit.status,
        coalesce(hit.run_id, (SELECT r.id FROM autopilot_run r WHERE r.webhook_delivery_id = hit.id)) AS run_id
 FROM hit;
+
+-- name: delivery_list
+-- Deliveries of workspace $1, newest first. Filters (nullable): $2 = trigger, $3 = status,
+-- $4 = cursor (last id seen). $5 = at most. The body is left out of lists.
+SELECT id, workspace_id, trigger_id, autopilot_id, received_at, content_type, provider, event, dedupe_key,
+       dedupe_source, signature_status, status, attempt_count, dispatch_attempts, reason_code, reason,
+       response_status, run_id, replayed_from_delivery_id, updated_at
+FROM webhook_delivery
+WHERE workspace_id = $1 AND ($2::uuid IS NULL OR trigger_id = $2) AND ($3::text IS NULL OR status = $3)
+  AND ($4::uuid IS NULL OR id < $4)
+ORDER BY id DESC
+LIMIT $5;
+
+-- name: delivery_get
+-- One delivery of workspace $1 by id $2, with its stored body and selected headers.
+SELECT * FROM webhook_delivery WHERE workspace_id = $1 AND id = $2;
+
+-- name: delivery_insert_replay
+-- A replay of delivery $1: a NEW queued delivery with the same body, headers and envelope, no dedupe key
+-- (a replay must never collide with the original), linked by replayed_from_delivery_id. $2 = status
+-- ('queued', or 'ignored' when the trigger no longer admits it), $3 = reason code, $4 = reason.
+INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, headers, envelope,
+                              provider, event, signature_status, status, reason_code, reason,
+                              replayed_from_delivery_id)
+SELECT workspace_id, trigger_id, autopilot_id, body, content_type, headers, envelope,
+       provider, event, signature_status, $2, $3, $4, id
+FROM webhook_delivery WHERE id = $1
+RETURNING *;
+
+-- name: delivery_set_run
+-- Link delivery $1 to the run admitted for it, $2. $3 = delivery status: 'queued' (a pending run for the
+-- worker to dispatch) or 'dispatched' (the run was skipped: nothing is left to do), $4 = its reason code.
+UPDATE webhook_delivery SET run_id = $2, status = $3, reason_code = $4, updated_at = now() WHERE id = $1
+RETURNING id;
