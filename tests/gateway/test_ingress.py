@@ -157,6 +157,7 @@ async def test_not_admitted_deliveries_are_ignored_with_200_and_a_reason(ctx, cl
     assert r.json() == {"status": "ignored", "delivery_id": r.json()["delivery_id"], "reason": reason}
     [d] = await kit.deliveries(conn)
     assert (d["status"], d["reason_code"], str(d["id"])) == ("ignored", reason, r.json()["delivery_id"])
+    assert d["reason"] and d["envelope"]["event"] == "github.issues.opened"
     assert await kit.runs(conn) == []
 
 
