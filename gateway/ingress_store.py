@@ -27,7 +27,6 @@ case-insensitively against the whole normalised event name (``github.pull_reques
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import math
 import os
@@ -39,7 +38,7 @@ from uuid import UUID
 
 import asyncpg
 
-from autopilot import admission
+from autopilot import admission, replays
 from gateway.ingress_triggers import Trigger
 from hookgate.database import Conn
 from sql import Q
@@ -104,19 +103,13 @@ class Answer:
     wake: str | None = None
 
 
-def event_allowed(event: str, filters: tuple[str, ...]) -> bool:
-    """Whether an event passes a trigger's filters (see the module docstring)."""
-    name = event.lower()
-    return not filters or any(fnmatch.fnmatchcase(name, pattern.lower()) for pattern in filters)
-
-
 def ignored_reason(trigger: Trigger, event: str) -> str | None:
     """Step 9: why this trigger does not take deliveries now, or None."""
     if not trigger.enabled:
         return "trigger_disabled"
     if trigger.autopilot_status in ("paused", "archived"):
         return f"autopilot_{trigger.autopilot_status}"
-    if not event_allowed(event, trigger.event_filters):
+    if not replays.event_allowed(list(trigger.event_filters), event):  # one matcher for ingress and replay
         return "event_filtered"
     return None
 
