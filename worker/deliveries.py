@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
 import logging
 from collections import defaultdict
 from datetime import datetime
@@ -22,7 +21,7 @@ from uuid import UUID
 
 import asyncpg
 
-from autopilot import admission, dispatch, tasks
+from autopilot import admission, dispatch, replays, tasks
 from hookgate.context import Context
 from hookgate.database import Conn
 from sql import Q
@@ -42,17 +41,12 @@ _IGNORED = {
     "trigger_disabled": "the trigger is disabled",
     "autopilot_paused": "the autopilot is paused",
     "autopilot_archived": "the autopilot is archived",
-    "event_filtered": "the event does not match the trigger's filters",
+    "event_filtered": "the event does not match the trigger's event filters",
 }
 
 
 class _LeaseLost(Exception):
     """Our lease on the delivery is gone: another worker owns it; our transaction rolls back."""
-
-
-def event_matches(event: str, filters: list[str]) -> bool:
-    """An empty filter list admits every event; otherwise any exact name or glob (``github.push*``) does."""
-    return not filters or any(event == f or fnmatch.fnmatchcase(event, f) for f in filters)
 
 
 def options_for(ctx: Context, holder: str, pusher: Pusher | None) -> dispatch.Options:
@@ -168,13 +162,8 @@ class DeliveryWorker:
         facts = await conn.fetchrow(Q.delivery_admission_facts, d["trigger_id"])
         if facts is None or facts["deleted"]:
             return "trigger_deleted"
-        if not facts["enabled"]:
-            return "trigger_disabled"
-        if facts["autopilot_status"] in ("paused", "archived"):
-            return f"autopilot_{facts['autopilot_status']}"
-        if not event_matches(d["event"], list(facts["event_filters"] or [])):
-            return "event_filtered"
-        return None
+        # One definition of step 9 (and of the event-filter globs) with ingress and replays.
+        return replays.ignore_reason(facts, facts["autopilot_status"], d["event"])
 
     async def _retry(self, d: asyncpg.Record, exc: BaseException) -> None:
         s = self.settings

@@ -3,7 +3,7 @@ import uuid
 
 from tests import factories
 from tests.worker.conftest import add_delivery, bulk_deliveries
-from worker.deliveries import DeliveryWorker, event_matches
+from worker.deliveries import DeliveryWorker
 from worker.push import Pusher
 
 
@@ -63,13 +63,6 @@ async def test_crash_window_rechecks_the_gate_but_an_admitted_run_survives_a_pau
     assert (rows[filtered]["status"], rows[filtered]["reason_code"]) == ("ignored", "autopilot_paused")
     assert (rows[unadmitted]["status"], rows[unadmitted]["reason_code"]) == ("ignored", "autopilot_paused")
     assert rows[admitted]["status"] == "dispatched" and run["status"] == "queued"
-
-
-def test_event_filters_match_exact_names_and_globs():
-    assert event_matches("anything", [])
-    assert event_matches("github.push", ["github.push"])
-    assert event_matches("github.push.created", ["github.push*"])
-    assert not event_matches("github.issues", ["github.push*", "stripe.*"])
 
 
 async def test_pacing_defers_over_budget_deliveries_without_spending_an_attempt(wctx):
