@@ -9,6 +9,8 @@ One command (PostgreSQL server URL in ``HOOKGATE_BENCH_SERVER_URL``, default the
    ``--workers`` real ``hookgate worker`` processes: run, task, claim, signed push, completion, audit (runs/s).
 3. **latency**: one delivery + run committed with NOTIFY every ``1/--rate`` s (the writes of ingress steps
    7-12), measured from just before that transaction to the agent's receipt of the push (p50/p99).
+4. **end to end**: ``POST /hooks/{token}`` to a real ``hookgate gateway`` process every ``1/--rate`` s,
+   measured from just before the POST to the agent's receipt of the signed push (p50/p99).
 The agent is a separate minimal HTTP server process (``bench/agent.py``).
 """
 
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import asyncpg
 import httpx
 
@@ -54,7 +57,7 @@ async def fresh_database(server: str) -> str:
     return url
 
 
-async def world(conn: Any, agent_url: str) -> tuple[Any, Any]:
+async def world(conn: Any, agent_url: str) -> tuple[Any, Any, str]:
     boot = await workspaces.bootstrap(conn, "bench")
     keyring = Keyring([base64.b64decode(KEY)])
     agent = await agents.create_http_agent(conn, keyring, workspace_id=boot.workspace_id, owner_id=boot.member_id,
@@ -62,10 +65,10 @@ async def world(conn: Any, agent_url: str) -> tuple[Any, Any]:
     ap, _ = await rules.create_autopilot(conn, workspace_id=boot.workspace_id, creator_id=boot.member_id,
                                          title="bench", assignee_type="agent", assignee_id=agent.row["id"],
                                          execution_mode="run_only")
-    trigger, _ = await rules.create_webhook_trigger(conn, keyring, autopilot=ap,
-                                                    publisher=rules.Publisher.member(boot.member_id),
-                                                    rate_limit_per_minute=1_000_000)
-    return ap, trigger
+    trigger, token = await rules.create_webhook_trigger(conn, keyring, autopilot=ap,
+                                                        publisher=rules.Publisher.member(boot.member_id),
+                                                        rate_limit_per_minute=1_000_000)
+    return ap, trigger, token
 
 
 async def baseline(url: str, jobs: int, workers: int = 8, batch: int = 16) -> float:
@@ -140,6 +143,37 @@ async def wait_done(conn: Any, total: int, timeout: float = 600) -> float:
         await asyncio.sleep(0.01)
 
 
+def start_gateway(url: str, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
+           "HOOKGATE_IP_REQUEST_CAP": "1000000", "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "gateway", "--port", str(port)], cwd=ROOT, env=env)
+
+
+async def end_to_end(conn: Any, port: int, token: str, rate: float, seconds: float, total_before: int) -> None:
+    """POST webhooks at a steady rate through the real gateway; the agent measures POST -> push receipt."""
+    count = int(rate * seconds)
+    async with aiohttp.ClientSession() as http:
+        for _ in range(100):  # the gateway is up when it answers
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+                    if r.status == 200:
+                        break
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+        start = time.perf_counter()
+        for i in range(count):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            body = json.dumps({"event": "bench", "n": i, "t0": time.time()})
+            async with http.post(f"http://127.0.0.1:{port}/hooks/{token}", data=body,
+                                 headers={"content-type": "application/json", "idempotency-key": f"e2e-{i}"}) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"ingress answered {r.status}: {await r.text()}")
+    await wait_done(conn, total_before + count)
+
+
 def start_workers(url: str, count: int) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
            "HOOKGATE_DELIVERY_CONCURRENCY": "8", "HOOKGATE_DELIVERY_BATCH": "32", "PYTHONPATH": str(ROOT)}
@@ -179,8 +213,10 @@ async def main(args: argparse.Namespace) -> None:
     try:
         base_rate = await baseline(url, args.runs)
         conn = await database.connect(url)
-        ap, trigger = await world(conn, f"http://127.0.0.1:{port}/agent")
+        ap, trigger, token = await world(conn, f"http://127.0.0.1:{port}/agent")
         workers = start_workers(url, args.workers)
+        gateway_port = free_port()
+        workers.append(start_gateway(url, gateway_port))
         await wait_listeners(conn, args.workers)
         await insert(conn, ap, trigger, args.runs, None)
         start = time.perf_counter()
@@ -190,6 +226,10 @@ async def main(args: argparse.Namespace) -> None:
             await http.delete(f"http://127.0.0.1:{port}/stats")
             await latency(conn, ap, trigger, args.rate, args.seconds, args.runs)
             stats = (await http.get(f"http://127.0.0.1:{port}/stats")).json()
+            await http.delete(f"http://127.0.0.1:{port}/stats")
+            done_before = args.runs + int(args.rate * args.seconds)
+            await end_to_end(conn, gateway_port, token, args.rate, args.seconds, done_before)
+            e2e = (await http.get(f"http://127.0.0.1:{port}/stats")).json()["latencies_ms"]
         lat = stats["latencies_ms"]
         await conn.close()
         print(json.dumps({
@@ -198,6 +238,8 @@ async def main(args: argparse.Namespace) -> None:
             "latency_rate_per_s": args.rate, "latency_samples": len(lat),
             "latency_p50_ms": round(statistics.median(lat), 2), "latency_p99_ms": round(pct(lat, 0.99), 2),
             "latency_max_ms": round(max(lat), 2),
+            "e2e_post_to_agent_samples": len(e2e), "e2e_p50_ms": round(statistics.median(e2e), 2),
+            "e2e_p99_ms": round(pct(e2e, 0.99), 2), "e2e_max_ms": round(max(e2e), 2),
         }, indent=2))
     finally:
         for proc in [*workers, agent_proc]:
