@@ -57,3 +57,26 @@ SELECT id, status, reason_code, reason FROM autopilot_run WHERE trigger_id = $1 
 -- name: run_get
 -- One run of a workspace. $1 = workspace, $2 = run id.
 SELECT * FROM autopilot_run WHERE workspace_id = $1 AND id = $2;
+
+-- name: run_skip_overlap
+-- Overlap policy: the just-admitted pending run $1 becomes 'skipped' (previous_run_active) with
+-- reason $2, in the admitting transaction, before anyone is told about it.
+UPDATE autopilot_run
+SET status = 'skipped', reason_code = 'previous_run_active', reason = $2, finished_at = now(), updated_at = now()
+WHERE id = $1 AND status = 'pending'
+RETURNING id, status, reason_code;
+
+-- name: run_notify_pending
+-- Wake workers for the pending runs $1 (channel hookgate_runs, payload = run id), in the caller's transaction.
+SELECT pg_notify('hookgate_runs', r::text) FROM unnest($1::uuid[]) AS r;
+
+-- name: run_failure_rates
+-- Active autopilots whose finished runs created after $1 - $2 seconds number at least $3 with at least
+-- a share $4 failed (the auto-pause rule, DESIGN §6).
+SELECT r.autopilot_id, count(*) AS finished, count(*) FILTER (WHERE r.status = 'failed') AS failed
+FROM autopilot_run r
+JOIN autopilot a ON a.id = r.autopilot_id AND a.status = 'active'
+WHERE r.created_at > $1::timestamptz - make_interval(secs => $2)
+  AND r.status IN ('completed', 'failed', 'cancelled')
+GROUP BY r.autopilot_id
+HAVING count(*) >= $3 AND count(*) FILTER (WHERE r.status = 'failed') >= $4 * count(*);

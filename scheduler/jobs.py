@@ -1,0 +1,239 @@
+"""The jobs Hookgate schedules: autopilot schedule triggers (latest-only) and maintenance (DESIGN §8).
+
+``autopilot_schedule_dispatch`` has one scope per enabled schedule trigger. Its planner reads only the
+due triggers (``autopilot_trigger_due_idx``), keeps a trigger's single flight (never two occurrences in
+flight, never a newer one while an older one waits for its retry), and picks the newest occurrence in
+``(last plan, now]`` unless it is more than 5 minutes late. Its handler re-checks the trigger, admits
+the run through the admission gate (idempotent on ``(trigger_id, planned_at)``: a retry after a crash
+finds and reuses the run), applies the overlap policy, and wakes workers with NOTIFY ``hookgate_runs``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from autopilot import admission
+from hookgate.database import Conn
+from scheduler.cron import InvalidSchedule, Schedule, latest_only
+from scheduler.manager import hold, succeed_in
+from scheduler.spec import Batch, CustomPlans, Every, JobRun, JobSpec, LatestOnly, Plan
+from sql import Q
+
+log = logging.getLogger("hookgate.scheduler")
+
+SCHEDULE_JOB = "autopilot_schedule_dispatch"
+LATE_AFTER = timedelta(minutes=5)
+WINDOW = timedelta(hours=24)
+#: A claimed trigger is looked at again after this long at the latest (its handler sets the real time).
+IN_FLIGHT_RECHECK = timedelta(minutes=1)
+_TICK = timedelta(seconds=1)
+_ACTIVE_LIMIT = {"skip": 1, "buffer_one": 2}
+
+
+# ------------------------------------------------------------------------------------------ plans
+@lru_cache(maxsize=4096)
+def schedule_for(cron: str, timezone: str) -> Schedule:
+    """The parsed schedule of a trigger (cached: many triggers share a cron)."""
+    return Schedule.parse(cron, timezone)
+
+
+@lru_cache(maxsize=65536)
+def next_after(schedule: Schedule, at: datetime) -> datetime:
+    """``schedule.next_after(at)``, cached: triggers sharing a cron share their occurrences."""
+    return schedule.next_after(at)
+
+
+@lru_cache(maxsize=65536)
+def is_occurrence(schedule: Schedule, at: datetime) -> bool:
+    """Whether ``at`` is an occurrence of ``schedule`` (a plan of an edited cron may no longer be)."""
+    return schedule.latest_in(at - timedelta(microseconds=1), at) == at
+
+
+def newest_due(
+    schedule: Schedule, last_plan: datetime | None, now: datetime, *, hint: datetime | None,
+    anchor: datetime | None,
+) -> datetime | None:
+    """``cron.latest_only`` with the 5-minute lateness rule and the 24 h window.
+
+    Answered from the cache when ``hint`` (the stored next_fire_at) is already the newest occurrence at or
+    before ``now`` (the common case); otherwise ``cron.latest_only`` itself decides.
+    """
+    if hint is not None and hint <= now and is_occurrence(schedule, hint) and next_after(schedule, hint) > now:
+        since = last_plan if last_plan is not None else anchor
+        floor = now - WINDOW if since is None else max(since, now - WINDOW)
+        return hint if floor < hint and now - hint <= LATE_AFTER else None
+    return latest_only(schedule, last_plan, now, late_after=LATE_AFTER, window=WINDOW, anchor=anchor)
+
+
+def _last_plan(row: asyncpg.Record) -> datetime | None:
+    """The catch-up watermark: the newest plan claimed, or last_fired_at once executions were pruned."""
+    known = [t for t in (row["last_plan"], row["last_fired_at"]) if t is not None]
+    return max(known) if known else None
+
+
+def plan_trigger(row: asyncpg.Record, now: datetime) -> tuple[datetime | None, datetime | None]:
+    """For one due trigger: ``(plan to claim or None, when to look at the trigger again)``."""
+    if row["flight_status"] == "RUNNING":  # single flight: the occurrence in flight finishes first
+        return None, max(row["flight_stale_after"], now + _TICK)
+    if row["flight_status"] == "FAILED":  # its retry comes before any newer occurrence
+        return None, max(row["flight_retry_at"], now + _TICK)
+    try:
+        schedule = schedule_for(row["cron"], row["timezone"])
+    except InvalidSchedule as exc:
+        log.error("schedule trigger has an invalid cron; it will not fire", extra={"trigger": str(row["id"]),
+                                                                                   "error": str(exc)})
+        return None, None
+    # A trigger that never fired is anchored at its creation, so it does not fire an occurrence
+    # that predates it.
+    plan = newest_due(schedule, _last_plan(row), now, hint=row["next_fire_at"], anchor=row["created_at"])
+    if plan is not None:
+        return plan, now + IN_FLIGHT_RECHECK
+    return None, schedule.next_after(now)
+
+
+async def plan_due(conn: Conn, now: datetime, limit: int) -> list[Plan]:
+    """The custom planner: lock up to ``limit`` due triggers and plan them.
+
+    Each trigger's next evaluation (``next_fire_at``) moves so that it is not due again until something
+    can change (its occurrence finished, its retry is due, or the next occurrence comes).
+    """
+    rows = await conn.fetch(Q.trigger_due_schedules, now, limit, SCHEDULE_JOB)
+    plans: list[Plan] = []
+    ids: list[UUID] = []
+    revisit: list[datetime | None] = []
+    for row in rows:
+        plan, again = plan_trigger(row, now)
+        if plan is not None:
+            plans.append(Plan(str(row["id"]), plan))
+        ids.append(row["id"])
+        revisit.append(again)
+    if ids:
+        await conn.execute(Q.trigger_defer, ids, revisit)
+    return plans
+
+
+async def next_due(conn: Conn, now: datetime) -> datetime | None:
+    """When the next schedule trigger falls due."""
+    at: datetime | None = await conn.fetchval(Q.trigger_next_due)
+    return at
+
+
+# ---------------------------------------------------------------------------------------- handler
+def _noop_reason(state: asyncpg.Record | None, run: JobRun) -> str | None:
+    """Why the occurrence must not run any more (state re-checked at fire time), or None."""
+    if state is None:
+        return "trigger_missing"
+    if state["deleted"]:
+        return "trigger_deleted"
+    if state["kind"] != "schedule":
+        return "trigger_not_schedule"
+    if not state["enabled"]:
+        return "trigger_disabled"
+    if state["autopilot_status"] != "active":
+        return f"autopilot_{state['autopilot_status']}"
+    try:
+        schedule = schedule_for(state["cron"], state["timezone"])
+    except InvalidSchedule:
+        return "schedule_invalid"
+    if not is_occurrence(schedule, run.plan_time):
+        return "schedule_changed"
+    return None
+
+
+def _payload(state: asyncpg.Record, plan: datetime) -> dict[str, Any]:
+    return {"event": "schedule.fired",
+            "payload": {"trigger_id": str(state["id"]), "planned_at": plan.isoformat(),
+                        "cron": state["cron"], "timezone": state["timezone"]}}
+
+
+async def _admit(conn: Conn, run: JobRun, state: asyncpg.Record) -> dict[str, Any]:
+    """Admit the occurrence's run (or find the one a crashed attempt admitted) and apply the overlap policy."""
+    found = await admission.admit(
+        conn, autopilot_id=state["autopilot_id"], source="schedule", payload=_payload(state, run.plan_time),
+        trigger_id=state["id"], planned_at=run.plan_time,
+    )
+    status, reason = found.status, found.reason_code
+    limit = _ACTIVE_LIMIT.get(state["overlap_policy"])
+    if found.created and status == "pending" and limit is not None and state["active_runs"] >= limit:
+        why = f"a previous run of this trigger is still active (overlap policy {state['overlap_policy']})"
+        skipped = await conn.fetchrow(Q.run_skip_overlap, found.run_id, why)
+        if skipped is not None:
+            status, reason = skipped["status"], skipped["reason_code"]
+    return {"run_id": str(found.run_id), "status": status, "reason_code": reason, "reused": not found.created}
+
+
+async def dispatch(batch: Batch) -> None:
+    """Handle claimed occurrences in ONE transaction with their SUCCESS rows: all or nothing."""
+    async with batch.pool.acquire() as conn, conn.transaction():
+        runs = await hold(conn, batch.runs)
+        if not runs:
+            return
+        rows = await conn.fetch(Q.trigger_schedule_state, [UUID(r.scope_id) for r in runs])
+        states = {str(row["id"]): row for row in rows}
+        fired: list[tuple[asyncpg.Record, datetime]] = []
+        wake: list[UUID] = []
+        for run in runs:
+            state = states.get(run.scope_id)
+            reason = _noop_reason(state, run)
+            if state is None or reason is not None:
+                run.result = {"noop": True, "reason": reason}
+            else:
+                run.result = await _admit(conn, run, state)
+                if run.result["status"] == "pending":
+                    wake.append(UUID(run.result["run_id"]))
+            if state is not None and reason not in ("trigger_missing", "schedule_invalid"):
+                fired.append((state, run.plan_time))
+        await _mark_fired(conn, fired)
+        if wake:
+            await conn.execute(Q.run_notify_pending, wake)
+        await succeed_in(conn, runs, await batch.clock())
+
+
+async def _mark_fired(conn: Conn, fired: list[tuple[asyncpg.Record, datetime]]) -> None:
+    if not fired:
+        return
+    nexts = [next_after(schedule_for(s["cron"], s["timezone"]), plan) for s, plan in fired]
+    await conn.execute(
+        Q.trigger_mark_fired, [s["id"] for s, _ in fired], [plan for _, plan in fired], nexts,
+        [s["cron"] for s, _ in fired], [s["timezone"] for s, _ in fired],
+    )
+
+
+def autopilot_schedule_job(batch_size: int = 100) -> JobSpec:
+    """``autopilot_schedule_dispatch`` with the parameters of DESIGN §8."""
+    return JobSpec(
+        name=SCHEDULE_JOB, handler=dispatch, catch_up=CustomPlans(plans=plan_due, next_due=next_due),
+        scope_kind="trigger", max_plans_per_tick=5, run_timeout=timedelta(minutes=2),
+        stale_timeout=timedelta(minutes=5), heartbeat=timedelta(seconds=30), stale_reentry=True,
+        max_attempts=3, retry_backoff=(timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15)),
+        retry_jitter=0.1, single_flight=True, batch_size=batch_size,
+    )
+
+
+# ------------------------------------------------------------------------------------ maintenance
+#: Maintenance work: one call with a pooled connection and the plan's time; returns a JSON-able result.
+Work = Callable[[Conn], Awaitable[Any]]
+
+
+def maintenance(name: str, every: timedelta, work: Work) -> JobSpec:
+    """A one-line maintenance job: ``work(conn)`` once per ``every`` across all schedulers.
+
+    Latest-only, so never a burst after downtime. E.g.
+    ``maintenance("lease_watchdog", timedelta(seconds=60), watchdog.sweep)``.
+    """
+
+    async def handler(batch: Batch) -> None:
+        async with batch.pool.acquire() as conn:
+            result = await work(conn)
+        for run in batch.runs:
+            run.result = result if isinstance(result, dict) else {"result": result}
+
+    return JobSpec(name=name, handler=handler, cadence=Every(every), catch_up=LatestOnly(late_after=every),
+                   max_plans_per_tick=1, max_attempts=1)
