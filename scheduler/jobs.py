@@ -206,6 +206,15 @@ async def _mark_fired(conn: Conn, fired: list[tuple[asyncpg.Record, datetime]]) 
     )
 
 
+async def reconsider(conn: Conn, runs: list[JobRun], now: datetime) -> None:
+    """After a failed attempt, make its triggers due now.
+
+    The planner then waits for the retry, or, with attempts exhausted, moves on to the newest occurrence
+    without waiting for the in-flight recheck.
+    """
+    await conn.execute(Q.trigger_defer, [UUID(r.scope_id) for r in runs], [now] * len(runs))
+
+
 def autopilot_schedule_job(batch_size: int = 100) -> JobSpec:
     """``autopilot_schedule_dispatch`` with the parameters of DESIGN §8."""
     return JobSpec(
@@ -213,7 +222,7 @@ def autopilot_schedule_job(batch_size: int = 100) -> JobSpec:
         scope_kind="trigger", max_plans_per_tick=5, run_timeout=timedelta(minutes=2),
         stale_timeout=timedelta(minutes=5), heartbeat=timedelta(seconds=30), stale_reentry=True,
         max_attempts=3, retry_backoff=(timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15)),
-        retry_jitter=0.1, single_flight=True, batch_size=batch_size,
+        retry_jitter=0.1, single_flight=True, batch_size=batch_size, on_failure=reconsider,
     )
 
 

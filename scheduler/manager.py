@@ -337,6 +337,9 @@ class Scheduler:
             else:
                 retry = [spec.retry_at(r.attempt, now) for r in pending]
                 rows = await conn.fetch(Q.cron_fail, *_ids_tokens(pending), now, error[0], error[1], retry)
+                failed = [r for r in pending if r.id in {row["id"] for row in rows}]
+                if failed and spec.on_failure is not None:
+                    await spec.on_failure(conn, failed, now)
         written = {row["id"] for row in rows}
         for run in pending:
             if run.id in written:

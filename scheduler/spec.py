@@ -162,6 +162,9 @@ class Batch:
     clock: Callable[[], Awaitable[datetime]]
 
 
+#: Called after runs were recorded FAILED (same connection), e.g. to make their scopes due again.
+FailureHook = Callable[[Conn, list[JobRun], datetime], Awaitable[None]]
+
 #: A handler gets a batch; it sets ``run.result`` per run (or finishes runs in its own transaction) and
 #: returns. An exception fails every unfinished run of the batch with ``handler_error``.
 Handler = Callable[[Batch], Awaitable[None]]
@@ -197,6 +200,7 @@ class JobSpec:
     retry_jitter: float = 0.1
     single_flight: bool = False
     batch_size: int = 1
+    on_failure: FailureHook | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
