@@ -81,7 +81,8 @@ class Spawner:
         log = self.log_dir / f"proc-{len(self.procs)}-{args[0]}.log"
         env = {**os.environ, **self.env, **(extra_env or {}), "PYTHONPATH": str(ROOT)}
         handle = log.open("wb")
-        popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
+        with handle:  # the child has its own copy of the descriptor; ours must not leak
+            popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
         proc = Proc(popen, log, port)
         self.procs.append(proc)
         return proc
