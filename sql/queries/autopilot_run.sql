@@ -79,4 +79,4 @@ JOIN autopilot a ON a.id = r.autopilot_id AND a.status = 'active'
 WHERE r.created_at > $1::timestamptz - make_interval(secs => $2)
   AND r.status IN ('completed', 'failed', 'cancelled')
 GROUP BY r.autopilot_id
-HAVING count(*) >= $3 AND count(*) FILTER (WHERE r.status = 'failed') >= $4 * count(*);
+HAVING count(*) >= $3::bigint AND count(*) FILTER (WHERE r.status = 'failed') >= $4::float8 * count(*);

@@ -252,3 +252,24 @@ def test_the_cached_fast_path_agrees_with_cron_latest_only():
             hint = schedule.latest_in(now - timedelta(hours=2), now)
             fast = newest_due(schedule, last, now, hint=hint, anchor=start)
             assert fast == latest_only(schedule, last, now, anchor=start), (now, last)
+
+
+async def test_the_service_wakes_early_on_a_trigger_change_instead_of_waiting_its_max_tick(setup, ctx):
+    trigger = await setup.trigger("* * * * *", utc(2030, 1, 1))
+    scheduler = setup.scheduler(dsn=ctx.dsn, max_tick=30)
+    service = asyncio.create_task(scheduler.run())
+    try:
+        await asyncio.sleep(0.3)  # asleep now, for up to 30 s: nothing is due before 2030
+        async with ctx.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                """UPDATE autopilot_trigger SET next_fire_at = date_trunc('minute', clock_timestamp()),
+                          last_fired_at = date_trunc('minute', clock_timestamp()) - interval '1 minute'
+                   WHERE id = $1""", trigger["id"])
+            await conn.execute("SELECT pg_notify('hookgate_triggers', $1)", str(trigger["id"]))
+        started = asyncio.get_running_loop().time()
+        while not await setup.runs(trigger["id"]):
+            assert asyncio.get_running_loop().time() - started < 5, "the NOTIFY did not wake the scheduler"
+            await asyncio.sleep(0.02)
+    finally:
+        await scheduler.stop(deadline=5)
+        await asyncio.wait_for(service, 5)
