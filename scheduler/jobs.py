@@ -153,20 +153,72 @@ def _payload(state: asyncpg.Record, plan: datetime) -> dict[str, Any]:
                         "cron": state["cron"], "timezone": state["timezone"]}}
 
 
-async def _admit(conn: Conn, run: JobRun, state: asyncpg.Record) -> dict[str, Any]:
-    """Admit the occurrence's run (or find the one a crashed attempt admitted) and apply the overlap policy."""
-    found = await admission.admit(
-        conn, autopilot_id=state["autopilot_id"], source="schedule", payload=_payload(state, run.plan_time),
-        trigger_id=state["id"], planned_at=run.plan_time,
-    )
-    status, reason = found.status, found.reason_code
-    limit = _ACTIVE_LIMIT.get(state["overlap_policy"])
-    if found.created and status == "pending" and limit is not None and state["active_runs"] >= limit:
-        why = f"a previous run of this trigger is still active (overlap policy {state['overlap_policy']})"
-        skipped = await conn.fetchrow(Q.run_skip_overlap, found.run_id, why)
-        if skipped is not None:
-            status, reason = skipped["status"], skipped["reason_code"]
-    return {"run_id": str(found.run_id), "status": status, "reason_code": reason, "reused": not found.created}
+def _insert_args(run: JobRun, state: asyncpg.Record, facts: asyncpg.Record) -> tuple[Any, ...]:
+    """``run_insert`` arguments for a pending schedule run, exactly as ``admission.admit`` builds them."""
+    return (facts["workspace_id"], state["autopilot_id"], state["id"], None, "schedule", "pending",
+            facts["rule_version_id"], run.plan_time, _payload(state, run.plan_time), None,
+            admission.accountable(facts, "schedule"), None, None)
+
+
+Todo = list[tuple[JobRun, asyncpg.Record]]
+
+
+async def _admit_pending(conn: Conn, todo: Todo) -> dict[int, admission.Admission]:
+    """The hot path, pipelined (one round trip for the gate's facts, one for the inserts).
+
+    Only runs the gate lets through and that are inserted now are returned; the caller sends every other
+    run (a skip reason, a run an earlier attempt already admitted) through ``admission.admit`` itself.
+    """
+    facts = await conn.fetchmany(
+        Q.admission_facts, [(s["autopilot_id"], s["id"], None, admission.RUNTIME_HEARTBEAT_TIMEOUT_S) for _, s in todo])
+    if len(facts) != len(todo):
+        return {}
+    ready = [(run, s, f) for (run, s), f in zip(todo, facts, strict=True) if admission.evaluate(f, "schedule") is None]
+    if not ready:
+        return {}
+    rows = await conn.fetchmany(Q.run_insert, [_insert_args(run, s, f) for run, s, f in ready])
+    if len(rows) != len(ready):  # some conflicted: find which runs were inserted by this call
+        inserted = {row["id"] for row in rows}
+        rows = await conn.fetchmany(Q.run_get_by_plan, [(s["id"], run.plan_time) for run, s, _ in ready])
+        return {run.id: admission.Admission(row["id"], row["status"], row["reason_code"], created=True)
+                for (run, _, _), row in zip(ready, rows, strict=True) if row["id"] in inserted}
+    return {run.id: admission.Admission(row["id"], row["status"], row["reason_code"], created=True)
+            for (run, _, _), row in zip(ready, rows, strict=True)}
+
+
+async def _admit_all(conn: Conn, todo: Todo) -> dict[int, dict[str, Any]]:
+    """Admit every occurrence's run (or find the one a crashed attempt admitted), then apply overlap."""
+    fast = await _admit_pending(conn, todo)
+    found: dict[int, admission.Admission] = {}
+    for run, state in todo:
+        found[run.id] = fast.get(run.id) or await admission.admit(
+            conn, autopilot_id=state["autopilot_id"], source="schedule", payload=_payload(state, run.plan_time),
+            trigger_id=state["id"], planned_at=run.plan_time,
+        )
+    skipped = await _apply_overlap(conn, todo, found)
+    results = {}
+    for run, _ in todo:
+        adm = found[run.id]
+        status, reason = skipped.get(adm.run_id, (adm.status, adm.reason_code))
+        results[run.id] = {"run_id": str(adm.run_id), "status": status, "reason_code": reason,
+                           "reused": not adm.created}
+    return results
+
+
+async def _apply_overlap(
+    conn: Conn, todo: Todo, found: dict[int, admission.Admission]
+) -> dict[UUID, tuple[str, str]]:
+    """Skip newly admitted pending runs whose trigger already has too many active runs (overlap policy)."""
+    overlapping = []
+    for run, state in todo:
+        adm, limit = found[run.id], _ACTIVE_LIMIT.get(state["overlap_policy"])
+        if adm.created and adm.status == "pending" and limit is not None and state["active_runs"] >= limit:
+            why = f"a previous run of this trigger is still active (overlap policy {state['overlap_policy']})"
+            overlapping.append((adm.run_id, why))
+    if not overlapping:
+        return {}
+    rows = await conn.fetchmany(Q.run_skip_overlap, overlapping)
+    return {row["id"]: (row["status"], row["reason_code"]) for row in rows}
 
 
 async def dispatch(batch: Batch) -> None:
@@ -177,20 +229,22 @@ async def dispatch(batch: Batch) -> None:
             return
         rows = await conn.fetch(Q.trigger_schedule_state, [UUID(r.scope_id) for r in runs])
         states = {str(row["id"]): row for row in rows}
+        todo: Todo = []
         fired: list[tuple[asyncpg.Record, datetime]] = []
-        wake: list[UUID] = []
         for run in runs:
             state = states.get(run.scope_id)
             reason = _noop_reason(state, run)
-            if state is None or reason is not None:
+            if reason is not None:
                 run.result = {"noop": True, "reason": reason}
-            else:
-                run.result = await _admit(conn, run, state)
-                if run.result["status"] == "pending":
-                    wake.append(UUID(run.result["run_id"]))
+            elif state is not None:
+                todo.append((run, state))
             if state is not None and reason not in ("trigger_missing", "schedule_invalid"):
                 fired.append((state, run.plan_time))
+        results = await _admit_all(conn, todo) if todo else {}
+        for run, _ in todo:
+            run.result = results[run.id]
         await _mark_fired(conn, fired)
+        wake = [UUID(r["run_id"]) for r in results.values() if r["status"] == "pending"]
         if wake:
             await conn.execute(Q.run_notify_pending, wake)
         await succeed_in(conn, runs, await batch.clock())

@@ -273,3 +273,17 @@ async def test_the_service_wakes_early_on_a_trigger_change_instead_of_waiting_it
     finally:
         await scheduler.stop(deadline=5)
         await asyncio.wait_for(service, 5)
+
+
+async def test_a_run_the_admission_gate_refuses_is_recorded_skipped_with_its_reason(setup):
+    from tests import factories
+
+    runtime = await factories.pull_agent(setup.world)  # no instance ever heartbeated: not ready
+    offline = await factories.autopilot(setup.world, runtime.row["id"], title="offline")
+    trigger = await factories.schedule_trigger(setup.world, offline, "0 9 * * *", DAY0)
+    ready = await setup.trigger("0 9 * * *", DAY0)
+    await setup.scheduler().run_once(DAY0 + SEC)
+    (run,) = await setup.runs(trigger["id"])
+    assert (run["status"], run["reason_code"]) == ("skipped", "runtime_offline")
+    assert run["reason"]
+    assert [r["status"] for r in await setup.runs(ready["id"])] == ["pending"]
