@@ -10,6 +10,7 @@ finds and reuses the run), applies the overlap policy, and wakes workers with NO
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -153,21 +154,15 @@ def _payload(state: asyncpg.Record, plan: datetime) -> dict[str, Any]:
                         "cron": state["cron"], "timezone": state["timezone"]}}
 
 
-def _insert_args(run: JobRun, state: asyncpg.Record, facts: asyncpg.Record) -> tuple[Any, ...]:
-    """``run_insert`` arguments for a pending schedule run, exactly as ``admission.admit`` builds them."""
-    return (facts["workspace_id"], state["autopilot_id"], state["id"], None, "schedule", "pending",
-            facts["rule_version_id"], run.plan_time, _payload(state, run.plan_time), None,
-            admission.accountable(facts, "schedule"), None, None)
-
-
 Todo = list[tuple[JobRun, asyncpg.Record]]
 
 
 async def _admit_pending(conn: Conn, todo: Todo) -> dict[int, admission.Admission]:
-    """The hot path, pipelined (one round trip for the gate's facts, one for the inserts).
+    """The hot path: the gate's facts pipelined (one round trip), the pending runs in one INSERT.
 
-    Only runs the gate lets through and that are inserted now are returned; the caller sends every other
-    run (a skip reason, a run an earlier attempt already admitted) through ``admission.admit`` itself.
+    Mirrors ``admission.admit`` for runs the gate lets through (same facts, same accountable member and
+    rule version). Only runs inserted now are returned; the caller sends every other run (a skip reason,
+    a run an earlier attempt already admitted) through ``admission.admit`` itself.
     """
     facts = await conn.fetchmany(
         Q.admission_facts, [(s["autopilot_id"], s["id"], None, admission.RUNTIME_HEARTBEAT_TIMEOUT_S) for _, s in todo])
@@ -176,14 +171,19 @@ async def _admit_pending(conn: Conn, todo: Todo) -> dict[int, admission.Admissio
     ready = [(run, s, f) for (run, s), f in zip(todo, facts, strict=True) if admission.evaluate(f, "schedule") is None]
     if not ready:
         return {}
-    rows = await conn.fetchmany(Q.run_insert, [_insert_args(run, s, f) for run, s, f in ready])
-    if len(rows) != len(ready):  # some conflicted: find which runs were inserted by this call
-        inserted = {row["id"] for row in rows}
-        rows = await conn.fetchmany(Q.run_get_by_plan, [(s["id"], run.plan_time) for run, s, _ in ready])
-        return {run.id: admission.Admission(row["id"], row["status"], row["reason_code"], created=True)
-                for (run, _, _), row in zip(ready, rows, strict=True) if row["id"] in inserted}
-    return {run.id: admission.Admission(row["id"], row["status"], row["reason_code"], created=True)
-            for (run, _, _), row in zip(ready, rows, strict=True)}
+    rows = await conn.fetch(
+        Q.run_insert_schedule_many, [f["workspace_id"] for _, _, f in ready], [s["autopilot_id"] for _, s, _ in ready],
+        [s["id"] for _, s, _ in ready], [f["rule_version_id"] for _, _, f in ready], [r.plan_time for r, _, _ in ready],
+        [json.dumps(_payload(s, r.plan_time)) for r, s, _ in ready],
+        [admission.accountable(f, "schedule") for _, _, f in ready],
+    )
+    inserted = {(row["trigger_id"], row["planned_at"]): row for row in rows}
+    found = {}
+    for run, state, _ in ready:
+        row = inserted.get((state["id"], run.plan_time))
+        if row is not None:
+            found[run.id] = admission.Admission(row["id"], row["status"], row["reason_code"], created=True)
+    return found
 
 
 async def _admit_all(conn: Conn, todo: Todo) -> dict[int, dict[str, Any]]:

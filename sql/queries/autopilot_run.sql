@@ -80,3 +80,18 @@ WHERE r.created_at > $1::timestamptz - make_interval(secs => $2)
   AND r.status IN ('completed', 'failed', 'cancelled')
 GROUP BY r.autopilot_id
 HAVING count(*) >= $3::bigint AND count(*) FILTER (WHERE r.status = 'failed') >= $4::float8 * count(*);
+
+-- name: run_insert_schedule_many
+-- The scheduler's hot path: admit many pending schedule runs in ONE statement (the multi-row twin of
+-- run_insert, same columns), idempotently: an occurrence already admitted (trigger, planned_at) is
+-- skipped and absent from the result. One array element per run: $1 workspace, $2 autopilot,
+-- $3 trigger, $4 rule version, $5 planned_at, $6 payload (JSON text), $7 accountable member.
+INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, source, status, rule_version_id, planned_at,
+                           payload, accountable_id)
+SELECT r.workspace_id, r.autopilot_id, r.trigger_id, 'schedule', 'pending', r.rule_version_id, r.planned_at,
+       r.payload::jsonb, r.accountable_id
+FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::timestamptz[], $6::text[], $7::uuid[])
+     AS r(workspace_id, autopilot_id, trigger_id, rule_version_id, planned_at, payload, accountable_id)
+ORDER BY r.trigger_id, r.planned_at
+ON CONFLICT DO NOTHING
+RETURNING id, trigger_id, planned_at, status, reason_code;

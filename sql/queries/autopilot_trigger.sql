@@ -33,27 +33,30 @@ WHERE id = $1 AND kind = 'webhook' AND deleted_at IS NULL
 RETURNING id;
 
 -- name: trigger_due_schedules
--- The schedule triggers due at $1 (now), oldest first, at most $2, locked (SKIP LOCKED: two schedulers
--- split the due set instead of both planning it) through the autopilot_trigger_due_idx index, so a
--- tick costs the number of due triggers, not all triggers. For each: the newest plan claimed by job $3
--- and its flight slot (a RUNNING execution, or a FAILED one waiting for its retry), if taken.
-SELECT t.id, t.cron, t.timezone, t.next_fire_at, t.last_fired_at, t.created_at,
-       last.plan_time AS last_plan,
+-- The schedule triggers due at $1 (now), at most $2, locked (SKIP LOCKED: two schedulers split the due
+-- set instead of both planning it), read in index order from autopilot_trigger_due_idx without a sort,
+-- so a tick costs the number of due triggers, not all triggers. For each: the newest plan claimed by job
+-- $3 and its flight slot (a RUNNING execution, or a FAILED one waiting for its retry), if taken.
+WITH due AS (
+    SELECT t.id, t.cron, t.timezone, t.next_fire_at, t.last_fired_at, t.created_at
+    FROM autopilot_trigger t
+    WHERE t.kind = 'schedule' AND t.enabled AND t.deleted_at IS NULL AND t.next_fire_at <= $1
+    ORDER BY t.next_fire_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+SELECT due.*, last.plan_time AS last_plan,
        flight.status AS flight_status, flight.next_retry_at AS flight_retry_at,
        flight.stale_after AS flight_stale_after
-FROM autopilot_trigger t
+FROM due
 LEFT JOIN LATERAL (SELECT e.plan_time FROM sys_cron_executions e
-                   WHERE e.job_name = $3 AND e.scope_kind = 'trigger' AND e.scope_id = t.id::text
+                   WHERE e.job_name = $3 AND e.scope_kind = 'trigger' AND e.scope_id = due.id::text
                    ORDER BY e.plan_time DESC LIMIT 1) last ON true
 LEFT JOIN LATERAL (SELECT e.status, e.next_retry_at, e.stale_after FROM sys_cron_executions e
-                   WHERE e.job_name = $3 AND e.scope_kind = 'trigger' AND e.scope_id = t.id::text
+                   WHERE e.job_name = $3 AND e.scope_kind = 'trigger' AND e.scope_id = due.id::text
                      AND e.single_flight
                      AND (e.status = 'RUNNING' OR (e.status = 'FAILED' AND e.next_retry_at IS NOT NULL))
-                   LIMIT 1) flight ON true
-WHERE t.kind = 'schedule' AND t.enabled AND t.deleted_at IS NULL AND t.next_fire_at <= $1
-ORDER BY t.next_fire_at, t.id
-LIMIT $2
-FOR UPDATE OF t SKIP LOCKED;
+                   LIMIT 1) flight ON true;
 
 -- name: trigger_defer
 -- Move the next evaluation of schedule triggers $1 to times $2 (the next occurrence, a pending retry,
