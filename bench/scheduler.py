@@ -150,8 +150,12 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
           + f" (total {sum(cpu):.2f} s, {100 * sum(cpu) / seen['wall']:.1f} % of one core; "
           f"{sum(cpu) / max(1, len(runs)) * 1e3:.3f} ms per run)")
     print("claims per runner: " + ", ".join(f"{r['runner_id']}={r['count']}" for r in runners))
-    if lag:
-        print(f"mean lag {statistics.fmean(lag):.3f} s")
+    for boundary in boundaries:
+        one = [(r["created_at"] - r["planned_at"]).total_seconds() for r in runs if r["planned_at"] == boundary]
+        if one:
+            print(f"  {boundary:%H:%M}: runs={len(one)} min={min(one):.3f} p50={pct(one, .5):.3f} "
+                  f"p99={pct(one, .99):.3f} max={max(one):.3f} mean={statistics.fmean(one):.3f}")
+    print(f"host: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 async def main() -> None:

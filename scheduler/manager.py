@@ -261,6 +261,11 @@ class Scheduler:
     async def _execute(self, spec: JobSpec, runs: list[JobRun], fixed: bool) -> None:
         async with self._slots:
             error = await self._call(spec, runs, fixed)
+        if error is not None:
+            # A raising handler's transaction rolled back: nothing it marked finished was committed. Rows
+            # it did commit are no longer RUNNING, so the guarded FAILED write leaves them alone.
+            for run in runs:
+                run.finished = False
         if error is not None and len(runs) > 1:
             # One bad scope must not fail its neighbours: retry the batch one run at a time.
             for run in runs:
@@ -289,8 +294,8 @@ class Scheduler:
             handler.cancel()
             await self._finish(spec, runs, ("shutdown", "the scheduler stopped before the handler finished"), fixed)
             raise
-        except LeaseLost:
-            return None
+        except LeaseLost as exc:  # a guard inside the handler's transaction: its work was rolled back
+            return "lease_lost", str(exc)
         except Exception as exc:
             log.exception("handler failed", extra={"job": spec.name})
             return "handler_error", f"{exc.__class__.__name__}: {exc}"

@@ -287,3 +287,21 @@ async def test_a_run_the_admission_gate_refuses_is_recorded_skipped_with_its_rea
     assert (run["status"], run["reason_code"]) == ("skipped", "runtime_offline")
     assert run["reason"]
     assert [r["status"] for r in await setup.runs(ready["id"])] == ["pending"]
+
+
+async def test_one_failing_trigger_fails_alone_when_its_batch_is_split(setup, ctx):
+    good = await setup.trigger("0 9 * * *", DAY0)
+    bad = await setup.trigger("0 9 * * *", DAY0)
+    async with ctx.pool.acquire() as conn:
+        await conn.execute(f"""
+            CREATE FUNCTION test_refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN IF NEW.trigger_id = '{bad["id"]}' THEN RAISE EXCEPTION 'bad trigger'; END IF; RETURN NEW; END $$;
+            CREATE TRIGGER test_refuse_one BEFORE INSERT ON autopilot_run
+                FOR EACH ROW EXECUTE FUNCTION test_refuse_one();""")
+    await setup.scheduler().run_once(DAY0 + SEC)
+    assert [r["status"] for r in await setup.runs(good["id"])] == ["pending"]
+    assert await setup.runs(bad["id"]) == []
+    (failed,) = await setup.executions(bad["id"])
+    assert (failed["status"], failed["error_code"]) == ("FAILED", "handler_error")
+    assert "bad trigger" in failed["error_message"]
+    assert (await setup.executions(good["id"]))[0]["status"] == "SUCCESS"
