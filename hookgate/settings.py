@@ -67,21 +67,6 @@ class Settings(BaseSettings):
     rate_window_s: float = Field(default=60.0, gt=0, description="Length of the per-IP rate windows")
     rate_table_size: int = Field(default=100_000, ge=100, description="Most IPs tracked per gate (memory bound)")
 
-    # --- scheduler ---
-    scheduler_max_tick_s: float = Field(
-        default=30.0, gt=0, description="Longest sleep between scheduler ticks (it wakes earlier when work is due)"
-    )
-    scheduler_concurrency: int = Field(default=4, ge=1, description="Handler batches a scheduler runs at once")
-    scheduler_claim_batch: int = Field(default=500, ge=1, description="Most plans claimed per statement")
-    scheduler_clock_offset_s: float = Field(
-        default=0.0, description="TEST ONLY: seconds the scheduler adds to the database clock; never in production"
-    )
-    retention_age_days: float = Field(
-        default=30.0, gt=0, description="Age after which finished deliveries lose their raw body and finished "
-        "executions are deleted"
-    )
-    retention_batch_size: int = Field(default=1000, ge=1, description="Rows per retention statement")
-
     @field_validator("trusted_proxies", mode="before")
     @classmethod
     def _split_cidrs(cls, value: object) -> object:
@@ -121,6 +106,21 @@ class Settings(BaseSettings):
         """The current key first, then the previous one (decryption only); empty if none is set."""
         keys = [decode_secret_key(k.get_secret_value()) for k in (self.secret_key, self.secret_key_previous) if k]
         return keys
+
+    # --- scheduler ---
+    scheduler_max_tick_s: float = Field(
+        default=30.0, gt=0, description="Longest sleep between scheduler ticks (it wakes earlier when work is due)"
+    )
+    scheduler_concurrency: int = Field(default=4, ge=1, description="Handler batches a scheduler runs at once")
+    scheduler_claim_batch: int = Field(default=500, ge=1, description="Most plans claimed per statement")
+    scheduler_clock_offset_s: float = Field(
+        default=0.0, description="TEST ONLY: seconds the scheduler adds to the database clock; never in production"
+    )
+    retention_age_days: float = Field(
+        default=30.0, gt=0, description="Age after which finished deliveries lose their raw body and finished "
+        "executions are deleted"
+    )
+    retention_batch_size: int = Field(default=1000, ge=1, description="Rows per retention statement")
 
 
 def load_settings(**overrides: object) -> Settings:
