@@ -158,7 +158,7 @@ class Scheduler:
     async def _sleep_for(self, now: datetime) -> float:
         """Seconds until the earliest due work of any job (0 if already due), at most ``max_tick``."""
         async with self.pool.acquire() as conn:
-            candidates = [await conn.fetchval(Q.cron_next_wake)]
+            candidates = [await conn.fetchval(Q.cron_next_wake, [spec.name for spec in self.jobs])]
             for spec in self.jobs:
                 candidates.append(await self._job_next_due(conn, spec, now))
         due = [at for at in candidates if at is not None]

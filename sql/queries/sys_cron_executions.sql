@@ -107,9 +107,13 @@ SELECT s.scope_id,
 FROM unnest($3::text[]) AS s(scope_id);
 
 -- name: cron_next_wake
--- The earliest time generic work falls due: a retry (next_retry_at) or a lease going stale (stale_after).
-SELECT least((SELECT min(next_retry_at) FROM sys_cron_executions WHERE status = 'FAILED'),
-             (SELECT min(stale_after) FROM sys_cron_executions WHERE status = 'RUNNING')) AS at;
+-- The earliest time generic work of jobs $1 (the jobs this scheduler runs) falls due: a retry
+-- (next_retry_at) or a lease going stale (stale_after). Rows of other jobs (renamed, or not deployed on
+-- this replica) must not keep this scheduler awake.
+SELECT least((SELECT min(next_retry_at) FROM sys_cron_executions
+              WHERE status = 'FAILED' AND job_name = ANY($1::text[])),
+             (SELECT min(stale_after) FROM sys_cron_executions
+              WHERE status = 'RUNNING' AND job_name = ANY($1::text[]))) AS at;
 
 -- name: cron_delete_finished
 -- Retention: delete up to $2 finished executions (SUCCESS, or FAILED with no retry left) that finished

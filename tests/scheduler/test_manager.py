@@ -226,3 +226,13 @@ async def test_the_scheduler_sleeps_until_the_next_due_plan(ctx):
     await scheduler.run_once(utc(2027, 1, 4, 9, 0, 10))
     assert await scheduler._sleep_for(utc(2027, 1, 4, 9, 0, 10)) == pytest.approx(50)
     assert await Scheduler(ctx.pool, [job(Recorder())], max_tick=5)._sleep_for(T0) == 5
+
+
+async def test_rows_of_jobs_this_scheduler_does_not_run_never_keep_it_awake(ctx):
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("""INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status,
+                                                               lease_token, stale_after, next_retry_at)
+                              VALUES ('retired_job', 'global', '-', $1, 'FAILED', gen_random_uuid(), $1, $1)""", T0)
+    scheduler = Scheduler(ctx.pool, [job(Recorder(), cadence=DAILY)], max_tick=30)
+    await scheduler.run_once(T0 + MIN)
+    assert await scheduler._sleep_for(T0 + MIN) == 30
