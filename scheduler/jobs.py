@@ -224,7 +224,7 @@ async def _apply_overlap(
 async def dispatch(batch: Batch) -> None:
     """Handle claimed occurrences in ONE transaction with their SUCCESS rows: all or nothing."""
     async with batch.pool.acquire() as conn, conn.transaction():
-        runs = await hold(conn, batch.runs)
+        runs = await hold(conn, batch.runs, batch.spec.stale_timeout)
         if not runs:
             return
         rows = await conn.fetch(Q.trigger_schedule_state, [UUID(r.scope_id) for r in runs])

@@ -47,8 +47,12 @@ def _ids_tokens(runs: Sequence[JobRun]) -> tuple[list[int], list[object]]:
     return [r.id for r in runs], [r.lease_token for r in runs]
 
 
-async def hold(conn: Conn, runs: Sequence[JobRun]) -> list[JobRun]:
-    """Lock the runs whose lease is still ours for the caller's transaction; the others are told they lost it."""
+async def hold(conn: Conn, runs: Sequence[JobRun], stale_timeout: timedelta) -> list[JobRun]:
+    """Lock the runs whose lease is still ours for the caller's transaction; the others are told they lost it.
+
+    The transaction may not sit idle longer than ``stale_timeout``, or PostgreSQL ends the session.
+    """
+    await conn.execute(Q.cron_hold_guard, f"{int(stale_timeout.total_seconds() * 1000)}ms")
     held = {row["id"] for row in await conn.fetch(Q.cron_hold, *_ids_tokens(runs))}
     for run in runs:
         if run.id not in held:

@@ -128,3 +128,9 @@ WITH gone AS (
     RETURNING 1
 )
 SELECT count(*) AS deleted FROM gone;
+
+-- name: cron_hold_guard
+-- For the rest of the caller's transaction, end the session if it sits idle in the transaction longer
+-- than $1 (e.g. '300000ms', the stale timeout): a frozen holder then releases its row locks, so its
+-- executions can go stale and be taken over instead of staying locked forever.
+SELECT set_config('idle_in_transaction_session_timeout', $1, true);

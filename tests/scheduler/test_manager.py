@@ -3,6 +3,7 @@
 import asyncio
 from datetime import timedelta
 
+import asyncpg
 import pytest
 
 from scheduler.manager import Scheduler, succeed_in
@@ -236,3 +237,19 @@ async def test_rows_of_jobs_this_scheduler_does_not_run_never_keep_it_awake(ctx)
     scheduler = Scheduler(ctx.pool, [job(Recorder(), cadence=DAILY)], max_tick=30)
     await scheduler.run_once(T0 + MIN)
     assert await scheduler._sleep_for(T0 + MIN) == 30
+
+
+async def test_a_frozen_holder_session_is_ended_so_its_row_locks_cannot_outlive_the_stale_timeout(ctx):
+    from hookgate import database
+    from scheduler.manager import hold
+
+    conn = await database.connect(ctx.dsn)
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        assert await hold(conn, [], timedelta(milliseconds=200)) == []
+        await asyncio.sleep(0.6)  # frozen, idle inside its transaction
+        with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, ConnectionError)):
+            await conn.fetchval("SELECT 1")
+    finally:
+        conn.terminate()
