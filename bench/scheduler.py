@@ -47,6 +47,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--schedulers", type=int, default=2)
     parser.add_argument("--minutes", type=int, default=2, help="minute boundaries measured")
     parser.add_argument("--warmup", type=float, default=12.0, help="seconds between start and the first boundary")
+    parser.add_argument("--concurrency", type=int, default=4, help="HOOKGATE_SCHEDULER_CONCURRENCY per process")
+    parser.add_argument("--pool-min", type=int, default=8, help="HOOKGATE_POOL_MIN_SIZE: connections kept warm")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
     return parser.parse_args()
 
@@ -75,11 +77,12 @@ async def create_world(dsn: str, triggers: int, first: datetime) -> None:
         await conn.close()
 
 
-def start_schedulers(dsn: str, count: int, log_dir: Path) -> list[subprocess.Popen[bytes]]:
+def start_schedulers(dsn: str, args: argparse.Namespace, log_dir: Path) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "HOOKGATE_DATABASE_URL": dsn, "HOOKGATE_SECRET_KEY": SECRET,
-           "HOOKGATE_LOG_LEVEL": "warning", "PYTHONPATH": str(ROOT)}
+           "HOOKGATE_LOG_LEVEL": "warning", "PYTHONPATH": str(ROOT),
+           "HOOKGATE_SCHEDULER_CONCURRENCY": str(args.concurrency), "HOOKGATE_POOL_MIN_SIZE": str(args.pool_min)}
     procs = []
-    for i in range(count):
+    for i in range(args.schedulers):
         with (log_dir / f"scheduler-{i}.log").open("wb") as log:
             procs.append(subprocess.Popen([sys.executable, "-m", "gateway.cli", "scheduler"], cwd=ROOT, env=env,
                                           stdout=log, stderr=subprocess.STDOUT))
@@ -101,7 +104,7 @@ async def measure(dsn: str, args: argparse.Namespace, boundaries: list[datetime]
     notified: dict[str, float] = {}
     listener = await asyncpg.connect(dsn)
     await listener.add_listener("hookgate_runs", lambda _c, _p, _ch, payload: notified.setdefault(payload, time.time()))
-    procs = start_schedulers(dsn, args.schedulers, log_dir)
+    procs = start_schedulers(dsn, args, log_dir)
     watched = [psutil.Process(p.pid) for p in procs]
     try:
         await asyncio.sleep(max(0.0, boundaries[0].timestamp() - time.time() - 2))
@@ -136,7 +139,8 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
     lag = [(r["created_at"] - r["planned_at"]).total_seconds() for r in runs]
     visible = [seen["notified"][str(r["id"])] - r["planned_at"].timestamp() for r in runs
                if str(r["id"]) in seen["notified"]]
-    print(f"triggers={args.triggers} schedulers={args.schedulers} occurrences={len(boundaries)} "
+    print(f"triggers={args.triggers} schedulers={args.schedulers} concurrency={args.concurrency} "
+          f"pool_min={args.pool_min} occurrences={len(boundaries)} "
           f"({', '.join(b.strftime('%H:%M') for b in boundaries)})")
     print(f"runs={len(runs)} expected={expected} executions={executions}")
     print(f"duplicates={len(runs) - len(distinct) + max(0, executions - len(distinct))} "

@@ -253,3 +253,13 @@ async def test_a_frozen_holder_session_is_ended_so_its_row_locks_cannot_outlive_
             await conn.fetchval("SELECT 1")
     finally:
         conn.terminate()
+
+
+async def test_schedule_delay_holds_a_plan_back_until_it_has_settled(ctx):
+    handler = Recorder()
+    spec = job(handler, schedule_delay=timedelta(seconds=30), catch_up=LatestOnly(late_after=5 * MIN))
+    scheduler = Scheduler(ctx.pool, [spec], max_tick=120)
+    await scheduler.run_once(utc(2027, 1, 4, 9, 0, 20))
+    await scheduler.run_once(utc(2027, 1, 4, 9, 0, 31))
+    assert [r.plan_time for r in handler.calls] == [utc(2027, 1, 4, 8, 59), utc(2027, 1, 4, 9, 0)]
+    assert await scheduler._sleep_for(utc(2027, 1, 4, 9, 0, 31)) == pytest.approx(59)
