@@ -107,11 +107,13 @@ class Scheduler:
     # ------------------------------------------------------------------------------- service
     async def run(self) -> None:
         """Tick until stopped: sleep until the next due time, or until NOTIFY hookgate_triggers."""
-        listener = await self._listen()
+        listener: asyncpg.Connection | None = None
         failures = 0
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
+                if listener is None or listener.is_closed():  # (re)connect: a lost LISTEN only costs latency
+                    listener = await self._listen()
                 try:
                     report = await self.tick()
                     delay = await self._sleep_for(await self.now())
