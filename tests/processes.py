@@ -80,8 +80,7 @@ class Spawner:
             argv += ["--port", str(port)]
         log = self.log_dir / f"proc-{len(self.procs)}-{args[0]}.log"
         env = {**os.environ, **self.env, **(extra_env or {}), "PYTHONPATH": str(ROOT)}
-        handle = log.open("wb")
-        with handle:  # the child has its own copy of the descriptor; ours must not leak
+        with log.open("wb") as handle:  # the child keeps its own copy of the descriptor
             popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
         proc = Proc(popen, log, port)
         self.procs.append(proc)
