@@ -32,8 +32,6 @@ log = logging.getLogger("hookgate.scheduler")
 SCHEDULE_JOB = "autopilot_schedule_dispatch"
 LATE_AFTER = timedelta(minutes=5)
 WINDOW = timedelta(hours=24)
-#: A claimed trigger is looked at again after this long at the latest (its handler sets the real time).
-IN_FLIGHT_RECHECK = timedelta(minutes=1)
 _TICK = timedelta(seconds=1)
 _ACTIVE_LIMIT = {"skip": 1, "buffer_one": 2}
 
@@ -94,8 +92,8 @@ def plan_trigger(row: asyncpg.Record, now: datetime) -> tuple[datetime | None, d
     # A trigger that never fired is anchored at its creation, so it does not fire an occurrence
     # that predates it.
     plan = newest_due(schedule, _last_plan(row), now, hint=row["next_fire_at"], anchor=row["created_at"])
-    if plan is not None:
-        return plan, now + IN_FLIGHT_RECHECK
+    if plan is not None:  # if it is still in flight then, the planner defers it to its lease's stale time
+        return plan, next_after(schedule, plan)
     return None, schedule.next_after(now)
 
 
@@ -109,14 +107,16 @@ async def plan_due(conn: Conn, now: datetime, limit: int) -> list[Plan]:
     plans: list[Plan] = []
     ids: list[UUID] = []
     revisit: list[datetime | None] = []
+    fired: list[datetime | None] = []
     for row in rows:
         plan, again = plan_trigger(row, now)
         if plan is not None:
             plans.append(Plan(str(row["id"]), plan))
         ids.append(row["id"])
         revisit.append(again)
+        fired.append(plan)
     if ids:
-        await conn.execute(Q.trigger_defer, ids, revisit)
+        await conn.execute(Q.trigger_defer, ids, revisit, fired)
     return plans
 
 
@@ -266,7 +266,7 @@ async def reconsider(conn: Conn, runs: list[JobRun], now: datetime) -> None:
     The planner then waits for the retry, or, with attempts exhausted, moves on to the newest occurrence
     without waiting for the in-flight recheck.
     """
-    await conn.execute(Q.trigger_defer, [UUID(r.scope_id) for r in runs], [now] * len(runs))
+    await conn.execute(Q.trigger_defer, [UUID(r.scope_id) for r in runs], [now] * len(runs), [None] * len(runs))
 
 
 def autopilot_schedule_job(batch_size: int = 100) -> JobSpec:

@@ -59,11 +59,15 @@ LEFT JOIN LATERAL (SELECT e.status, e.next_retry_at, e.stale_after FROM sys_cron
                    LIMIT 1) flight ON true;
 
 -- name: trigger_defer
--- Move the next evaluation of schedule triggers $1 to times $2 (the next occurrence, a pending retry,
--- or when an in-flight lease would go stale), so a blocked trigger does not stay due and spin the tick.
+-- Move the next evaluation of schedule triggers $1 to times $2 (the occurrence after the one claimed now,
+-- the next occurrence, a pending retry, or when an in-flight lease would go stale), so a blocked trigger
+-- does not stay due and spin the tick. $3[i], when not NULL, is the occurrence just claimed: it becomes
+-- last_fired_at (never moving back), so the common case writes each trigger row once per occurrence.
 UPDATE autopilot_trigger t
-SET next_fire_at = d.at
-FROM unnest($1::uuid[], $2::timestamptz[]) AS d(id, at)
+SET next_fire_at = d.at,
+    last_fired_at = CASE WHEN d.fired IS NULL THEN t.last_fired_at
+                         ELSE greatest(coalesce(t.last_fired_at, d.fired), d.fired) END
+FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[]) AS d(id, at, fired)
 WHERE t.id = d.id AND t.kind = 'schedule';
 
 -- name: trigger_schedule_state
@@ -80,13 +84,16 @@ WHERE t.id = ANY($1::uuid[]);
 -- name: trigger_mark_fired
 -- After occurrence $2[i] of trigger $1[i] was handled: last_fired_at = that plan (never moving back),
 -- next_fire_at = $3[i], unless the cron or zone was edited meanwhile ($4/$5 = the schedule fired), in
--- which case the editor's next_fire_at stands.
+-- which case the editor's next_fire_at stands. Rows already right (the planner set both when it claimed
+-- the occurrence) are not rewritten.
 UPDATE autopilot_trigger t
 SET last_fired_at = greatest(coalesce(t.last_fired_at, f.plan), f.plan),
     next_fire_at = CASE WHEN t.cron = f.cron AND t.timezone = f.tz THEN f.next ELSE t.next_fire_at END
 FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::text[], $5::text[])
      AS f(id, plan, next, cron, tz)
-WHERE t.id = f.id;
+WHERE t.id = f.id
+  AND (t.last_fired_at IS NULL OR t.last_fired_at < f.plan
+       OR (t.cron = f.cron AND t.timezone = f.tz AND t.next_fire_at IS DISTINCT FROM f.next));
 
 -- name: trigger_next_due
 -- When the next schedule trigger falls due (the scheduler sleeps until then), via the due index.
