@@ -264,7 +264,7 @@ async def reconsider(conn: Conn, runs: list[JobRun], now: datetime) -> None:
     """After a failed attempt, make its triggers due now.
 
     The planner then waits for the retry, or, with attempts exhausted, moves on to the newest occurrence
-    without waiting for the in-flight recheck.
+    at once instead of at the next occurrence the claim had recorded.
     """
     await conn.execute(Q.trigger_defer, [UUID(r.scope_id) for r in runs], [now] * len(runs), [None] * len(runs))
 
