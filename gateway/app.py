@@ -5,13 +5,13 @@ from __future__ import annotations
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
-from gateway import admin, errors, health
+from gateway import admin, errors, health, ingress
 from hookgate.context import Context
 
 
 def all_routes() -> list[BaseRoute]:
     """Routes of every area of the HTTP edge."""
-    return [*health.routes, *admin.routes]
+    return [*health.routes, *admin.routes, *ingress.routes]
 
 
 def create_app(ctx: Context) -> Starlette:
