@@ -1,14 +1,17 @@
 """The lease watchdog (DESIGN §7): expired task leases back to the queue, silent runtimes offline.
 
-:func:`sweep` is what the scheduler's maintenance job calls every 60 s. Until that job exists the worker
-role runs it itself from :class:`WatchdogLoop` (every ``watchdog_interval_s``); concurrent sweeps are safe
-(SKIP LOCKED, guarded updates), so running both for a while is harmless.
+:func:`sweep` is what the scheduler's ``lease_watchdog`` maintenance job runs every 60 s (:func:`sweep_job`).
+The worker role also runs it from :class:`WatchdogLoop` (every ``watchdog_interval_s``), so a deployment
+without a scheduler still recovers abandoned work; concurrent sweeps are safe (SKIP LOCKED, guarded
+updates), so running both is harmless.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Any
 
 from autopilot import dispatch, lifecycle
 from hookgate.context import Context
@@ -42,6 +45,15 @@ async def sweep(conn: Conn, *, heartbeat_timeout_s: float = 120.0, now: datetime
         if len(rows) > len(failed):
             await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(rows[0]["id"]))
     return Sweep(len(rows) - len(failed), len(failed), len(offline))
+
+
+def sweep_job(heartbeat_timeout_s: float = 120.0) -> Callable[[Conn], Awaitable[dict[str, Any]]]:
+    """The sweep as the scheduler's maintenance work (``scheduler.jobs.maintenance``): JSON-able result."""
+
+    async def work(conn: Conn) -> dict[str, Any]:
+        return asdict(await sweep(conn, heartbeat_timeout_s=heartbeat_timeout_s))
+
+    return work
 
 
 class WatchdogLoop(PollingService):

@@ -1,5 +1,4 @@
--- 0002_dispatch (assigned 0003; numbered 0002 while no other migration exists, since the migrator refuses gaps):
--- what the delivery worker, the push worker and the pull runtime API need beyond 0001.
+-- 0003_dispatch: what the delivery worker, the push worker and the pull runtime API need beyond 0001.
 
 -- Round-robin claims walk the queued deliveries trigger by trigger (DESIGN §5 fairness), so the queue
 -- also needs an index by trigger.
