@@ -1,0 +1,152 @@
+"""The chaos run: real role processes over one PostgreSQL, webhook load, misbehaving agents, injected faults.
+
+``run_chaos(Config(...))`` builds the cluster, runs load and faults together, stops the faults, waits for
+quiescence, checks every invariant (``tests/chaos/checks.py``) and returns a ``Report``. Used by
+``bench/chaos.py`` (the documented command) and ``tests/chaos/test_chaos.py`` (the CI-sized run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from tests.chaos import checks, world
+from tests.chaos.agents import HttpAgent, PullRuntimes
+from tests.chaos.cluster import Cluster
+from tests.chaos.faults import Faults
+from tests.chaos.load import Load
+
+
+@dataclass(frozen=True)
+class Config:
+    """Size of a run. Defaults: the CI-sized run (about a minute and a half)."""
+
+    events: int = 2000
+    rate: float = 40.0
+    gateways: int = 2
+    workers: int = 3
+    schedulers: int = 2
+    schedules: int = 3
+    fault_interval: tuple[float, float] = (2.0, 6.0)
+    restart_postgres: bool = True
+    quiescence_timeout_s: float = 120.0
+    server_url: str | None = None
+    seed: int | None = None
+
+
+@dataclass
+class Report:
+    """What happened and what was violated (empty ``violations`` = the run passed)."""
+
+    config: Config
+    seconds: float = 0.0
+    violations: list[str] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+    recoveries: list[tuple[str, int, float | None]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every invariant held."""
+        return not self.violations
+
+    def table(self) -> str:
+        """The summary table printed at the end of a run."""
+        width = max(len(k) for k in self.figures) + 2
+        lines = [f"{k:<{width}}{v}" for k, v in self.figures.items()]
+        for role, held, seconds in self.recoveries:
+            shown = "not recovered" if seconds is None else f"{seconds:.1f} s"
+            lines.append(f"{'recovery ' + role:<{width}}{shown} (held {held} leases)")
+        lines += [f"VIOLATION {v}" for v in self.violations[:50]]
+        lines.append(f"{'result':<{width}}{'PASS' if self.ok else 'FAIL'} in {self.seconds:.0f} s")
+        return "\n".join(lines)
+
+
+def run_chaos(config: Config) -> Report:
+    """Run one chaos experiment end to end (blocking)."""
+    cluster = Cluster.create(config.server_url)
+    try:
+        cluster.start(config.gateways, config.workers, config.schedulers)
+        return asyncio.run(_experiment(cluster, config))
+    finally:
+        cluster.stop()
+
+
+async def _experiment(cluster: Cluster, config: Config) -> Report:
+    rng = random.Random(config.seed)
+    started = time.monotonic()
+    agent = HttpAgent(rng=random.Random(rng.random()))
+    agent_url = await agent.start()
+    boot = cluster.bootstrap()
+    made = await asyncio.to_thread(world.build, cluster.gateway_urls(), boot["api_key"], agent_url, config.schedules)
+    agent.secret = made.push_secret
+    runtimes = PullRuntimes(cluster.gateway_urls(), made.runtime_token, rng=random.Random(rng.random()))
+    load = Load(made.hook_urls, config.events, config.rate, rng=random.Random(rng.random()))
+    restart_at = config.events / config.rate * 0.4 if config.restart_postgres and cluster.db.restartable else None
+    faults = Faults(cluster, config.fault_interval, restart_at, rng=random.Random(rng.random()))
+    background = [asyncio.create_task(c) for c in (runtimes.run(), faults.run(), faults.watch_recovery(cluster.dsn))]
+    await load.run()
+    faults.stopping = True
+    await background[1]
+    await load.settle()
+    report = await _settle_and_check(cluster, config, agent, runtimes, load, faults)
+    runtimes.stopping = True
+    background[2].cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.gather(*background)
+    await agent.stop()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+async def _settle_and_check(cluster: Cluster, config: Config, agent: HttpAgent, runtimes: PullRuntimes,
+                            load: Load, faults: Faults) -> Report:
+    report = Report(config)
+    conn = await asyncpg.connect(cluster.dsn)
+    try:
+        waited = await _wait_quiescent(conn, config.quiescence_timeout_s)
+        dead = [k.pid for k in faults.kills]
+        for found in (await checks.every_2xx_stored(conn, load), await checks.one_run_per_delivery(conn),
+                      await checks.runs_terminal(conn), await checks.occurrences_once(conn),
+                      await checks.tasks_once(conn, agent, runtimes), await checks.no_dead_leases(conn, dead)):
+            report.violations += found
+        if load.unanswered:
+            report.violations.append(f"{load.unanswered} events never got a final answer")
+        report.figures = _figures(load, agent, runtimes, faults, await checks.figures(conn), waited, report)
+    finally:
+        await conn.close()
+    report.recoveries = [(k.role, k.held, k.recovered_s) for k in faults.kills]
+    return report
+
+
+async def _wait_quiescent(conn: asyncpg.Connection, timeout: float) -> float:
+    """Seconds until nothing is in flight (or the timeout)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout and not await checks.quiescent(conn):
+        await asyncio.sleep(0.5)
+    return time.monotonic() - start
+
+
+def _figures(load: Load, agent: HttpAgent, runtimes: PullRuntimes, faults: Faults, db: dict[str, Any],
+             waited: float, report: Report) -> dict[str, Any]:
+    statuses = load.statuses
+    ok = sum(n for s, n in statuses.items() if isinstance(s, int) and 200 <= s < 300)
+    lost = sum("lost" in v or "runs still" in v or "has 0 runs" in v for v in report.violations)
+    doubled = sum("doubled" in v or "completed" in v or "fired" in v or "executed" in v for v in report.violations)
+    return {
+        "events (new)": len(load._events), "requests sent": load.sent, "2xx": ok,
+        "503": statuses.get(503, 0), "401 (forged)": statuses.get(401, 0),
+        "connection errors": sum(n for s, n in statuses.items() if isinstance(s, str)),
+        "duplicates caught": load.outcomes.get("duplicate", 0), **db,
+        "http pushes": agent.pushes, "pull claims": runtimes.claims, "runtimes vanished": runtimes.vanished,
+        "kills (worker/scheduler)": f"{sum(k.role == 'worker' for k in faults.kills)}/"
+                                    f"{sum(k.role == 'scheduler' for k in faults.kills)}",
+        "connection cuts": faults.cuts,
+        "postgres restarts": f"{faults.postgres_restarts} ({faults.postgres_down_s:.1f} s down)",
+        "quiescence after load": f"{waited:.1f} s", "lost": lost, "doubled": doubled,
+    }
