@@ -96,17 +96,25 @@ class Faults:
     async def watch_recovery(self, dsn: str) -> None:
         """Time every kill until the dead process holds no lease any more (polls four times a second)."""
         conn: asyncpg.Connection | None = None
-        while True:
-            open_kills = [k for k in self.kills if k.recovered_s is None]
-            try:
-                conn = conn if conn is not None and not conn.is_closed() else await asyncpg.connect(dsn)
-                for kill in open_kills:
-                    held = int(await conn.fetchval(HELD_BY, kill.holder))
-                    kill.held = max(kill.held, held)
-                    if held == 0:
-                        kill.recovered_s = time.monotonic() - kill.at
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                conn = None  # the database is restarting
-            if self.stopping and not open_kills:
-                return
-            await asyncio.sleep(0.25)
+        try:
+            while not self.stopping or any(k.recovered_s is None for k in self.kills):
+                conn = await self._poll(conn, dsn)
+                await asyncio.sleep(0.25)
+        finally:
+            if conn is not None:
+                await conn.close(timeout=2)
+
+    async def _poll(self, conn: asyncpg.Connection | None, dsn: str) -> asyncpg.Connection | None:
+        """One look at what the killed processes still hold; returns the connection to reuse."""
+        try:
+            conn = conn if conn is not None and not conn.is_closed() else await asyncpg.connect(dsn)
+            for kill in [k for k in self.kills if k.recovered_s is None]:
+                held = int(await conn.fetchval(HELD_BY, kill.holder))
+                kill.held = max(kill.held, held)
+                if held == 0:
+                    kill.recovered_s = time.monotonic() - kill.at
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            if conn is not None:
+                conn.terminate()
+            return None  # the database is restarting
+        return conn
