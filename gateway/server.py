@@ -7,8 +7,10 @@ import contextlib
 from collections.abc import Generator
 
 import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from gateway.app import create_app
+from gateway.http_limits import guarded
 from hookgate.context import Context
 
 
@@ -32,6 +34,7 @@ class HttpServer:
             lifespan="off", access_log=False, log_config=None, server_header=False,
             timeout_keep_alive=5, timeout_graceful_shutdown=max(1, int(settings.shutdown_deadline) - 1),
             h11_max_incomplete_event_size=64 * 1024,
+            http=guarded(AutoHTTPProtocol, settings.http_read_timeout_s, 64 * 1024),
         )
         self.server = _Server(config)
 

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     )
     shutdown_deadline: float = Field(default=20.0, gt=0, description="Seconds a role gets to drain on SIGTERM")
     log_level: str = Field(default="info", description="debug, info, warning or error")
+    http_read_timeout_s: float = Field(
+        default=30.0, gt=0, description="Longest time a client may take to send a whole request (headers and body)"
+    )
 
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are trusted"
