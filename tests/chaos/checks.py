@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -96,6 +97,13 @@ async def no_dead_leases(conn: asyncpg.Connection, dead_pids: Iterable[int]) -> 
         SELECT 'delivery ' || id FROM webhook_delivery WHERE status = 'queued' AND lease_expires_at < now()""",
         holders)
     return [f"{r['what']} still leased by a dead or overdue holder" for r in rows]
+
+
+def secrets_not_logged(logs: Iterable[Path], secrets: Iterable[str]) -> list[str]:
+    """No token, key or secret handed out during the run appears in any process's output."""
+    texts = {log.name: log.read_text(errors="replace") for log in logs}
+    return [f"a secret ({secret[:4]}…) appears in {name}" for secret in secrets
+            for name, text in texts.items() if secret in text]
 
 
 async def figures(conn: asyncpg.Connection) -> dict[str, Any]:

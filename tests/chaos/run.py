@@ -95,6 +95,7 @@ async def _experiment(cluster: Cluster, config: Config) -> Report:
     await background[1]
     await load.settle()
     report = await _settle_and_check(cluster, config, agent, runtimes, load, faults)
+    report.violations += checks.secrets_not_logged(cluster.work.glob("proc-*.log"), made.secrets)
     runtimes.stopping = True
     background[2].cancel()
     with contextlib.suppress(asyncio.CancelledError):

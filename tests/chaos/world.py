@@ -18,6 +18,7 @@ class World:
     push_secret: str = ""
     runtime_token: str = ""
     schedule_triggers: list[str] = field(default_factory=list)
+    secrets: list[str] = field(default_factory=list)  # every token, key and secret handed out, for log checks
 
 
 def _post(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -34,6 +35,7 @@ def build(gateways: list[str], api_key: str, agent_url: str, schedules: int) -> 
                                             "runtime": {"kind": "http", "url": agent_url, "timeout_s": 3}})
         pull = _post(client, "/v1/agents", {"name": "chaos-pull", "runtime": {"kind": "pull"}, "max_concurrency": 8})
         world.push_secret, world.runtime_token = http["signing_secret"], pull["runtime_token"]
+        world.secrets += [api_key, world.push_secret, world.runtime_token, *SECRETS.values()]
         for preset in PRESETS:
             agent = pull if preset == "standard" else http
             mode = "create_issue" if preset == "stripe" else "run_only"
@@ -44,6 +46,7 @@ def build(gateways: list[str], api_key: str, agent_url: str, schedules: int) -> 
                             {"kind": "webhook", "provider": preset, "rate_limit_per_minute": 1_000_000})
             client.put(f"/v1/triggers/{trigger['id']}/signing-secret",
                        json={"secret": SECRETS[preset]}).raise_for_status()
+            world.secrets.append(trigger["token"])
             world.hook_urls[preset] = [f"{g}/hooks/{trigger['token']}" for g in gateways]
         ap = _post(client, "/v1/autopilots", {"title": "chaos cron", "instructions": "every minute",
                                               "assignee": {"type": "agent", "id": http["id"]}})

@@ -1,0 +1,27 @@
+"""Schemathesis checks of bench/fuzz.py (loaded with SCHEMATHESIS_HOOKS=bench.fuzz_checks).
+
+``json_error_codes``: every 4xx/5xx answer is a JSON object with a string ``error`` code, and no answer
+carries a Python stack trace.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import schemathesis
+
+
+@schemathesis.check
+def json_error_codes(ctx: Any, response: Any, case: Any) -> bool | None:
+    """Errors are ``{"error": "<code>", ...}``; nothing looks like a traceback."""
+    text = response.text or ""
+    if "Traceback (most recent call last)" in text or 'File "/' in text:
+        raise AssertionError("stack trace in the response")
+    if response.status_code >= 400:
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise AssertionError(f"{response.status_code} answer is not JSON: {text[:200]!r}") from exc
+        if not isinstance(body, dict) or not isinstance(body.get("error"), str):
+            raise AssertionError(f"{response.status_code} answer has no error code: {text[:200]!r}")
+    return None
