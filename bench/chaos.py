@@ -32,9 +32,11 @@ def main() -> int:
     parser.add_argument("--server-url", help="use this PostgreSQL server (no restart) instead of an embedded one")
     parser.add_argument("--no-postgres-restart", action="store_true")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--quiescence-timeout", type=float, default=300.0, help="seconds to wait for the backlog")
     args = parser.parse_args()
     config = Config(events=args.events, rate=args.rate, workers=args.workers, schedules=args.schedules,
-                    server_url=args.server_url, restart_postgres=not args.no_postgres_restart, seed=args.seed)
+                    server_url=args.server_url, restart_postgres=not args.no_postgres_restart, seed=args.seed,
+                    quiescence_timeout_s=args.quiescence_timeout)
     report = run_chaos(config)
     print(report.table())
     return 0 if report.ok else 1

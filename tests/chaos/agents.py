@@ -80,7 +80,7 @@ class PullRuntimes:
 
     base_urls: list[str]
     token: str
-    count: int = 3
+    count: int = 6
     vanish: float = 0.1
     rng: random.Random = field(default_factory=random.Random)
     applied: Counter[str] = field(default_factory=Counter)  # task id -> reports applied
@@ -94,11 +94,11 @@ class PullRuntimes:
             await asyncio.gather(*(self._runtime(client, i) for i in range(self.count)))
 
     async def _runtime(self, client: httpx.AsyncClient, index: int) -> None:
+        # A claim heartbeats its instance too, so a runtime that only claims stays online.
         instance = f"rt{index}-{uuid.uuid4().hex[:6]}"
         while not self.stopping:
             base = self.rng.choice(self.base_urls)
             try:
-                await client.post(f"{base}/v1/runtime/heartbeat", json={"instance": instance})
                 answer = await client.post(f"{base}/v1/runtime/claim", json={"wait_s": 1, "instance": instance})
                 if answer.status_code != 200:
                     await asyncio.sleep(0.2 if answer.status_code == 204 else 0.5)

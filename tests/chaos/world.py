@@ -33,7 +33,7 @@ def build(gateways: list[str], api_key: str, agent_url: str, schedules: int) -> 
     with httpx.Client(base_url=gateways[0], headers={"authorization": f"Bearer {api_key}"}, timeout=30) as client:
         http = _post(client, "/v1/agents", {"name": "chaos-http", "max_concurrency": 64,
                                             "runtime": {"kind": "http", "url": agent_url, "timeout_s": 3}})
-        pull = _post(client, "/v1/agents", {"name": "chaos-pull", "runtime": {"kind": "pull"}, "max_concurrency": 8})
+        pull = _post(client, "/v1/agents", {"name": "chaos-pull", "runtime": {"kind": "pull"}, "max_concurrency": 16})
         world.push_secret, world.runtime_token = http["signing_secret"], pull["runtime_token"]
         world.secrets += [api_key, world.push_secret, world.runtime_token, *SECRETS.values()]
         for preset in PRESETS:
