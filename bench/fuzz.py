@@ -58,7 +58,7 @@ def schemathesis(schema: str, base: str, token: str, examples: int, seed: int, w
                # Revoking keys would revoke the key the run uses; it has its own tests.
                "--exclude-operation-id", "revoke_key"]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "bench.fuzz_checks", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, check=False)
     print(done.stdout[-3000:])
     if done.returncode != 0:
         raise SystemExit(f"schemathesis found failures in the {name} API")
