@@ -1,7 +1,7 @@
 """Schemathesis checks of bench/fuzz.py (loaded with SCHEMATHESIS_HOOKS=bench.fuzz_checks).
 
-``json_error_codes``: every 4xx/5xx answer is a JSON object with a string ``error`` code, and no answer
-carries a Python stack trace.
+``json_error_codes``: every 4xx/5xx answer is a JSON object with a string ``error`` code, no answer
+carries a Python stack trace, and no answer echoes the caller's bearer key or token.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ def json_error_codes(ctx: Any, response: Any, case: Any) -> bool | None:
     text = response.text or ""
     if "Traceback (most recent call last)" in text or 'File "/' in text:
         raise AssertionError("stack trace in the response")
+    bearer = str((case.headers or {}).get("Authorization", "")).removeprefix("Bearer ").strip()
+    if len(bearer) > 8 and bearer in text:
+        raise AssertionError("the caller's bearer credential is echoed in the response")
     if response.status_code >= 400:
         try:
             body = response.json()
