@@ -17,7 +17,8 @@ def json_error_codes(ctx: Any, response: Any, case: Any) -> bool | None:
     text = response.text or ""
     if "Traceback (most recent call last)" in text or 'File "/' in text:
         raise AssertionError("stack trace in the response")
-    bearer = str((case.headers or {}).get("Authorization", "")).removeprefix("Bearer ").strip()
+    sent = getattr(getattr(response, "request", None), "headers", None) or case.headers or {}
+    bearer = str(sent.get("Authorization", "")).removeprefix("Bearer ").strip()
     if len(bearer) > 8 and bearer in text:
         raise AssertionError("the caller's bearer credential is echoed in the response")
     if response.status_code >= 400:
