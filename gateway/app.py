@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
-from gateway import errors, health
+from gateway import access, errors, health, metrics_endpoint, overload
 from hookgate.context import Context
 
 
 def all_routes() -> list[BaseRoute]:
     """Routes of every area of the HTTP edge."""
-    return [*health.routes]
+    return [*health.routes, *metrics_endpoint.routes]
 
 
 def create_app(ctx: Context) -> Starlette:
     """The Hookgate HTTP application over an already-open context (pool, keyring, settings)."""
-    app = Starlette(routes=all_routes(), exception_handlers=errors.HANDLERS)
+    app = Starlette(routes=all_routes(), exception_handlers={**overload.HANDLERS, **errors.HANDLERS},
+                    middleware=[Middleware(access.RequestContext)])
     app.state.ctx = ctx
     return app

@@ -26,6 +26,7 @@ environment:
   HOOKGATE_PUBLIC_URL     base of the webhook URLs shown to admins (default http://localhost:8080)
   HOOKGATE_HOST, HOOKGATE_PORT   HTTP bind address (default 127.0.0.1:8080)
   HOOKGATE_LOG_LEVEL      debug, info, warning, error (default info)
+  HOOKGATE_METRICS_PORT   /metrics port of worker and scheduler processes (gateways use their HTTP port)
 See README.md and docs/OPERATIONS.md for every setting.
 """
 
@@ -42,6 +43,10 @@ def _role_services(ctx: Context, roles: Sequence[str]) -> list[Service]:
         found.extend(worker_services(ctx))
     if "scheduler" in roles:
         found.extend(scheduler_services(ctx))
+    if "gateway" not in roles and ctx.settings.metrics_port is not None:
+        from gateway.metrics_endpoint import metrics_server
+
+        found.append(metrics_server(ctx, ctx.settings.metrics_port))
     return found
 
 

@@ -55,6 +55,10 @@ class Settings(BaseSettings):
         default=2.0, gt=0, description="Seconds ingress waits for a connection before answering 503"
     )
     shutdown_deadline: float = Field(default=20.0, gt=0, description="Seconds a role gets to drain on SIGTERM")
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535,
+        description="Port serving /metrics in worker and scheduler processes (a gateway serves it on its own port)",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error")
 
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
