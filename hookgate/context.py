@@ -14,7 +14,6 @@ import asyncpg
 
 from hookgate import crypto, database, migrations
 from hookgate.settings import ConfigError, Settings, decode_secret_key
-from sql import Q
 
 log = logging.getLogger("hookgate")
 
@@ -37,16 +36,6 @@ def with_database(dsn: str, name: str) -> str:
     return urlunsplit(parts._replace(path="/" + name))
 
 
-async def _ensure_database(server_dsn: str, name: str) -> None:
-    conn = await asyncpg.connect(server_dsn)
-    try:
-        if not await conn.fetchval(Q.server_database_exists, name):
-            with contextlib.suppress(asyncpg.DuplicateDatabaseError):
-                await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-
-
 @contextlib.asynccontextmanager
 async def embedded_server(settings: Settings) -> AsyncIterator[str]:
     """Start (or attach to) the embedded PostgreSQL in the data dir; yields the Hookgate database URL."""
@@ -54,12 +43,13 @@ async def embedded_server(settings: Settings) -> AsyncIterator[str]:
 
     server = EmbeddedPostgres(settings.data_dir)
     try:
-        server_dsn = await asyncio.to_thread(server.start)
+        await asyncio.to_thread(server.start)
+        dsn = await asyncio.to_thread(server.ensure_database, EMBEDDED_DATABASE)
     except EmbeddedPostgresError as exc:
+        await asyncio.to_thread(server.stop)
         raise ConfigError(str(exc)) from None
     try:
-        await _ensure_database(server_dsn, EMBEDDED_DATABASE)
-        yield with_database(server_dsn, EMBEDDED_DATABASE)
+        yield dsn
     finally:
         await asyncio.to_thread(server.stop)
 

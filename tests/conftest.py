@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
@@ -71,7 +72,7 @@ async def template_url(server_url: str) -> AsyncIterator[str]:
 async def db_url(server_url: str, template_url: str) -> AsyncIterator[str]:
     """A fresh, migrated database for this test only (dropped afterwards, even if connections linger)."""
     name = f"hg_t_{os.getpid()}_{next(_counter)}"
-    template = template_url.rsplit("/", 1)[1]
+    template = urlsplit(template_url).path.lstrip("/")
     admin = await asyncpg.connect(server_url)
     try:
         await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY FILE_COPY')

@@ -1,0 +1,82 @@
+"""``hookgate serve`` with no database URL: embedded PostgreSQL, first-run bootstrap, crash recovery."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import psutil
+
+from tests.processes import ROOT, free_port
+
+
+def _postgres_for(data_dir) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if proc.info["name"] == "postgres" and "-D" in cmdline and proc.status() != psutil.STATUS_ZOMBIE:
+            marker = (data_dir / "pg" / "cluster").read_text().strip() if (data_dir / "pg" / "cluster").exists() \
+                else str(data_dir)
+            if marker in cmdline:
+                found.append(proc)
+    return found
+
+
+def _serve(data_dir, port, log):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")}
+    env |= {"HOOKGATE_DATA_DIR": str(data_dir), "HOOKGATE_PORT": str(port), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve"], env=env, cwd=ROOT,
+                            stdout=log, stderr=subprocess.STDOUT)
+
+
+def _wait_ready(port, proc, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "serve exited early"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError("serve never became ready")
+
+
+def _wait_gone(data_dir, timeout=20):
+    deadline = time.monotonic() + timeout
+    while _postgres_for(data_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _postgres_for(data_dir)
+
+
+def test_serve_runs_on_embedded_postgres_survives_sigkill_and_leaves_no_orphan(tmp_path):
+    data_dir, port = tmp_path / "data", free_port()
+    with open(tmp_path / "serve.log", "wb") as log:
+        first = _serve(data_dir, port, log)
+        _wait_ready(port, first)
+    printed = (tmp_path / "serve.log").read_text()
+    assert "hgk_" in printed and "curl" in printed, printed  # the first run prints the owner key once
+    assert (data_dir / "secret.key").stat().st_mode & 0o777 == 0o600
+
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    with open(tmp_path / "serve2.log", "wb") as log:
+        second = _serve(data_dir, port, log)
+        _wait_ready(port, second)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")}
+        boot = subprocess.run(
+            [sys.executable, "-m", "gateway.cli", "bootstrap", "--json"], cwd=ROOT, capture_output=True, text=True,
+            env=env | {"HOOKGATE_DATA_DIR": str(data_dir), "PYTHONPATH": str(ROOT)}, timeout=60,
+        )
+        assert boot.returncode == 0, boot.stderr
+        assert json.loads(boot.stdout)["api_key"].startswith("hgk_")
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(30) == 0
+    assert "hgk_" not in (tmp_path / "serve2.log").read_text()  # the key is printed on the first run only
+    assert _wait_gone(data_dir) == [], "embedded PostgreSQL left running after serve exited"
