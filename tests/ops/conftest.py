@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,3 +126,34 @@ async def db_proxy(db_url: str) -> AsyncIterator[tuple[Proxy, str]]:
         yield proxy, urlunsplit(parts._replace(netloc=netloc))
     finally:
         await proxy.close()
+
+
+async def insert_delivery(ctx: Context, small: Small, *, status: str = "queued", event: str = "push",
+                          reason_code: str | None = None) -> Any:
+    """A delivery row as ingress writes it (for views that only read deliveries)."""
+    signature = "invalid" if status == "rejected" else "not_required"
+    async with ctx.pool.acquire() as conn:
+        return await conn.fetchval(
+            "INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, provider,"
+            " event, signature_status, status, reason_code, envelope)"
+            " VALUES ($1, $2, $3, '{}'::bytea, 'application/json', 'generic', $4, $5, $6, $7, $8) RETURNING id",
+            small.world.workspace_id, small.trigger["id"], small.autopilot["id"], event, signature, status,
+            reason_code, {"event": event, "payload": {}},
+        )
+
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+async def log_in(http: httpx.AsyncClient, api_key: str) -> str:
+    """Log in through the form; returns the session's CSRF token (read from the overview page)."""
+    page = await http.get("/dashboard/login")
+    token = CSRF.search(page.text)
+    assert token, page.text
+    answer = await http.post("/dashboard/login", data={"api_key": api_key, "csrf": token.group(1)})
+    assert answer.status_code == 303 and answer.headers["location"] == "/dashboard", answer.text
+    overview = await http.get("/dashboard")
+    assert overview.status_code == 200
+    found = CSRF.search(overview.text)
+    assert found
+    return found.group(1)
