@@ -1,13 +1,12 @@
-"""Fixtures for the operations tests: a small world, scrapes parsed into samples, a TCP proxy to cut."""
+"""Fixtures for the operations tests: a small world, scrapes parsed into samples, a proxy to cut."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import re
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -16,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from autopilot import admission
 from hookgate.context import Context
 from tests import factories
+from tests.chaos.proxy import TcpProxy
+from tests.chaos.test_proxy import proxy_target
 
 
 @dataclass
@@ -61,71 +62,18 @@ async def scrape(http: httpx.AsyncClient) -> dict[tuple[str, tuple[tuple[str, st
     return samples(answer.text)
 
 
-@dataclass
-class Proxy:
-    """A TCP proxy in front of PostgreSQL that a test can cut (drop every connection, refuse new ones)."""
-
-    target: tuple[str, int]
-    server: asyncio.Server | None = None
-    port: int = 0
-    links: set[asyncio.StreamWriter] = field(default_factory=set)
-    open: bool = True
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not self.open:
-            writer.close()
-            return
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            return
-        self.links |= {writer, up_writer}
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError, asyncio.CancelledError):
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        writer.close()
-        self.links.discard(writer)
-
-    def cut(self) -> None:
-        """Refuse new connections and close every open one (the database 'goes down')."""
-        self.open = False
-        for writer in list(self.links):
-            writer.close()
-
-    def restore(self) -> None:
-        """Accept connections again (the database 'comes back')."""
-        self.open = True
-
-    async def close(self) -> None:
-        self.cut()
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-
 @pytest.fixture
-async def db_proxy(db_url: str) -> AsyncIterator[tuple[Proxy, str]]:
+def db_proxy(server_url: str, db_url: str) -> Iterator[tuple[TcpProxy, str]]:
     """A cuttable proxy to this test's database; yields ``(proxy, database URL through the proxy)``."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(db_url)
-    proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 5432))
-    await proxy.start()
-    userinfo = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
-    netloc = f"{userinfo}127.0.0.1:{proxy.port}"
+    host, port, parts = proxy_target(server_url)
+    proxy = TcpProxy(host, port)
+    local = proxy.start()
+    name = urlsplit(db_url).path
+    url = parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{local}", path=name).geturl()
     try:
-        yield proxy, urlunsplit(parts._replace(netloc=netloc))
+        yield proxy, url
     finally:
-        await proxy.close()
+        proxy.stop()
 
 
 async def insert_delivery(ctx: Context, small: Small, *, status: str = "queued", event: str = "push",
