@@ -74,6 +74,13 @@ class RequestContext:
         with logs.scope(request_id=request_id) as fields:
             try:
                 await self.app(scope, receive, send_with_id)
+            except Exception:
+                # Logged here, inside the request's scope, so the traceback carries the request id;
+                # Starlette's outermost error middleware then answers the bare JSON 500.
+                status = 500
+                route = scope.get("route")
+                log.exception("unhandled error", extra={"path_template": getattr(route, "path", "?")})
+                raise
             finally:
                 _finish(scope, fields, status, time.perf_counter() - started)
 

@@ -166,3 +166,22 @@ async def test_no_issued_credential_appears_in_any_log_line_of_a_real_run(spawn,
         for value in issued:
             assert value and value not in text, f"an issued credential appears in the {name} log"
         assert not CREDENTIAL_SHAPE.search(text), f"{name}: {CREDENTIAL_SHAPE.search(text)}"
+
+
+async def test_an_unhandled_error_is_logged_once_with_its_request_id_and_answered_a_bare_500(ctx, json_lines):
+    from gateway.app import create_app
+
+    async def boom(request):
+        raise RuntimeError("bug with " + crypto.new_token("hgk_"))
+
+    app = create_app(ctx)
+    app.add_route("/boom", boom)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        answer = await http.get("/boom", headers={"X-Request-Id": "req-boom-01"})
+    assert answer.status_code == 500 and answer.json() == {"error": "internal_error", "message": "internal error"}
+    errors = [e for e in entries(json_lines) if e["msg"] == "unhandled error"]
+    assert len(errors) == 1 and errors[0]["request_id"] == "req-boom-01" and "RuntimeError" in errors[0]["exc"]
+    assert not CREDENTIAL_SHAPE.search(json_lines.getvalue())
+    access = [e for e in entries(json_lines) if e["logger"] == "hookgate.access"]
+    assert access[-1]["status"] == 500 and access[-1]["request_id"] == "req-boom-01"
