@@ -80,7 +80,7 @@ class Spawner:
             argv += ["--port", str(port)]
         log = self.log_dir / f"proc-{len(self.procs)}-{args[0]}.log"
         env = {**os.environ, **self.env, **(extra_env or {}), "PYTHONPATH": str(ROOT)}
-        with log.open("wb") as handle:  # the child keeps its own descriptor; ours is closed at once
+        with log.open("wb") as handle:  # the child keeps its own copy of the descriptor
             popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
         proc = Proc(popen, log, port)
         self.procs.append(proc)
