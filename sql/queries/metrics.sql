@@ -10,7 +10,7 @@ FROM webhook_delivery
 WHERE status = 'queued'
 
 -- name: metrics_run_queue
--- Runs admitted but not yet dispatched (pending) and the age of the oldest; partial index of the ops migration.
+-- Runs admitted but not yet dispatched (pending) and the age of the oldest; few rows (a partial index on pending).
 SELECT count(*)::bigint AS depth,
        coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_s
 FROM autopilot_run
