@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from hookgate.context import Context
+from tests import factories
 from tests.ops.conftest import Small
 
 pytestmark = pytest.mark.skipif(
@@ -54,12 +55,14 @@ async def _settled(ctx: Context, ids: list[str], timeout: float) -> list[str]:
 
 
 async def test_sigterm_of_worker_and_gateway_under_load_loses_no_accepted_delivery(spawn, ctx: Context, small: Small):
+    # A trigger paced high enough that pacing (60/min by default) does not stretch the drain.
+    _, token = await factories.webhook_trigger(small.world, small.autopilot, rate_limit_per_minute=100_000)
     gateway = spawn.start("gateway", gateway=True, extra_env=FAST_STOP)
     worker = spawn.start("worker", extra_env=FAST_STOP)
     await asyncio.to_thread(gateway.wait_ready)
     accepted: list[str] = []
     stop_worker, stop_gateway = asyncio.Event(), asyncio.Event()
-    load = asyncio.create_task(_load(gateway.url, small.token, 150, accepted, {40: stop_worker, 110: stop_gateway}))
+    load = asyncio.create_task(_load(gateway.url, token, 150, accepted, {40: stop_worker, 110: stop_gateway}))
     await stop_worker.wait()
     worker.signal(signal.SIGTERM)
     await stop_gateway.wait()
@@ -73,7 +76,11 @@ async def test_sigterm_of_worker_and_gateway_under_load_loses_no_accepted_delive
                                    "AND lease_expires_at > now()")
     assert held == 0, "a stopped worker must release (not keep) its delivery leases"
     spawn.start("worker")
-    assert await _settled(ctx, accepted, timeout=60) == []
+    missing = await _settled(ctx, accepted, timeout=30)
+    async with ctx.pool.acquire() as conn:
+        states = await conn.fetch("SELECT status, reason_code, run_id IS NOT NULL AS has_run, count(*) "
+                                  "FROM webhook_delivery WHERE id::text = ANY($1) GROUP BY 1, 2, 3", missing)
+    assert missing == [], [dict(r) for r in states]
     async with ctx.pool.acquire() as conn:
         runs = await conn.fetchval("SELECT count(*) FROM autopilot_run WHERE webhook_delivery_id::text = ANY($1)",
                                    accepted)
