@@ -42,12 +42,18 @@ class Bootstrap:
     created: bool
 
 
-async def issue_key(conn: Conn, workspace_id: UUID, member_id: UUID) -> tuple[UUID, str]:
-    """Create an API key for a member; returns ``(key id, key)``. Only the digest is stored."""
+async def issue_key(
+    conn: Conn, workspace_id: UUID, member_id: UUID, actor_id: UUID | None = None
+) -> tuple[UUID, str]:
+    """Create an API key for a member; returns ``(key id, key)``. Only the digest is stored.
+
+    ``actor_id`` is the member who asked for it through the API (None: the system, e.g. bootstrap).
+    """
     key = crypto.new_token(API_KEY_PREFIX)
     row = one(await conn.fetchrow(Q.api_key_insert, workspace_id, member_id, crypto.digest(key), crypto.hint(key)))
     await audit.record(
-        conn, "KEY_CREATE", actor_type="system", actor_id=None, subject_type="api_key",
+        conn, "KEY_CREATE", actor_type="system" if actor_id is None else "member", actor_id=actor_id,
+        subject_type="api_key",
         subject_id=row["id"], workspace_id=workspace_id, detail={"member_id": str(member_id)},
     )
     return row["id"], key
@@ -67,11 +73,11 @@ async def bootstrap(conn: Conn, name: str = "default") -> Bootstrap:
 
 
 async def add_member(
-    conn: Conn, workspace_id: UUID, name: str, role: str, email: str | None = None
+    conn: Conn, workspace_id: UUID, name: str, role: str, email: str | None = None, actor_id: UUID | None = None
 ) -> tuple[asyncpg.Record, str]:
-    """Add a member with a first API key; returns ``(member row, key)``."""
+    """Add a member with a first API key; returns ``(member row, key)``. ``actor_id``: who added them."""
     member = one(await conn.fetchrow(Q.member_insert, workspace_id, name, email, role))
-    _, key = await issue_key(conn, workspace_id, member["id"])
+    _, key = await issue_key(conn, workspace_id, member["id"], actor_id)
     return member, key
 
 

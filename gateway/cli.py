@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gateway import admin_cli
 from hookgate import logs
 from hookgate.context import Context, open_context
 from hookgate.migrations import MigrationError
@@ -124,10 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
                                       "for the same owner.")
     boot.add_argument("--workspace", default="default", help="workspace name (default: default)")
     boot.add_argument("--json", action="store_true", help='print {"workspace_id","member_id","api_key"}')
+    admin_cli.add_commands(sub)
     return parser
 
 
 def _dispatch(args: argparse.Namespace) -> Callable[[Settings], Any]:
+    if getattr(args, "admin_verb", None) is not None:
+        return lambda _s: admin_cli.run(args)
     roles = {"serve": ("gateway", "worker", "scheduler"), "gateway": ("gateway",),
              "worker": ("worker",), "scheduler": ("scheduler",)}
     if args.command in roles:

@@ -31,3 +31,43 @@ INSERT INTO squad_member (squad_id, agent_id) VALUES ($1, $2) ON CONFLICT DO NOT
 -- Seal an http agent's signing secret to its row. $1 = agent id, $2 = ciphertext.
 UPDATE agent SET signing_secret_ct = $2, updated_at = now() WHERE id = $1
 RETURNING *;
+
+-- name: agent_list
+-- Agents of workspace $1 after cursor id $2 (nullable), $3 at most, oldest first.
+SELECT * FROM agent
+WHERE workspace_id = $1 AND ($2::uuid IS NULL OR id > $2)
+ORDER BY id
+LIMIT $3;
+
+-- name: squad_get
+-- One squad of workspace $1 by id $2, with its member agent ids.
+SELECT s.*, coalesce(array_agg(m.agent_id ORDER BY m.agent_id) FILTER (WHERE m.agent_id IS NOT NULL),
+                     '{}') AS member_ids
+FROM squad s LEFT JOIN squad_member m ON m.squad_id = s.id
+WHERE s.workspace_id = $1 AND s.id = $2
+GROUP BY s.id;
+
+-- name: squad_list
+-- Squads of workspace $1 after cursor id $2 (nullable), $3 at most, with their member agent ids.
+SELECT s.*, coalesce(array_agg(m.agent_id ORDER BY m.agent_id) FILTER (WHERE m.agent_id IS NOT NULL),
+                     '{}') AS member_ids
+FROM squad s LEFT JOIN squad_member m ON m.squad_id = s.id
+WHERE s.workspace_id = $1 AND ($2::uuid IS NULL OR s.id > $2)
+GROUP BY s.id
+ORDER BY s.id
+LIMIT $3;
+
+-- name: assignee_exists
+-- Whether assignee ($2 type 'agent'|'squad', $3 id) exists in workspace $1 (an agent must not be archived).
+SELECT CASE $2::text
+         WHEN 'agent' THEN EXISTS (SELECT 1 FROM agent WHERE workspace_id = $1 AND id = $3 AND archived_at IS NULL)
+         WHEN 'squad' THEN EXISTS (SELECT 1 FROM squad WHERE workspace_id = $1 AND id = $3)
+         ELSE false
+       END;
+
+-- name: agent_archive
+-- Archive agent $2 of workspace $1 (runs assigned to it are skipped from now on). Returns the row; an
+-- already archived agent keeps its first archive time.
+UPDATE agent SET archived_at = coalesce(archived_at, now()), updated_at = now()
+WHERE workspace_id = $1 AND id = $2
+RETURNING *;

@@ -22,3 +22,16 @@ SELECT key_id, member_id, workspace_id, role, name FROM hit;
 UPDATE api_key SET revoked_at = now()
 WHERE workspace_id = $1 AND id = $2 AND revoked_at IS NULL
 RETURNING id, member_id;
+
+-- name: api_key_get
+-- One key of workspace $1 by id $2 (never its digest).
+SELECT id, workspace_id, member_id, hint, created_at, last_used_at, revoked_at
+FROM api_key WHERE workspace_id = $1 AND id = $2;
+
+-- name: api_key_list
+-- Keys of workspace $1, only member $2's when set (nullable), after cursor id $3 (nullable), $4 at most.
+SELECT id, workspace_id, member_id, hint, created_at, last_used_at, revoked_at
+FROM api_key
+WHERE workspace_id = $1 AND ($2::uuid IS NULL OR member_id = $2) AND ($3::uuid IS NULL OR id > $3)
+ORDER BY id
+LIMIT $4;

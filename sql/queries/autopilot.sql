@@ -36,3 +36,53 @@ SELECT * FROM autopilot_rule_version WHERE autopilot_id = $1 ORDER BY version DE
 -- name: autopilot_get_any
 -- One autopilot by id, whatever its workspace (internal use: the caller already scoped it).
 SELECT * FROM autopilot WHERE id = $1;
+
+-- name: autopilot_list
+-- Autopilots of workspace $1, only status $2 when set (nullable), after cursor id $3 (nullable), $4 at most.
+SELECT * FROM autopilot
+WHERE workspace_id = $1 AND ($2::text IS NULL OR status = $2) AND ($3::uuid IS NULL OR id > $3)
+ORDER BY id
+LIMIT $4;
+
+-- name: autopilot_update
+-- Replace the editable fields of autopilot $1 (the caller merged the patch). $2 = title,
+-- $3 = instructions, $4 = assignee type, $5 = assignee id, $6 = execution mode, $7 = issue title template.
+UPDATE autopilot
+SET title = $2, instructions = $3, assignee_type = $4, assignee_id = $5, execution_mode = $6,
+    issue_title_template = $7, updated_at = now()
+WHERE id = $1
+RETURNING *;
+
+-- name: autopilot_lock
+-- Lock autopilot $1 for a change (serialises edits, status changes and their rule versions).
+SELECT * FROM autopilot WHERE id = $1 FOR UPDATE;
+
+-- name: rule_version_list
+-- Rule versions of autopilot $1 after cursor id $2 (nullable), $3 at most, oldest first.
+SELECT * FROM autopilot_rule_version
+WHERE autopilot_id = $1 AND ($2::uuid IS NULL OR id > $2)
+ORDER BY id
+LIMIT $3;
+
+-- name: collaborator_insert
+-- Give member $2 write access to autopilot $1; $3 = who added them. Returns nothing if already there.
+INSERT INTO autopilot_collaborator (autopilot_id, member_id, added_by) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING
+RETURNING autopilot_id, member_id, added_by, added_at;
+
+-- name: collaborator_delete
+-- Remove member $2 from autopilot $1's collaborators. Returns the row if it existed.
+DELETE FROM autopilot_collaborator WHERE autopilot_id = $1 AND member_id = $2
+RETURNING autopilot_id, member_id;
+
+-- name: collaborator_list
+-- Collaborators of autopilot $1 after cursor member id $2 (nullable), $3 at most.
+SELECT c.autopilot_id, c.member_id, c.added_by, c.added_at, m.name, m.role
+FROM autopilot_collaborator c JOIN member m ON m.id = c.member_id
+WHERE c.autopilot_id = $1 AND ($2::uuid IS NULL OR c.member_id > $2)
+ORDER BY c.member_id
+LIMIT $3;
+
+-- name: collaborator_exists
+-- Whether member $2 is a collaborator of autopilot $1.
+SELECT EXISTS (SELECT 1 FROM autopilot_collaborator WHERE autopilot_id = $1 AND member_id = $2);

@@ -57,3 +57,33 @@ SELECT id, status, reason_code, reason FROM autopilot_run WHERE trigger_id = $1 
 -- name: run_get
 -- One run of a workspace. $1 = workspace, $2 = run id.
 SELECT * FROM autopilot_run WHERE workspace_id = $1 AND id = $2;
+
+-- name: run_list
+-- Runs of workspace $1, newest first. Filters (each nullable): $2 = autopilot, $3 = status, $4 = source,
+-- $5 = cursor (the last id seen). $6 = at most.
+SELECT * FROM autopilot_run
+WHERE workspace_id = $1 AND ($2::uuid IS NULL OR autopilot_id = $2) AND ($3::text IS NULL OR status = $3)
+  AND ($4::text IS NULL OR source = $4) AND ($5::uuid IS NULL OR id < $5)
+ORDER BY id DESC
+LIMIT $6;
+
+-- name: run_chain
+-- Run $2 of workspace $1 with what it came from and what it made: delivery, issue and task statuses.
+SELECT r.*,
+       d.status AS delivery_status, d.reason_code AS delivery_reason_code,
+       d.signature_status AS delivery_signature_status,
+       i.status AS issue_status,
+       t.status AS task_status, t.attempt AS task_attempt, t.error AS task_error
+FROM autopilot_run r
+LEFT JOIN webhook_delivery d ON d.id = r.webhook_delivery_id
+LEFT JOIN issue i ON i.id = r.issue_id
+LEFT JOIN agent_task t ON t.id = r.task_id
+WHERE r.workspace_id = $1 AND r.id = $2;
+
+-- name: run_cancel
+-- Cancel run $2 of workspace $1 unless it already ended. $3 = reason. Returns the run if it changed.
+UPDATE autopilot_run
+SET status = 'cancelled', reason_code = 'cancelled_by_member', reason = $3, finished_at = now(),
+    updated_at = now()
+WHERE workspace_id = $1 AND id = $2 AND status IN ('pending', 'issue_created', 'queued', 'running')
+RETURNING *;

@@ -11,3 +11,7 @@ SELECT 1;
 -- Channels: hookgate_deliveries (queued delivery), hookgate_runs (pending run without a delivery),
 -- hookgate_tasks (queued task), hookgate_triggers (a schedule trigger changed).
 SELECT pg_notify($1, $2);
+
+-- name: server_now
+-- The database clock (every time decision uses it, never the app server's), or override $1 if set.
+SELECT coalesce($1::timestamptz, now());

@@ -1,0 +1,219 @@
+"""Agents (``http``: we push to a URL; ``pull``: a runtime claims work) and squads (a leader + members).
+
+The credential is returned once at creation: ``signing_secret`` (``whsec_…``, signs our pushes) for an
+http agent, ``runtime_token`` (``hgr_…``) for a pull agent. Afterwards only a last-4 hint is shown.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+import asyncpg
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from autopilot import agents, audit
+from gateway.admin import auth, pagination
+from gateway.admin.openapi import Call, Endpoints
+from gateway.admin.pagination import PageQuery
+from gateway.errors import ApiError
+from hookgate.database import one
+from sql import Q
+
+api = Endpoints("Agents and squads")
+
+
+class HttpRuntimeIn(BaseModel):
+    """Push tasks to ``url`` (signed with the agent's whsec_ secret)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["http"]
+    url: str = Field(pattern=r"^https?://[^\s/]+", max_length=2000)
+    timeout_s: float = Field(default=10.0, gt=0, le=300)
+
+
+class PullRuntimeIn(BaseModel):
+    """A runtime that claims tasks with its hgr_ token."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["pull"]
+
+
+class RuntimeIn(RootModel[Annotated[HttpRuntimeIn | PullRuntimeIn, Field(discriminator="kind")]]):
+    """How the agent receives work."""
+
+
+class AgentIn(BaseModel):
+    """A new agent."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=200)
+    runtime: RuntimeIn
+    visibility: Literal["workspace", "private"] = "workspace"
+    max_concurrency: int = Field(default=4, ge=1, le=10000)
+
+
+class RuntimeOut(BaseModel):
+    """An agent's runtime binding."""
+
+    kind: Literal["http", "pull"]
+    url: str | None = None
+    timeout_s: float | None = None
+    secret_hint: str | None = None
+    token_hint: str | None = None
+
+
+class AgentOut(BaseModel):
+    """An agent (credentials only as hints)."""
+
+    id: UUID
+    name: str
+    owner_id: UUID
+    visibility: Literal["workspace", "private"]
+    runtime: RuntimeOut
+    max_concurrency: int
+    created_at: datetime
+    archived_at: datetime | None
+
+
+class NewAgentOut(AgentOut):
+    """A created agent with its credential, shown once."""
+
+    signing_secret: str | None = None
+    runtime_token: str | None = None
+
+
+class AgentPage(BaseModel):
+    """A page of agents."""
+
+    items: list[AgentOut]
+    next_cursor: str | None
+
+
+class SquadIn(BaseModel):
+    """A squad: work assigned to it goes to its leader."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=200)
+    leader_id: UUID
+    member_ids: list[UUID] = Field(default_factory=list, max_length=100)
+
+
+class SquadOut(BaseModel):
+    """A squad and its member agents (the leader included)."""
+
+    id: UUID
+    name: str
+    leader_id: UUID
+    member_ids: list[UUID]
+    created_at: datetime
+
+
+class SquadPage(BaseModel):
+    """A page of squads."""
+
+    items: list[SquadOut]
+    next_cursor: str | None
+
+
+def agent_out(row: asyncpg.Record) -> AgentOut:
+    """Render an agent row without its secrets."""
+    if row["runtime_kind"] == "http":
+        runtime = RuntimeOut(kind="http", url=row["endpoint_url"], timeout_s=row["timeout_s"],
+                             secret_hint=row["signing_secret_hint"])
+    else:
+        runtime = RuntimeOut(kind="pull", token_hint=row["runtime_token_hint"])
+    return AgentOut(id=row["id"], name=row["name"], owner_id=row["owner_id"], visibility=row["visibility"],
+                    runtime=runtime, max_concurrency=row["max_concurrency"], created_at=row["created_at"],
+                    archived_at=row["archived_at"])
+
+
+def squad_out(row: asyncpg.Record) -> SquadOut:
+    """Render a squad row (with ``member_ids`` aggregated by the query)."""
+    return SquadOut(id=row["id"], name=row["name"], leader_id=row["leader_agent_id"],
+                    member_ids=list(row["member_ids"]), created_at=row["created_at"])
+
+
+@api.add("POST", "/v1/agents", summary="Create an agent", response=NewAgentOut, status=201, body=AgentIn)
+async def create_agent(call: Call) -> dict[str, Any]:
+    """Any member may create an agent; they own it. The credential is in this answer only."""
+    body: AgentIn = call.body
+    p, runtime = call.principal, body.runtime.root
+    if isinstance(runtime, HttpRuntimeIn):
+        made = await agents.create_http_agent(
+            call.conn, call.ctx.keyring, workspace_id=p.workspace_id, owner_id=p.member_id, name=body.name,
+            url=runtime.url, timeout_s=runtime.timeout_s, visibility=body.visibility,
+            max_concurrency=body.max_concurrency)
+    else:
+        made = await agents.create_pull_agent(
+            call.conn, workspace_id=p.workspace_id, owner_id=p.member_id, name=body.name,
+            visibility=body.visibility, max_concurrency=body.max_concurrency)
+    # Only the credential of this runtime kind is in the answer (the other key is absent, not null).
+    out = agent_out(made.row).model_dump(mode="json")
+    if made.signing_secret is not None:
+        return out | {"signing_secret": made.signing_secret}
+    return out | {"runtime_token": made.runtime_token}
+
+
+@api.add("GET", "/v1/agents", summary="List agents", response=AgentPage, query=PageQuery)
+async def list_agents(call: Call) -> dict[str, Any]:
+    """Agents of the workspace, oldest first."""
+    q: PageQuery = call.query
+    rows = await call.conn.fetch(Q.agent_list, call.principal.workspace_id, pagination.uuid_after(q), q.limit + 1)
+    return pagination.page(rows, q.limit, agent_out, lambda r: r["id"])
+
+
+@api.add("GET", "/v1/agents/{agent_id}", summary="Get an agent", response=AgentOut)
+async def get_agent(call: Call) -> AgentOut:
+    """One agent."""
+    row = await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, call.path["agent_id"])
+    if row is None:
+        raise auth.not_found("agent")
+    return agent_out(row)
+
+
+@api.add("POST", "/v1/agents/{agent_id}/archive", summary="Archive an agent", response=AgentOut)
+async def archive_agent(call: Call) -> AgentOut:
+    """The agent's owner, or an owner/admin. Runs assigned to it are skipped (``agent_archived``) from now on."""
+    row = await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, call.path["agent_id"])
+    if row is None:
+        raise auth.not_found("agent")
+    if row["owner_id"] != call.principal.member_id:
+        auth.require_admin(call.principal, "archive other members' agents")
+    async with call.conn.transaction():
+        archived = one(await call.conn.fetchrow(Q.agent_archive, call.principal.workspace_id, row["id"]))
+        if row["archived_at"] is None:
+            await audit.record(call.conn, "AGENT_ARCHIVE", actor_type="member", actor_id=call.principal.member_id,
+                               subject_type="agent", subject_id=row["id"], workspace_id=call.principal.workspace_id)
+    return agent_out(archived)
+
+
+@api.add("POST", "/v1/squads", summary="Create a squad", response=SquadOut, status=201, body=SquadIn)
+async def create_squad(call: Call) -> SquadOut:
+    """A squad of the workspace's agents; the leader receives the squad's work."""
+    body: SquadIn = call.body
+    ws = call.principal.workspace_id
+    for agent_id in {body.leader_id, *body.member_ids}:
+        if await call.conn.fetchrow(Q.agent_get, ws, agent_id) is None:
+            raise ApiError(422, "invalid_request", f"agent {agent_id} does not exist in this workspace")
+    squad = await agents.create_squad(call.conn, workspace_id=ws, name=body.name, leader_id=body.leader_id,
+                                      member_ids=body.member_ids)
+    return squad_out(one(await call.conn.fetchrow(Q.squad_get, ws, squad["id"])))
+
+
+@api.add("GET", "/v1/squads", summary="List squads", response=SquadPage, query=PageQuery)
+async def list_squads(call: Call) -> dict[str, Any]:
+    """Squads of the workspace, oldest first."""
+    q: PageQuery = call.query
+    rows = await call.conn.fetch(Q.squad_list, call.principal.workspace_id, pagination.uuid_after(q), q.limit + 1)
+    return pagination.page(rows, q.limit, squad_out, lambda r: r["id"])
+
+
+@api.add("GET", "/v1/squads/{squad_id}", summary="Get a squad", response=SquadOut)
+async def get_squad(call: Call) -> SquadOut:
+    """One squad."""
+    row = await call.conn.fetchrow(Q.squad_get, call.principal.workspace_id, call.path["squad_id"])
+    if row is None:
+        raise auth.not_found("squad")
+    return squad_out(row)

@@ -1,0 +1,71 @@
+"""Who is calling and what they may do (DESIGN §9).
+
+The caller is the member behind a bearer ``hgk_`` key. Every lookup is scoped by that key's workspace, so
+another workspace's ids are simply not found (404, never 403: existence is not leaked). Writing an
+autopilot (and seeing its triggers' tokens and URLs) is for its creator, workspace owners and admins, and
+its collaborators; managing collaborators is for the creator, owners and admins.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import asyncpg
+from starlette.requests import Request
+
+from autopilot import workspaces
+from autopilot.workspaces import Principal
+from gateway.errors import ApiError
+from hookgate.database import Conn
+from sql import Q
+
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="hookgate"'}
+
+
+async def authenticate(conn: Conn, request: Request) -> Principal:
+    """The live member behind the request's bearer key, or 401."""
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise ApiError(401, "unauthorized", "send an API key as 'Authorization: Bearer hgk_…'", _CHALLENGE)
+    principal = await workspaces.authenticate(conn, key.strip())
+    if principal is None:
+        raise ApiError(401, "unauthorized", "unknown or revoked API key", _CHALLENGE)
+    return principal
+
+
+def require_admin(principal: Principal, action: str) -> None:
+    """403 unless the caller is a workspace owner or admin."""
+    if not principal.is_admin:
+        raise ApiError(403, "forbidden", f"only workspace owners and admins may {action}")
+
+
+def not_found(kind: str) -> ApiError:
+    """The one answer for a missing id and for another workspace's id."""
+    return ApiError(404, "not_found", f"no such {kind}")
+
+
+async def autopilot_of(conn: Conn, principal: Principal, autopilot_id: UUID) -> asyncpg.Record:
+    """The caller's workspace's autopilot, or 404."""
+    row = await conn.fetchrow(Q.autopilot_get, principal.workspace_id, autopilot_id)
+    if row is None:
+        raise not_found("autopilot")
+    return row
+
+
+async def can_write(conn: Conn, principal: Principal, autopilot: asyncpg.Record) -> bool:
+    """Creator, owner/admin, or collaborator."""
+    if principal.is_admin or autopilot["created_by"] == principal.member_id:
+        return True
+    return bool(await conn.fetchval(Q.collaborator_exists, autopilot["id"], principal.member_id))
+
+
+async def require_writer(conn: Conn, principal: Principal, autopilot: asyncpg.Record) -> None:
+    """403 unless the caller may write this autopilot."""
+    if not await can_write(conn, principal, autopilot):
+        raise ApiError(403, "forbidden", "only the autopilot's creator, collaborators, owners and admins may do this")
+
+
+def require_collaborator_manager(principal: Principal, autopilot: asyncpg.Record) -> None:
+    """403 unless the caller is the autopilot's creator, an owner or an admin."""
+    if not (principal.is_admin or autopilot["created_by"] == principal.member_id):
+        raise ApiError(403, "forbidden", "only the autopilot's creator, owners and admins manage collaborators")

@@ -1,0 +1,171 @@
+"""Issues (the visible work items of ``create_issue`` autopilots) and agent tasks: list, read, update.
+
+An issue moved to ``done`` or ``cancelled`` ends its run: that state change belongs to the run lifecycle
+(``autopilot.lifecycle``, dispatch area), called from one marked place below.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+import asyncpg
+from pydantic import BaseModel, ConfigDict
+
+from gateway.admin import auth, pagination
+from gateway.admin.openapi import Call, Endpoints
+from gateway.admin.pagination import PageQuery
+from hookgate.database import Conn, one
+from sql import Q
+
+api = Endpoints("Issues and tasks")
+IssueStatus = Literal["todo", "in_progress", "done", "cancelled"]
+TaskStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class IssueOut(BaseModel):
+    """An issue."""
+
+    id: UUID
+    autopilot_id: UUID | None
+    run_id: UUID | None
+    title: str
+    body: str
+    assignee_type: Literal["agent", "squad"] | None
+    assignee_id: UUID | None
+    status: IssueStatus
+    created_at: datetime
+    updated_at: datetime
+
+
+class IssuePage(BaseModel):
+    """A page of issues, newest first."""
+
+    items: list[IssueOut]
+    next_cursor: str | None
+
+
+class IssueQuery(PageQuery):
+    """Filter issues."""
+
+    status: IssueStatus | None = None
+    autopilot_id: UUID | None = None
+
+
+class IssuePatch(BaseModel):
+    """The new status."""
+
+    model_config = ConfigDict(extra="forbid")
+    status: IssueStatus
+
+
+class TaskOut(BaseModel):
+    """One unit of agent work (the lease token is never shown)."""
+
+    id: UUID
+    run_id: UUID | None
+    issue_id: UUID | None
+    agent_id: UUID
+    status: TaskStatus
+    attempt: int
+    max_attempts: int
+    lease_expires_at: datetime | None
+    holder_instance: str | None
+    available_at: datetime
+    result: Any
+    error: str | None
+    retry_class: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class TaskPage(BaseModel):
+    """A page of tasks, newest first."""
+
+    items: list[TaskOut]
+    next_cursor: str | None
+
+
+class TaskQuery(PageQuery):
+    """Filter tasks."""
+
+    agent_id: UUID | None = None
+    status: TaskStatus | None = None
+    run_id: UUID | None = None
+
+
+def issue_out(row: asyncpg.Record) -> IssueOut:
+    """Render an issue row."""
+    return IssueOut.model_validate(dict(row))
+
+
+def task_out(row: asyncpg.Record) -> TaskOut:
+    """Render a task row."""
+    return TaskOut.model_validate(dict(row))
+
+
+async def issue_status_changed(conn: Conn, issue_id: UUID, status: str) -> None:
+    """End the issue's run when the issue is done or cancelled (same transaction as the status change).
+
+    LEAD-MERGE: connect to the dispatch branch here: replace this body with
+    ``await autopilot.lifecycle.issue_status_changed(conn, issue_id, status)`` (it sets the same status
+    again, harmlessly, and ends the run on done/cancelled). This is the single call site.
+    """
+    return None
+
+
+@api.add("GET", "/v1/issues", summary="List issues", response=IssuePage, query=IssueQuery)
+async def list_issues(call: Call) -> dict[str, Any]:
+    """Issues of the workspace, newest first."""
+    q: IssueQuery = call.query
+    rows = await call.conn.fetch(Q.issue_list, call.principal.workspace_id, q.status, q.autopilot_id,
+                                 pagination.uuid_after(q), q.limit + 1)
+    return pagination.page(rows, q.limit, issue_out, lambda r: r["id"])
+
+
+@api.add("GET", "/v1/issues/{issue_id}", summary="Get an issue", response=IssueOut)
+async def get_issue(call: Call) -> IssueOut:
+    """One issue."""
+    row = await call.conn.fetchrow(Q.issue_get, call.principal.workspace_id, call.path["issue_id"])
+    if row is None:
+        raise auth.not_found("issue")
+    return issue_out(row)
+
+
+@api.add("PATCH", "/v1/issues/{issue_id}", summary="Change an issue's status", response=IssueOut, body=IssuePatch)
+async def update_issue(call: Call) -> IssueOut:
+    """Writers of the issue's autopilot (any member for an issue without one). done/cancelled end its run."""
+    body: IssuePatch = call.body
+    row = await call.conn.fetchrow(Q.issue_get, call.principal.workspace_id, call.path["issue_id"])
+    if row is None:
+        raise auth.not_found("issue")
+    if row["autopilot_id"] is not None:
+        autopilot = await auth.autopilot_of(call.conn, call.principal, row["autopilot_id"])
+        await auth.require_writer(call.conn, call.principal, autopilot)
+    async with call.conn.transaction():
+        updated = one(await call.conn.fetchrow(Q.issue_update_status, call.principal.workspace_id, row["id"],
+                                               body.status))
+        if updated["previous_status"] != body.status:
+            await issue_status_changed(call.conn, row["id"], body.status)
+    return issue_out(updated)
+
+
+@api.add("GET", "/v1/tasks", summary="List tasks", response=TaskPage, query=TaskQuery)
+async def list_tasks(call: Call) -> dict[str, Any]:
+    """Agent tasks of the workspace, newest first, by agent, status and run."""
+    q: TaskQuery = call.query
+    rows = await call.conn.fetch(Q.task_list, call.principal.workspace_id, q.agent_id, q.status, q.run_id,
+                                 pagination.uuid_after(q), q.limit + 1)
+    return pagination.page(rows, q.limit, task_out, lambda r: r["id"])
+
+
+@api.add("GET", "/v1/tasks/{task_id}", summary="Get a task", response=TaskOut)
+async def get_task(call: Call) -> TaskOut:
+    """One agent task."""
+    row = await call.conn.fetchrow(Q.task_get, call.principal.workspace_id, call.path["task_id"])
+    if row is None:
+        raise auth.not_found("task")
+    return task_out(row)

@@ -1,0 +1,242 @@
+"""Typed admin endpoints: one declaration gives the Starlette route and its OpenAPI operation.
+
+An endpoint names its request body, query and response as pydantic models; the wrapper authenticates the
+``hgk_`` key, validates path/query/body (422 with the pydantic errors, never a stack trace), hands the
+handler a :class:`Call` holding one pooled connection, and renders the model as JSON. ``/openapi.json``
+is built from the same declarations, so the documented schema is the one the code validates against.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from autopilot.workspaces import Principal
+from gateway.admin import auth, idempotency
+from gateway.errors import ApiError
+from hookgate.context import Context
+from hookgate.database import Conn
+
+Reply = BaseModel | dict[str, Any]
+Handler = Callable[["Call"], Awaitable[Reply]]
+
+
+class Error(BaseModel):
+    """Every error a client sees: a machine-readable code and a sentence."""
+
+    error: str
+    message: str
+
+
+@dataclass
+class Call:
+    """What a handler gets: the request, the context, the caller, validated inputs, one connection."""
+
+    request: Request
+    ctx: Context
+    conn: Conn
+    principal: Principal
+    path: dict[str, UUID]
+    body: Any
+    query: Any
+
+
+@dataclass
+class Endpoint:
+    """One admin operation: method, path template, models, status and documentation."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    tag: str
+    response: type[BaseModel] | None
+    status: int = 200
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    idempotent: bool = False
+    description: str = ""
+
+    def route(self) -> BaseRoute:
+        """The Starlette route running this endpoint."""
+        return Route(self.path, self._serve, methods=[self.method], name=f"{self.method} {self.path}")
+
+    async def _serve(self, request: Request) -> Response:
+        ctx: Context = request.app.state.ctx
+        async with ctx.pool.acquire() as conn:
+            principal = await auth.authenticate(conn, request)
+            path = _path_ids(request)
+            query = _validate(self.query, dict(request.query_params)) if self.query else None
+            body = _validate(self.body, await _json_body(request)) if self.body else None
+            call = Call(request, ctx, conn, principal, path, body, query)
+            try:
+                if self.idempotent and (key := request.headers.get("idempotency-key")) is not None:
+                    status, payload = await idempotency.once(
+                        conn, principal.workspace_id, key, request.url.path, body_digest(body),
+                        lambda: self._run(call))
+                    return JSONResponse(payload, status_code=status)
+                status, payload = await self._run(call)
+            except asyncpg.PostgresError as exc:
+                mapped = _database_error(exc)
+                if mapped is None:
+                    raise
+                raise mapped from exc
+        return JSONResponse(payload, status_code=status)
+
+    async def _run(self, call: Call) -> tuple[int, Any]:
+        reply = await self.handler(call)
+        payload = reply.model_dump(mode="json") if isinstance(reply, BaseModel) else reply
+        return self.status, payload
+
+
+@dataclass
+class Endpoints:
+    """The endpoints of one resource module, registered with decorators."""
+
+    tag: str
+    items: list[Endpoint] = field(default_factory=list)
+
+    def add(self, method: str, path: str, *, summary: str, response: type[BaseModel] | None,
+            status: int = 200, body: type[BaseModel] | None = None, query: type[BaseModel] | None = None,
+            idempotent: bool = False) -> Callable[[Handler], Handler]:
+        """Register the decorated handler as ``method path``."""
+        def register(handler: Handler) -> Handler:
+            self.items.append(Endpoint(method, path, handler, summary, self.tag, response, status, body, query,
+                                       idempotent, (handler.__doc__ or "").strip()))
+            return handler
+        return register
+
+
+def body_digest(body: Any) -> str:
+    """A stable digest of a validated request body (same JSON, same digest)."""
+    import hashlib
+
+    data = body.model_dump(mode="json") if isinstance(body, BaseModel) else body
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _validate(model: type[BaseModel], data: Any) -> BaseModel:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
+        what = errors[0]["msg"] if errors else "invalid"
+        raise ApiError(422, "invalid_request", f"{where}: {what}" if where else what,
+                       detail=[{"loc": [str(p) for p in e["loc"]], "msg": e["msg"], "type": e["type"]}
+                               for e in errors]) from None
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
+
+
+def _path_ids(request: Request) -> dict[str, UUID]:
+    """Every path parameter is an id; a malformed one cannot exist, so it is a 404 like any unknown id."""
+    found = {}
+    for name, value in request.path_params.items():
+        try:
+            found[name] = UUID(str(value))
+        except ValueError:
+            raise ApiError(404, "not_found", f"no such {name.removesuffix('_id') or 'resource'}") from None
+    return found
+
+
+def _database_error(exc: asyncpg.PostgresError) -> ApiError | None:
+    """Constraint and data errors are the client's (by SQLSTATE class); anything else is a bug (None)."""
+    if isinstance(exc, asyncpg.UniqueViolationError):
+        return ApiError(409, "conflict", "a resource with these values already exists")
+    if isinstance(exc, asyncpg.IntegrityConstraintViolationError | asyncpg.DataError):
+        return ApiError(422, "invalid_request", "the values were refused by the database constraints")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# The OpenAPI document
+# ---------------------------------------------------------------------------------------------------
+
+_ERRORS = {400: "Malformed request", 401: "Missing or unknown API key", 403: "Not allowed for this member",
+           404: "Not found in this workspace", 409: "Conflicts with the current state",
+           422: "Request failed validation"}
+
+
+def document(endpoints: list[Endpoint], version: str) -> dict[str, Any]:
+    """The OpenAPI 3.1 document for ``endpoints``, schemas generated from their pydantic models."""
+    wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [(Error, "serialization")]
+    for e in endpoints:
+        wanted += [(e.body, "validation")] if e.body else []
+        wanted += [(e.response, "serialization")] if e.response else []
+    refs, defs = models_json_schema(list(dict.fromkeys(wanted)), ref_template="#/components/schemas/{model}")
+    paths: dict[str, dict[str, Any]] = {}
+    for e in endpoints:
+        paths.setdefault(e.path, {})[e.method.lower()] = _operation(e, refs)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Hookgate admin API", "version": version,
+                 "description": "Admin API of Hookgate. Bearer hgk_ API keys; see docs/API.md."},
+        "paths": paths,
+        "components": {"schemas": defs.get("$defs", {}),
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+    }
+
+
+def _operation(e: Endpoint, refs: dict[Any, Any]) -> dict[str, Any]:
+    op: dict[str, Any] = {"operationId": e.handler.__name__, "summary": e.summary, "tags": [e.tag],
+                          "parameters": _parameters(e)}
+    if e.description:
+        op["description"] = e.description
+    if e.body:
+        op["requestBody"] = {"required": False, "content": {
+            "application/json": {"schema": refs[(e.body, "validation")]}}}
+    ok: dict[str, Any] = {"description": "OK"}
+    if e.response:
+        ok["content"] = {"application/json": {"schema": refs[(e.response, "serialization")]}}
+    error = {"content": {"application/json": {"schema": refs[(Error, "serialization")]}}}
+    op["responses"] = {str(e.status): ok} | {str(code): {"description": text, **error}
+                                             for code, text in _ERRORS.items()}
+    return op
+
+
+def _parameters(e: Endpoint) -> list[dict[str, Any]]:
+    params: list[dict[str, Any]] = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+        for name in _path_names(e.path)
+    ]
+    if e.query:
+        properties = e.query.model_json_schema()["properties"]
+        for name, schema in properties.items():
+            params.append({"name": name, "in": "query", "required": False, "schema": _non_null(schema)})
+    if e.idempotent:
+        params.append({"name": "Idempotency-Key", "in": "header", "required": False,
+                       "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}})
+    return params
+
+
+def _path_names(path: str) -> list[str]:
+    return [part[1:-1] for part in path.split("/") if part.startswith("{")]
+
+
+def _non_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter is absent or has a value: drop the ``null`` branch pydantic adds for Optional."""
+    options = [s for s in schema.get("anyOf", []) if s.get("type") != "null"]
+    if len(options) == 1:
+        rest = {k: v for k, v in schema.items() if k not in ("anyOf", "default")}
+        return {**rest, **options[0]}
+    return {k: v for k, v in schema.items() if k != "default" or v is not None}

@@ -1,0 +1,203 @@
+"""Runs: start one by hand or from a script, list, read with its causal chain, cancel.
+
+``POST /v1/autopilots/{id}/runs`` goes through the admission gate like every other source (DESIGN §6):
+``manual`` runs record the caller as originator and accountable member (checked live, in the same
+transaction); ``api`` runs have no originator and are accountable to the rule's publisher. A run that
+cannot proceed is still created, ``skipped`` with its reason. A pending run wakes the workers
+(``hookgate_runs``), which create its issue or task. ``Idempotency-Key`` makes a retried POST safe.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+import asyncpg
+from pydantic import BaseModel, ConfigDict, Field
+
+from autopilot import admission, audit
+from gateway.admin import auth, pagination
+from gateway.admin.openapi import Call, Endpoints
+from gateway.admin.pagination import PageQuery
+from gateway.errors import ApiError
+from hookgate.database import one
+from sql import Q
+
+api = Endpoints("Runs")
+Source = Literal["manual", "schedule", "webhook", "api"]
+RunStatus = Literal["pending", "issue_created", "queued", "running", "completed", "failed", "cancelled", "skipped"]
+
+
+class RunIn(BaseModel):
+    """Start a run: an optional JSON payload; ``manual`` (default: you are accountable) or ``api``."""
+
+    model_config = ConfigDict(extra="forbid")
+    payload: dict[str, Any] | None = None
+    source: Literal["manual", "api"] = "manual"
+
+
+class RunCreated(BaseModel):
+    """The admitted run (``skipped`` with a reason when the gate refused it)."""
+
+    run_id: UUID
+    status: RunStatus
+    reason_code: str | None
+    reason: str | None
+    source: Literal["manual", "api"]
+    autopilot_id: UUID
+    originator_id: UUID | None
+    accountable_id: UUID | None
+    rule_version_id: UUID | None
+
+
+class RunOut(BaseModel):
+    """A run, its attribution and what it made."""
+
+    id: UUID
+    autopilot_id: UUID
+    trigger_id: UUID | None
+    delivery_id: UUID | None
+    source: Source
+    status: RunStatus
+    planned_at: datetime | None
+    rule_version_id: UUID | None
+    issue_id: UUID | None
+    task_id: UUID | None
+    originator_id: UUID | None
+    accountable_id: UUID | None
+    reason_code: str | None
+    reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class Link(BaseModel):
+    """One step of a run's chain: its id, status and (if any) why it stopped."""
+
+    id: UUID
+    status: str
+    reason_code: str | None = None
+    reason: str | None = None
+
+
+class Chain(BaseModel):
+    """delivery → run → issue → task, each with its status (null where the step does not exist)."""
+
+    delivery: Link | None
+    run: Link
+    issue: Link | None
+    task: Link | None
+
+
+class RunDetail(RunOut):
+    """A run with its payload and causal chain."""
+
+    payload: dict[str, Any]
+    chain: Chain
+
+
+class RunPage(BaseModel):
+    """A page of runs, newest first."""
+
+    items: list[RunOut]
+    next_cursor: str | None
+
+
+class RunQuery(PageQuery):
+    """Filter runs."""
+
+    autopilot_id: UUID | None = None
+    status: RunStatus | None = None
+    source: Source | None = None
+
+
+class CancelIn(BaseModel):
+    """Why the run is cancelled (optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str | None = Field(default=None, max_length=1000)
+
+
+def run_out(row: asyncpg.Record) -> RunOut:
+    """Render a run row."""
+    return RunOut.model_validate(dict(row) | {"delivery_id": row["webhook_delivery_id"]})
+
+
+def _chain(row: asyncpg.Record) -> Chain:
+    delivery = issue = task = None
+    if row["webhook_delivery_id"] is not None and row["delivery_status"] is not None:
+        delivery = Link(id=row["webhook_delivery_id"], status=row["delivery_status"],
+                        reason_code=row["delivery_reason_code"])
+    if row["issue_id"] is not None and row["issue_status"] is not None:
+        issue = Link(id=row["issue_id"], status=row["issue_status"])
+    if row["task_id"] is not None and row["task_status"] is not None:
+        task = Link(id=row["task_id"], status=row["task_status"], reason=row["task_error"])
+    run = Link(id=row["id"], status=row["status"], reason_code=row["reason_code"], reason=row["reason"])
+    return Chain(delivery=delivery, run=run, issue=issue, task=task)
+
+
+def _envelope(source: str, payload: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
+    """The same envelope shape ingress builds, so agents see one format whatever the source."""
+    return {"event": f"autopilot.{source}", "payload": payload or {},
+            "request": {"received_at": now.isoformat().replace("+00:00", "Z"), "content_type": "application/json"}}
+
+
+@api.add("POST", "/v1/autopilots/{autopilot_id}/runs", summary="Start a run", response=RunCreated, status=201,
+         body=RunIn, idempotent=True)
+async def create_run(call: Call) -> RunCreated:
+    """Writers only. Admitted through the gate; a pending run wakes the workers. Honours Idempotency-Key."""
+    body: RunIn = call.body
+    autopilot = await auth.autopilot_of(call.conn, call.principal, call.path["autopilot_id"])
+    await auth.require_writer(call.conn, call.principal, autopilot)
+    clicker = call.principal.member_id if body.source == "manual" else None
+    async with call.conn.transaction():
+        now = await call.conn.fetchval(Q.server_now, None)
+        admitted = await admission.admit(call.conn, autopilot_id=autopilot["id"], source=body.source,
+                                         payload=_envelope(body.source, body.payload, now), clicker_id=clicker)
+        if admitted.status == "pending":
+            await call.conn.execute(Q.notify_send, "hookgate_runs", str(admitted.run_id))
+        row = one(await call.conn.fetchrow(Q.run_get, call.principal.workspace_id, admitted.run_id))
+    return RunCreated(run_id=row["id"], status=row["status"], reason_code=row["reason_code"], reason=row["reason"],
+                      source=body.source, autopilot_id=row["autopilot_id"], originator_id=row["originator_id"],
+                      accountable_id=row["accountable_id"], rule_version_id=row["rule_version_id"])
+
+
+@api.add("GET", "/v1/runs", summary="List runs", response=RunPage, query=RunQuery)
+async def list_runs(call: Call) -> dict[str, Any]:
+    """Runs of the workspace, newest first, filtered by autopilot, status and source."""
+    q: RunQuery = call.query
+    rows = await call.conn.fetch(Q.run_list, call.principal.workspace_id, q.autopilot_id, q.status, q.source,
+                                 pagination.uuid_after(q), q.limit + 1)
+    return pagination.page(rows, q.limit, run_out, lambda r: r["id"])
+
+
+@api.add("GET", "/v1/runs/{run_id}", summary="Get a run", response=RunDetail)
+async def get_run(call: Call) -> RunDetail:
+    """One run with its payload and its chain: delivery → run → issue → task."""
+    row = await call.conn.fetchrow(Q.run_chain, call.principal.workspace_id, call.path["run_id"])
+    if row is None:
+        raise auth.not_found("run")
+    return RunDetail(**run_out(row).model_dump(), payload=row["payload"] or {}, chain=_chain(row))
+
+
+@api.add("POST", "/v1/runs/{run_id}/cancel", summary="Cancel a run", response=RunOut, body=CancelIn)
+async def cancel_run(call: Call) -> RunOut:
+    """Writers of the run's autopilot. Queued tasks are cancelled too; a held task ends via its holder."""
+    body: CancelIn = call.body
+    run = await call.conn.fetchrow(Q.run_get, call.principal.workspace_id, call.path["run_id"])
+    if run is None:
+        raise auth.not_found("run")
+    autopilot = await auth.autopilot_of(call.conn, call.principal, run["autopilot_id"])
+    await auth.require_writer(call.conn, call.principal, autopilot)
+    async with call.conn.transaction():
+        row = await call.conn.fetchrow(Q.run_cancel, call.principal.workspace_id, run["id"],
+                                       body.reason or "cancelled through the admin API")
+        if row is None:
+            raise ApiError(409, "run_finished", f"the run already ended ({run['status']})")
+        tasks = await call.conn.fetch(Q.task_cancel_queued_for_run, run["id"])
+        await audit.record(call.conn, "RUN_CANCEL", actor_type="member", actor_id=call.principal.member_id,
+                           subject_type="run", subject_id=run["id"], workspace_id=call.principal.workspace_id,
+                           detail={"previous_status": run["status"], "tasks_cancelled": len(tasks)})
+    return run_out(row)
