@@ -8,7 +8,6 @@ autoescaping. No JavaScript: pages are plain HTML with forms.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,10 +20,11 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from autopilot import workspaces
+from autopilot import replays, workspaces
 from autopilot.admission import RUNTIME_HEARTBEAT_TIMEOUT_S
 from autopilot.workspaces import Principal
 from gateway import overload, sessions
+from gateway.admin import auth
 from hookgate import logs
 from hookgate.context import Context
 from sql import Q
@@ -210,21 +210,21 @@ async def deliveries(request: Request) -> Response:
 
 
 async def replay(request: Request) -> Response:
-    """Replay one delivery of the workspace as a new delivery (POST, CSRF-checked), then list again."""
+    """Replay a delivery of the workspace as a new one (POST, CSRF-checked; writers of its autopilot)."""
     try:
         principal, _, _ = await _require(request, post=True)
     except Denied as exc:
         return _denied(request, exc)
     delivery_id = _uuid(request.path_params["delivery_id"])
-    try:  # the replay domain function lands with the admin API; until then replay is unavailable
-        replays: Any = importlib.import_module("autopilot.replays")
-    except ImportError:
-        return render(request, "error.html", 501, message="replay is not available in this build")
     async with overload.connection(_ctx(request)) as conn:
         original = None if delivery_id is None else await conn.fetchrow(
             Q.dashboard_delivery_get, principal.workspace_id, delivery_id)
         if original is None:
             return render(request, "error.html", 404, message="no such delivery")
+        autopilot = await conn.fetchrow(Q.autopilot_get, principal.workspace_id, original["autopilot_id"])
+        if autopilot is None or not await auth.can_write(conn, principal, autopilot):
+            return render(request, "error.html", 403,
+                          message="only the autopilot's creator, collaborators, owners and admins may replay")
         try:
             made = await replays.replay(conn, original, principal.member_id)
         except replays.NotReplayable as exc:
