@@ -124,7 +124,15 @@ def _workload(base: str, issued: list[str], w: factories.World, token: str, secr
             issued.append(created.json()["api_key"])
         http.post("/v1/runtime/heartbeat", headers={"Authorization": f"Bearer {runtime}"})
         http.get("/v1/me", headers={"Authorization": f"Bearer {crypto.new_token('hgk_')}"})
-        http.post("/dashboard/login", data={"api_key": w.api_key})
+        for runtime_spec in ({"kind": "http", "url": "http://127.0.0.1:9/agent"}, {"kind": "pull"}):
+            made = http.post("/v1/agents", headers=w.auth, json={"name": "logged", "runtime": runtime_spec})
+            if made.status_code == 201:
+                issued.append(made.json().get("signing_secret") or made.json().get("runtime_token"))
+        page = http.get("/dashboard/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        http.post("/dashboard/login", data={"api_key": w.api_key, "csrf": csrf.group(1) if csrf else ""})
+        http.get("/dashboard")
+        http.get("/dashboard/deliveries")
         http.get("/metrics")
 
 
