@@ -193,3 +193,13 @@ async def test_an_unhandled_error_is_logged_once_with_its_request_id_and_answere
     assert not CREDENTIAL_SHAPE.search(json_lines.getvalue())
     access = [e for e in entries(json_lines) if e["logger"] == "hookgate.access"]
     assert access[-1]["status"] == 500 and access[-1]["request_id"] == "req-boom-01"
+
+
+async def test_admin_requests_log_the_ids_in_their_path(client, ctx: Context, json_lines):
+    w = await factories.world(ctx)
+    agent = await factories.http_agent(w)
+    pilot = await factories.autopilot(w, agent.row["id"])
+    trigger, _ = await factories.webhook_trigger(w, pilot)
+    await client.get(f"/v1/triggers/{trigger['id']}", headers=w.auth)
+    access = [e for e in entries(json_lines) if e["logger"] == "hookgate.access"]
+    assert access[-1]["trigger_id"] == str(trigger["id"]) and access[-1]["status"] == 200

@@ -71,3 +71,18 @@ async def test_ingress_answers_503_while_the_database_is_down_and_accepts_again_
             proxy.block(False)
             answer = await http.post(f"/hooks/{small.token}", json={"n": 9})
             assert answer.status_code == 200 and answer.json()["status"] == "accepted"
+
+
+async def test_admin_api_answers_503_quickly_when_the_pool_is_exhausted(db_url, small: Small):
+    settings = make_settings(db_url, pool_max_size=2, pool_acquire_timeout=0.3)
+    async with open_context(settings, migrate=False) as ctx:
+        transport = httpx.ASGITransport(app=create_app(ctx))
+        async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
+            held = [await ctx.pool.acquire() for _ in range(2)]
+            try:
+                answer, took = await _timed(http, "GET", "/v1/me", headers=small.world.auth)
+            finally:
+                for conn in held:
+                    await ctx.pool.release(conn)
+            assert answer.status_code == 503 and answer.headers["retry-after"] and took < 1.5
+            assert (await http.get("/v1/me", headers=small.world.auth)).status_code == 200
