@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -76,6 +77,20 @@ QUEUE_SCRAPE_ERRORS = Counter(
     "hookgate_queue_stats_errors", "Queue statistics queries that failed or timed out at scrape time",
     registry=REGISTRY,
 )
+
+
+def count_outcomes(queue: str, outcomes: Iterable[str]) -> None:
+    """Count finished work by outcome; ``retry`` counts as a retry, not a completion (one call per batch)."""
+    for outcome in outcomes:
+        if outcome == "retry":
+            RETRIES.labels(queue).inc()
+        else:
+            COMPLETIONS.labels(queue, outcome).inc()
+
+
+def observe_fire_lag(job: str, plan_time: datetime, started: datetime) -> None:
+    """Record how late a scheduled plan's handler started (negative lags, from clock offsets, count as 0)."""
+    FIRE_LAG.labels(job).observe(max(0.0, (started - plan_time).total_seconds()))
 
 
 @dataclass(frozen=True)

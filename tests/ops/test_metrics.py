@@ -132,3 +132,21 @@ def test_worker_processes_serve_metrics_on_their_own_port(spawn):
             time.sleep(0.05)
     assert answer.status_code == 200
     assert "hookgate_db_pool_connections" in answer.text
+
+
+def test_outcome_helpers_split_retries_from_completions_and_clamp_negative_lag():
+    from datetime import UTC, datetime, timedelta
+
+    def value(name: str, **labels: str) -> float:
+        return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+    done = value("hookgate_completions_total", queue="probe", outcome="dispatched")
+    retried = value("hookgate_retries_total", queue="probe")
+    metrics.count_outcomes("probe", ["dispatched", "retry", "dispatched"])
+    assert value("hookgate_completions_total", queue="probe", outcome="dispatched") == done + 2
+    assert value("hookgate_retries_total", queue="probe") == retried + 1
+    now = datetime.now(UTC)
+    metrics.observe_fire_lag("probe", now, now - timedelta(seconds=3))
+    metrics.observe_fire_lag("probe", now, now + timedelta(seconds=0.3))
+    assert value("hookgate_scheduler_fire_lag_seconds_count", job="probe") == 2
+    assert value("hookgate_scheduler_fire_lag_seconds_sum", job="probe") == 0.3
