@@ -1,3 +1,116 @@
+-- name: ingress_trigger_lookup
+-- Ingress step 2 (and the facts of steps 4, 9, 10) in one round trip: the live webhook trigger whose
+-- token digest is $1, its autopilot, its signing secrets (the previous one only while its grace window
+-- is open), and the admission facts of DESIGN §6 with the same column names as admission_facts, so
+-- autopilot.admission.evaluate can judge them. $2 = runtime heartbeat timeout (s), $3 = now override
+-- (nullable; tests). The fingerprint covers every trigger/autopilot field ingress decides on; the
+-- persisting statement recomputes it (keep the two expressions identical) to detect a stale read.
+WITH clock AS (SELECT coalesce($3::timestamptz, now()) AS now)
+SELECT t.id AS trigger_id, t.workspace_id, t.autopilot_id, t.provider, t.event_filters,
+       t.enabled AS trigger_enabled, (t.deleted_at IS NOT NULL) AS trigger_deleted,
+       t.signing_secret_ct,
+       CASE WHEN t.previous_secret_expires_at > clock.now THEN t.previous_secret_ct END AS previous_secret_ct,
+       CASE WHEN t.previous_secret_expires_at > clock.now
+            THEN extract(epoch FROM t.previous_secret_expires_at - clock.now)::float8 END AS previous_secret_ttl_s,
+       md5(row(t.enabled, t.provider, t.event_filters, t.signing_secret_ct, t.previous_secret_ct,
+                t.previous_secret_expires_at > clock.now, a.status, a.execution_mode, a.assignee_type,
+                a.assignee_id, a.workspace_id)::text) AS fingerprint,
+       -- Step 4: a trigger must belong to its autopilot's workspace; any disagreement is a 404.
+       (a.workspace_id = t.workspace_id) AS consistent,
+       extract(epoch FROM clock.now)::float8 AS db_epoch,
+       a.status AS autopilot_status, a.execution_mode, a.assignee_type, a.assignee_id, a.created_by,
+       t.published_by_id AS trigger_publisher_id,
+       rv.id AS rule_version_id, rv.publisher_id AS rule_publisher_id,
+       ag.id AS agent_id, ag.archived_at IS NOT NULL AS agent_archived, ag.runtime_kind,
+       ag.visibility AS agent_visibility, ag.owner_id AS agent_owner_id,
+       CASE WHEN ag.runtime_kind = 'http' THEN ag.endpoint_url IS NOT NULL
+            ELSE EXISTS (SELECT 1 FROM agent_instance i
+                         WHERE i.agent_id = ag.id AND i.status = 'online'
+                           AND i.heartbeat_at > clock.now - make_interval(secs => $2))
+       END AS runtime_ready,
+       (SELECT id FROM member o WHERE o.workspace_id = a.workspace_id AND o.role = 'owner'
+          AND o.disabled_at IS NULL ORDER BY o.created_at, o.id LIMIT 1) AS owner_id,
+       NULL::uuid AS clicker_id, NULL::text AS clicker_role, false AS clicker_can_write,
+       publisher.id AS publisher_live_id
+FROM autopilot_trigger t
+CROSS JOIN clock
+JOIN autopilot a ON a.id = t.autopilot_id
+LEFT JOIN LATERAL (SELECT id, publisher_id FROM autopilot_rule_version v
+                   WHERE v.autopilot_id = a.id ORDER BY v.version DESC LIMIT 1) rv ON true
+LEFT JOIN squad s ON a.assignee_type = 'squad' AND s.id = a.assignee_id
+LEFT JOIN agent ag ON ag.id = CASE WHEN a.assignee_type = 'agent' THEN a.assignee_id ELSE s.leader_agent_id END
+                  AND ag.workspace_id = a.workspace_id
+LEFT JOIN member publisher ON publisher.id = coalesce(t.published_by_id, rv.publisher_id)
+                          AND publisher.disabled_at IS NULL
+WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
+
+-- name: delivery_ingest
+-- Ingress steps 7-11 in one statement (so one atomic commit): re-check that trigger $1 still has token
+-- digest $2 and the fingerprint $3 of ingress_trigger_lookup (a rotated token, a new secret, an edited
+-- trigger or autopilot persists nothing: live = 0 and the caller looks up again), insert the delivery
+-- with its final status and the run if one is admitted. No NOTIFY here: a NOTIFY in a transaction takes
+-- a database-wide lock at commit that serialises every notifying commit (and its WAL flush), which cut
+-- ingress throughput by about half; the caller wakes the worker right after the commit instead
+-- (gateway/ingress_wake.py), and the worker's poll covers a lost hint. A dedupe-key collision inserts nothing (delivery_id is NULL with live = 1; the caller takes the
+-- duplicate path). Rejected rows are outside the dedupe index, so a forged request never collides.
+-- $4 = received_at, $5 = raw body, $6 = content type, $7 = selected headers, $8 = envelope (also the
+-- run payload), $9 = provider, $10 = event, $11 = dedupe key, $12 = dedupe source, $13 = signature
+-- status, $14 = delivery status, $15 = delivery reason code, $16 = response status, $17 = response body
+-- without ids (delivery_id, and run_id when a run is made, are added here), $18 = run status
+-- ('pending', 'skipped', or NULL for no run), $19 = rule version, $20 = accountable member,
+-- $21 = run reason code, $22 = run reason, $23 = the new delivery's id, $24 = the new run's id (NULL
+-- when no run is made); both UUIDv7 made by the caller, because hookgate_uuid7() in SQL cost more than
+-- all the rest of this statement's expressions together. $25 = the delivery's reason (text).
+WITH live AS (
+    SELECT t.id, t.workspace_id, t.autopilot_id
+    FROM autopilot_trigger t JOIN autopilot a ON a.id = t.autopilot_id
+    WHERE t.id = $1 AND t.token_digest = $2 AND t.deleted_at IS NULL
+      AND md5(row(t.enabled, t.provider, t.event_filters, t.signing_secret_ct, t.previous_secret_ct,
+                  t.previous_secret_expires_at > now(), a.status, a.execution_mode, a.assignee_type,
+                  a.assignee_id, a.workspace_id)::text) = $3
+), ids AS (
+    SELECT $23::uuid AS delivery_id, $24::uuid AS run_id
+), delivery AS (
+    INSERT INTO webhook_delivery (id, workspace_id, trigger_id, autopilot_id, received_at, body, content_type,
+                                  headers, envelope, provider, event, dedupe_key, dedupe_source,
+                                  signature_status, status, reason_code, reason, response_status, response_body,
+                                  run_id)
+    -- The envelope is kept on the delivery too (the run's payload is the same): the worker admits a
+    -- queued delivery that has no run yet from it, and a replay copies it.
+    SELECT ids.delivery_id, live.workspace_id, live.id, live.autopilot_id, $4, $5, $6, $7, $8, $9, $10, $11,
+           $12, $13, $14, $15, $25, $16,
+           $17::jsonb || jsonb_build_object('delivery_id', ids.delivery_id)
+               || CASE WHEN ids.run_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('run_id', ids.run_id) END,
+           ids.run_id
+    FROM live CROSS JOIN ids
+    ON CONFLICT (trigger_id, dedupe_key) WHERE dedupe_key IS NOT NULL AND status NOT IN ('rejected', 'failed')
+    DO NOTHING
+    RETURNING id, status, run_id
+), run AS (
+    INSERT INTO autopilot_run (id, workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source, status,
+                               rule_version_id, payload, accountable_id, reason_code, reason, finished_at)
+    SELECT delivery.run_id, live.workspace_id, live.autopilot_id, live.id, delivery.id, 'webhook', $18,
+           $19, $8, $20, $21, $22, CASE WHEN $18 = 'skipped' THEN now() END
+    FROM delivery CROSS JOIN live
+    WHERE delivery.run_id IS NOT NULL
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM live) AS live, delivery.id AS delivery_id, delivery.status,
+       (SELECT id FROM run) AS run_id
+FROM (SELECT 1) AS one LEFT JOIN delivery ON true;
+
+-- name: delivery_duplicate
+-- Ingress step 7, duplicate path: a correctly signed request whose dedupe key $2 collided on trigger $1.
+-- Count the provider's retry on the original and return its ids and status (the caller wakes the
+-- worker if it is still queued) (run_id NULL while the worker has not admitted it yet).
+WITH hit AS (
+    UPDATE webhook_delivery SET attempt_count = attempt_count + 1, updated_at = now()
+    WHERE trigger_id = $1 AND dedupe_key = $2 AND status NOT IN ('rejected', 'failed')
+    RETURNING id, status, run_id
+)
+SELECT hit.id AS delivery_id, hit.status,
+       coalesce(hit.run_id, (SELECT r.id FROM autopilot_run r WHERE r.webhook_delivery_id = hit.id)) AS run_id
+FROM hit;
 
 -- name: delivery_list
 -- Deliveries of workspace $1, newest first. Filters (nullable): $2 = trigger, $3 = status,

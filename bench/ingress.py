@@ -1,0 +1,386 @@
+"""Ingress benchmark: signed 1 KiB GitHub-style deliveries against one ``hookgate gateway`` process.
+
+One command, from the repository root:
+
+    python bench/ingress.py                 # 2 alternating rounds of 10 s per server, 64 connections
+    python bench/ingress.py --duration 20 --profile      # also py-spy the gateway (pip install py-spy)
+
+It uses ``HOOKGATE_DATABASE_URL`` as the server (default ``postgresql://postgres@127.0.0.1:5432/postgres``),
+creates a scratch database there and drops it afterwards. It starts, as real subprocesses under the same
+uvicorn settings (uvloop, httptools, no access log):
+
+- the baseline: a bare Starlette app doing one asyncpg ``INSERT`` of the body per request, answering 200;
+- the real ``hookgate gateway`` CLI with one webhook trigger (provider ``github``, a signing secret, an
+  autopilot assigned to an HTTP agent, so every delivery is queued with a ``pending`` run).
+
+A lean raw-asyncio HTTP/1.1 keep-alive client (requests prebuilt, so the client is not the bottleneck)
+drives each server for ``--duration`` seconds after a short warm-up, prints accepted req/s, p50 and p99
+latency for both and the ratio, then checks the database: every 2xx is a stored delivery, no dedupe key
+is stored twice, every delivery has exactly one run. The per-IP caps are raised for the run (all load
+comes from 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import asyncpg  # noqa: E402
+
+DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+SECRET = "bench-signing-secret"
+SECRET_KEY = base64.b64encode(b"b" * 32).decode()
+BASELINE_TABLE = "CREATE TABLE IF NOT EXISTS bench_baseline (id bigserial PRIMARY KEY, body bytea NOT NULL)"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def with_database(dsn: str, name: str) -> str:
+    from hookgate.context import with_database as swap
+
+    return swap(dsn, name)
+
+
+# -- the baseline server (run as a subprocess of this script) ------------------------------------------
+
+
+def serve_baseline(dsn: str, port: int, pool_max: int) -> None:
+    """Bare Starlette + one asyncpg INSERT per request, under the gateway's uvicorn settings."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    state: dict[str, asyncpg.Pool] = {}
+
+    async def receive(request: Request) -> JSONResponse:
+        body = await request.body()
+        await state["pool"].execute("INSERT INTO bench_baseline (body) VALUES ($1)", body)
+        return JSONResponse({"status": "accepted"})
+
+    async def main() -> None:
+        state["pool"] = await asyncpg.create_pool(dsn, min_size=2, max_size=pool_max)
+        app = Starlette(routes=[Route("/hooks/{token:path}", receive, methods=["POST"])])
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", access_log=False,
+                                log_config=None, server_header=False, timeout_keep_alive=5)
+        await uvicorn.Server(config).serve()
+
+    asyncio.run(main())  # the same event loop as `hookgate gateway` (gateway/cli.py)
+
+
+# -- setup ---------------------------------------------------------------------------------------------
+
+
+async def prepare(server: str, name: str) -> tuple[str, str]:
+    """Create and migrate the scratch database and one github webhook trigger; returns (dsn, token)."""
+    from autopilot import agents, rules, workspaces
+    from hookgate import database, migrations
+    from hookgate.context import open_context
+    from hookgate.settings import Settings
+
+    admin = await asyncpg.connect(server)
+    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    dsn = with_database(server, name)
+    conn = await database.connect(dsn)
+    await migrations.migrate(conn)
+    await conn.execute(BASELINE_TABLE)
+    await conn.close()
+    settings = Settings(database_url=dsn, secret_key=SECRET_KEY)  # type: ignore[arg-type]
+    async with open_context(settings, migrate=False) as ctx, ctx.pool.acquire() as c:
+        boot = await workspaces.bootstrap(c, "bench")
+        agent = await agents.create_http_agent(c, ctx.keyring, workspace_id=boot.workspace_id,
+                                               owner_id=boot.member_id, name="agent", url="http://127.0.0.1:9/")
+        ap, _ = await rules.create_autopilot(c, workspace_id=boot.workspace_id, creator_id=boot.member_id,
+                                             title="bench", assignee_type="agent", assignee_id=agent.row["id"],
+                                             execution_mode="run_only")
+        trigger, token = await rules.create_webhook_trigger(
+            c, ctx.keyring, autopilot=ap, publisher=rules.Publisher.member(boot.member_id), provider="github")
+        await rules.set_signing_secret(c, ctx.keyring, trigger["id"], SECRET)
+    return dsn, token
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited early with {proc.returncode}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise SystemExit("server did not start listening")
+
+
+# -- the load --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Request:
+    """One prebuilt HTTP request and its dedupe key."""
+
+    key: str
+    data: bytes
+
+
+def build_requests(path: str, count: int) -> list[Request]:
+    """Signed 1 KiB GitHub ``issues`` deliveries, each with its own X-GitHub-Delivery."""
+    out = []
+    for _ in range(count):
+        key = str(uuid.uuid4())
+        issue = {"number": 1347, "title": "Found a bug", "user": {"login": "octocat", "id": 1}}
+        body = {"action": "opened", "delivery": key, "issue": issue, "padding": ""}
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        body["padding"] = "x" * (1024 - len(raw))
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        sig = hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+        head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"User-Agent: GitHub-Hookshot/bench\r\nX-GitHub-Event: issues\r\nX-GitHub-Delivery: {key}\r\n"
+                f"X-Hub-Signature-256: sha256={sig}\r\nContent-Length: {len(raw)}\r\n\r\n")
+        out.append(Request(key, head.encode() + raw))
+    return out
+
+
+@dataclass
+class Result:
+    """What one server answered: the keys of its 2xx, latencies, status counts, elapsed seconds."""
+
+    ok_keys: list[str] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    statuses: dict[int, int] = field(default_factory=dict)
+    elapsed: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        """Accepted (2xx) requests per second."""
+        return len(self.ok_keys) / self.elapsed if self.elapsed else 0.0
+
+    def p(self, q: float) -> float:
+        """Latency percentile ``q`` in milliseconds."""
+        return percentile(self.latencies, q) * 1000
+
+    def merge(self, other: Result) -> None:
+        """Add another round's figures."""
+        self.ok_keys += other.ok_keys
+        self.latencies += other.latencies
+        self.elapsed += other.elapsed
+        for status, n in other.statuses.items():
+            self.statuses[status] = self.statuses.get(status, 0) + n
+
+
+async def _connection(port: int, requests: list[Request], cursor: list[int], stop: float,
+                      result: Result | None) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    clock = time.perf_counter
+    try:
+        while clock() < stop and cursor[0] < len(requests):
+            req = requests[cursor[0]]
+            cursor[0] += 1
+            started = clock()
+            writer.write(req.data)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            at = head.lower().find(b"content-length:")
+            length = int(head[at + 15 : head.index(b"\r\n", at)]) if at >= 0 else 0
+            await reader.readexactly(length)
+            if result is not None:
+                result.latencies.append(clock() - started)
+                result.statuses[status] = result.statuses.get(status, 0) + 1
+                if 200 <= status < 300:
+                    result.ok_keys.append(req.key)
+    finally:
+        writer.close()
+
+
+async def drive(port: int, requests: list[Request], connections: int, seconds: float,
+                result: Result | None) -> float:
+    """Keep ``connections`` keep-alive connections busy for ``seconds``; returns the elapsed time."""
+    cursor = [0]
+    started = time.perf_counter()
+    stop = started + seconds
+    await asyncio.gather(*(_connection(port, requests, cursor, stop, result) for _ in range(connections)))
+    del requests[: cursor[0]]
+    return time.perf_counter() - started
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def measure(label: str, port: int, path: str, args: argparse.Namespace) -> tuple[Result, float]:
+    requests = build_requests(path, int((args.duration + args.warmup) * args.max_rate))
+    await drive(port, requests, args.connections, args.warmup, None)
+    result = Result()
+    result.elapsed = await drive(port, requests, args.connections, args.duration, result)
+    rate = result.rate
+    print(f"{label:9s} {rate:8.0f} req/s accepted   p50 {percentile(result.latencies, 0.5) * 1000:6.2f} ms   "
+          f"p99 {percentile(result.latencies, 0.99) * 1000:6.2f} ms   statuses {result.statuses}", flush=True)
+    if not requests:
+        print(f"  warning: {label} ran out of prebuilt requests; raise --max-rate", flush=True)
+    return result, rate
+
+
+async def check(dsn: str, gateway: Result, baseline: Result) -> bool:
+    conn = await asyncpg.connect(dsn)
+    try:
+        stored = await conn.fetchval("SELECT count(*) FROM webhook_delivery WHERE dedupe_key = ANY($1::text[])",
+                                     gateway.ok_keys)
+        dupes = await conn.fetchval("SELECT count(*) - count(DISTINCT dedupe_key) FROM webhook_delivery")
+        orphans = await conn.fetchval(
+            "SELECT count(*) FROM webhook_delivery d WHERE NOT EXISTS "
+            "(SELECT 1 FROM autopilot_run r WHERE r.webhook_delivery_id = d.id)")
+        base_rows = await conn.fetchval("SELECT count(*) FROM bench_baseline")
+    finally:
+        await conn.close()
+    ok = stored == len(set(gateway.ok_keys)) == len(gateway.ok_keys) and dupes == 0 and orphans == 0
+    print(f"db check: {stored}/{len(gateway.ok_keys)} gateway 2xx stored, {dupes} duplicate keys, "
+          f"{orphans} deliveries without a run; baseline rows {base_rows} >= 2xx {len(baseline.ok_keys)}: "
+          f"{'OK' if ok and base_rows >= len(baseline.ok_keys) else 'FAILED'}", flush=True)
+    return ok and base_rows >= len(baseline.ok_keys)
+
+
+def start_profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        print("py-spy not found: pip install py-spy", flush=True)
+        return None
+    return subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "200", "-f", "raw",
+                             "-o", str(out), "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+def summarize_profile(path: Path, top: int = 15) -> None:
+    """Self time by function from py-spy's collapsed stacks, plus inclusive time of our own modules."""
+    own: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        leaf = frames[-1]
+        own[leaf] = own.get(leaf, 0) + n
+        for frame in set(frames):
+            if "gateway/" in frame or "sql/" in frame or "hookgate/" in frame:
+                incl[frame] = incl.get(frame, 0) + n
+    print(f"profile ({total} samples): top self time", flush=True)
+    for frame, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {100 * n / total:5.1f}%  {frame}")
+    parents: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if len(frames) > 3:
+            key = " <- ".join(f.split(" (")[0] for f in frames[-1:-5:-1])
+            parents[key] = parents.get(key, 0) + int(count)
+    print("top leaf call chains:")
+    for chain, n in sorted(parents.items(), key=lambda kv: -kv[1])[:8]:
+        print(f"  {100 * n / total:5.1f}%  {chain}")
+    print("inclusive time in hookgate code:")
+    for frame, n in sorted(incl.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {100 * n / total:5.1f}%  {frame}")
+
+
+async def run(args: argparse.Namespace) -> int:
+    import uvloop  # noqa: F401  (the servers use it through uvicorn; so does this client)
+
+    server = os.environ.get("HOOKGATE_DATABASE_URL", DEFAULT_SERVER)
+    name = f"hookgate_bench_{os.getpid()}"
+    dsn, token = await prepare(server, name)
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = Path(tempfile.mkdtemp(prefix="hookgate-bench-"))
+    try:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HOOKGATE_DATABASE_URL": dsn, "HOOKGATE_SECRET_KEY": SECRET_KEY,
+               "HOOKGATE_IP_REQUEST_CAP": "1000000000", "HOOKGATE_IP_BAD_CREDENTIAL_CAP": "1000000000",
+               "HOOKGATE_POOL_MAX_SIZE": str(args.pool), "HOOKGATE_LOG_LEVEL": "warning"}
+        base_port, gw_port = free_port(), free_port()
+        base = subprocess.Popen([sys.executable, __file__, "--serve-baseline", dsn, str(base_port), str(args.pool)],
+                                env=env, stdout=(logs / "baseline.log").open("wb"), stderr=subprocess.STDOUT)
+        gw = subprocess.Popen([sys.executable, "-m", "gateway.cli", "gateway", "--port", str(gw_port)], cwd=ROOT,
+                              env=env, stdout=(logs / "gateway.log").open("wb"), stderr=subprocess.STDOUT)
+        procs += [base, gw]
+        wait_listening(base_port, base)
+        wait_listening(gw_port, gw)
+        baseline, gateway = Result(), Result()
+        ratios = []
+        for round_no in range(args.rounds):
+            # Alternate the order so a checkpoint or a noisy neighbour does not always hit the same side.
+            order = ["baseline", "gateway"] if round_no % 2 == 0 else ["gateway", "baseline"]
+            rates = {}
+            for label in order:
+                spy = None
+                if label == args.profile and round_no == 0:
+                    pid = (gw if label == "gateway" else base).pid
+                    spy = start_profile(pid, args.duration + args.warmup, logs / "server.prof")
+                port, path = (base_port, "/hooks/x") if label == "baseline" else (gw_port, f"/hooks/{token}")
+                result, rates[label] = await measure(label, port, path, args)
+                (baseline if label == "baseline" else gateway).merge(result)
+                if spy is not None:
+                    spy.wait(60)
+            ratios.append(rates["gateway"] / rates["baseline"])
+            print(f"ratio    {ratios[-1]:8.2f} (gateway / baseline), round {round_no + 1}", flush=True)
+        for label, res in (("baseline", baseline), ("gateway", gateway)):
+            print(f"total    {label:9s}{res.rate:8.0f} req/s  p50 {res.p(0.5):.2f} ms  p99 {res.p(0.99):.2f} ms")
+        median = sorted(ratios)[len(ratios) // 2]
+        print(f"summary  ratio {gateway.rate / baseline.rate:.2f} (median of rounds {median:.2f}); {args.connections} "
+              f"connections, {args.rounds} x {args.duration:.0f} s per server, pool {args.pool}", flush=True)
+        if args.profile:
+            summarize_profile(logs / "server.prof")
+        return 0 if await check(dsn, gateway, baseline) else 1
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        admin = await asyncpg.connect(server)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--serve-baseline":
+        serve_baseline(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per server (default 10)")
+    parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first (default 2)")
+    parser.add_argument("--connections", type=int, default=64, help="concurrent keep-alive connections (64)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per server (default 2)")
+    parser.add_argument("--pool", type=int, default=20, help="database pool size of both servers (20)")
+    parser.add_argument("--max-rate", type=float, default=8000, help="requests prebuilt per second (8000)")
+    parser.add_argument("--profile", nargs="?", const="gateway", choices=["gateway", "baseline"],
+                        help="py-spy one server (default the gateway) in round 1 and print where its time goes")
+    import uvloop
+
+    raise SystemExit(uvloop.run(run(parser.parse_args())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""Ingress steps 7-12: decide what a verified request becomes, persist it in one statement, answer.
+
+A request that passed the token, size, body and signature steps becomes exactly one of:
+
+- ``rejected`` (bad, missing or expired signature): a row outside the dedupe index, debt, 401;
+- ``duplicate`` (a correctly signed request whose dedupe key is held): nothing new, the original's
+  ``attempt_count`` + 1, the original woken if still queued, 200 with the original's ids;
+- ``ignored`` (trigger disabled, autopilot paused or archived, event filtered out): a row, 200;
+- ``accepted``: a ``queued`` delivery and its ``pending`` run, admitted through the gate of
+  ``autopilot.admission`` (``evaluate``/``accountable`` over the facts read with the token); the delivery
+  worker claims the queued delivery and dispatches the run;
+- ``skipped``: the gate said no: the run is inserted ``skipped`` with its reason, and the delivery is
+  ``dispatched`` at once (its run is final: there is nothing left for a worker to do).
+
+Steps 7-10 are one statement (``delivery_ingest``), hence one atomic commit, and the 2xx is sent only
+after it; step 11 (the worker's wake-up) follows the commit (see :mod:`gateway.ingress_wake`).
+If admitting the run fails on an internal error (a bug in the gate, a constraint the run violates), the
+delivery alone is committed ``queued`` with no run, the same state a crash leaves, and the worker admits
+it later; the answer is then ``accepted`` with ``run_id`` null. (A single statement is its own
+savepoint: the failed attempt leaves nothing behind.)
+
+Event filters: the trigger's ``event_filters`` is a JSON array of event names or shell-style glob
+patterns (``*`` any run of characters, dots included; ``?`` one character; ``[abc]`` a set), matched
+case-insensitively against the whole normalised event name (``github.pull_request.*``,
+``stripe.invoice.*``). An empty array lets every event through; non-string entries are ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from autopilot import admission, replays
+from gateway.ingress_triggers import Trigger
+from hookgate.database import Conn
+from sql import Q
+
+log = logging.getLogger("hookgate.ingress")
+
+REJECTED = {"invalid": "invalid_signature", "missing": "missing_signature", "expired": "expired_timestamp"}
+_REASON_TEXT = {
+    "invalid_signature": "the signature does not match",
+    "missing_signature": "the signature is missing",
+    "expired_timestamp": "the signed timestamp is outside the tolerance",
+    "trigger_disabled": "the trigger is disabled",
+    "autopilot_paused": "the autopilot is paused",
+    "autopilot_archived": "the autopilot is archived",
+    "event_filtered": "the event does not match the trigger's event filters",
+}
+# SQLSTATE classes that mean "the database is not there" rather than "this statement is wrong".
+_UNAVAILABLE_CLASSES = ("08", "53", "57", "58")
+
+
+class Stale(Exception):
+    """The trigger changed (or its token rotated) since it was looked up; look up again."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A received request, normalised and verified (steps 3-6)."""
+
+    received_at: datetime
+    raw: bytes
+    content_type: str | None
+    headers: dict[str, Any]
+    envelope: dict[str, Any]
+    event: str
+    dedupe_key: str | None
+    dedupe_source: str | None
+    signature: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the delivery becomes: its status and reason, the answer, and the run to admit (if any)."""
+
+    status: str
+    reason_code: str | None
+    response_status: int
+    response: dict[str, Any]
+    run_status: str | None = None
+    rule_version_id: UUID | None = None
+    accountable_id: UUID | None = None
+    run_reason_code: str | None = None
+    run_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The HTTP answer: status code and JSON body; ``charge`` adds bad-credential debt; ``wake`` a queued id."""
+
+    status: int
+    body: dict[str, Any]
+    charge: bool = False
+    wake: str | None = None
+
+
+def ignored_reason(trigger: Trigger, event: str) -> str | None:
+    """Step 9: why this trigger does not take deliveries now, or None."""
+    if not trigger.enabled:
+        return "trigger_disabled"
+    if trigger.autopilot_status in ("paused", "archived"):
+        return f"autopilot_{trigger.autopilot_status}"
+    if not replays.event_allowed(list(trigger.event_filters), event):  # one matcher for ingress and replay
+        return "event_filtered"
+    return None
+
+
+def plan(trigger: Trigger, delivery: Delivery) -> Plan:
+    """Steps 8-10 as a decision over the facts read with the token (no I/O)."""
+    if delivery.signature in REJECTED:
+        code = REJECTED[delivery.signature]
+        body = {"status": "rejected", "reason": code, "error": code, "message": _REASON_TEXT[code]}
+        return Plan("rejected", code, 401, body)
+    ignored = ignored_reason(trigger, delivery.event)
+    if ignored is not None:
+        return Plan("ignored", ignored, 200, {"status": "ignored", "reason": ignored})
+    return admit_plan(trigger)
+
+
+def admit_plan(trigger: Trigger) -> Plan:
+    """Step 10 through the admission gate: a pending run, or a skipped one with its reason."""
+    facts = trigger.facts
+    code = admission.evaluate(facts, "webhook")
+    who = admission.accountable(facts, "webhook")
+    if code is None:
+        body = {"status": "accepted", "autopilot_id": str(trigger.autopilot_id), "trigger_id": str(trigger.id)}
+        return Plan("queued", None, 200, body, "pending", facts["rule_version_id"], who)
+    return Plan("dispatched", code, 200, {"status": "skipped", "reason": code}, "skipped",
+                facts["rule_version_id"], who, code, admission._SKIP.get(code))
+
+
+def queued_plan(trigger: Trigger) -> Plan:
+    """The crash-window state: the delivery alone, queued, for the worker to admit."""
+    body = {"status": "accepted", "run_id": None, "autopilot_id": str(trigger.autopilot_id),
+            "trigger_id": str(trigger.id)}
+    return Plan("queued", None, 200, body)
+
+
+def uuid7(unix_s: float) -> UUID:
+    """A UUIDv7 (48-bit millisecond time, version 7, RFC 4122 variant, random rest), like hookgate_uuid7()."""
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (int(unix_s * 1000) & (1 << 48) - 1) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64
+    return UUID(int=value | 0b10 << 62 | rand & (1 << 62) - 1)
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether a failure means the database is unreachable (503), not that a statement or the gate failed."""
+    if isinstance(exc, asyncpg.PostgresError):
+        return str(exc.sqlstate or "")[:2] in _UNAVAILABLE_CLASSES
+    return isinstance(exc, OSError | TimeoutError | asyncpg.InterfaceError | asyncpg.InternalClientError)
+
+
+async def _ingest(conn: Conn, trigger: Trigger, d: Delivery, p: Plan) -> asyncpg.Record:
+    ts = d.received_at.timestamp()  # the database clock (see Trigger.now), so ids sort like received_at
+    row = await conn.fetchrow(
+        Q.delivery_ingest, trigger.id, trigger.digest, trigger.fingerprint, d.received_at, d.raw, d.content_type,
+        d.headers, d.envelope, trigger.provider, d.event, d.dedupe_key, d.dedupe_source, d.signature,
+        p.status, p.reason_code, p.response_status, p.response, p.run_status, p.rule_version_id,
+        p.accountable_id, p.run_reason_code, p.run_reason, uuid7(ts),
+        None if p.run_status is None else uuid7(ts), _REASON_TEXT.get(p.reason_code or "", p.run_reason),
+    )
+    assert row is not None
+    if not row["live"]:
+        raise Stale
+    return row
+
+
+def _answer(p: Plan, delivery_id: UUID, run_id: UUID | None) -> Answer:
+    body: dict[str, Any] = {"status": p.response["status"], "delivery_id": str(delivery_id)}
+    if p.run_status is not None or "run_id" in p.response:
+        body["run_id"] = None if run_id is None else str(run_id)
+    body.update((k, v) for k, v in p.response.items() if k not in body)
+    wake = body["delivery_id"] if p.status == "queued" else None
+    return Answer(p.response_status, body, charge=p.status == "rejected", wake=wake)
+
+
+async def _duplicate(conn: Conn, trigger: Trigger, d: Delivery) -> Answer | None:
+    row = await conn.fetchrow(Q.delivery_duplicate, trigger.id, d.dedupe_key)
+    if row is None:
+        return None  # the holder vanished (failed) between our insert and this update: insert again
+    run_id, delivery_id = row["run_id"], str(row["delivery_id"])
+    body = {"status": "duplicate", "delivery_id": delivery_id, "run_id": None if run_id is None else str(run_id)}
+    return Answer(200, body, wake=delivery_id if row["status"] == "queued" else None)
+
+
+async def store(conn: Conn, trigger: Trigger, d: Delivery) -> Answer:
+    """Steps 7-12 for a verified delivery; raises :class:`Stale` if the trigger changed since lookup."""
+    for _ in range(3):
+        try:
+            p = plan(trigger, d)
+            row = await _ingest(conn, trigger, d, p)
+        except Stale:
+            raise
+        except Exception as exc:  # the gate's own bugs included: the delivery is kept for the worker
+            if unavailable(exc) or d.signature in REJECTED:
+                raise
+            log.error("admission failed at ingress; delivery left queued for the worker", exc_info=exc,
+                      extra={"trigger_id": str(trigger.id)})
+            p = queued_plan(trigger)
+            row = await _ingest(conn, trigger, d, p)
+        if row["delivery_id"] is not None:
+            return _answer(p, row["delivery_id"], row["run_id"])
+        duplicate = await _duplicate(conn, trigger, d)
+        if duplicate is not None:
+            return duplicate
+    raise RuntimeError("dedupe key kept flapping between insert and duplicate paths")
+
+
+_SUSPECT = re.compile(rb"\\u0000|\x00|%00|\\u[dD][89a-fA-F]|[0-9][eE][+-]?[0-9]{3}|[0-9]{300}")
+_BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
+
+
+def unstorable(raw: bytes, payload: object) -> str | None:
+    """Why PostgreSQL's jsonb cannot hold this payload (NUL, lone surrogate, infinite number), or None."""
+    if _SUSPECT.search(raw) is None:
+        return None  # the common case costs one regex scan of the raw bytes
+    return _walk(payload)
+
+
+def _walk(value: object) -> str | None:
+    if isinstance(value, str):
+        return "text contains a NUL character or a lone surrogate" if _BAD_CHAR.search(value) else None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "a number is too large to store"
+    if isinstance(value, dict):
+        items: list[object] = [*value.keys(), *value.values()]
+        return next((why for item in items if (why := _walk(item))), None)
+    if isinstance(value, list):
+        return next((why for item in value if (why := _walk(item))), None)
+    return None
