@@ -12,7 +12,7 @@ from hookgate.context import Context
 
 def all_routes() -> list[BaseRoute]:
     """Routes of every area of the HTTP edge."""
-    return [*health.routes, *ingress.routes, *admin.routes, *metrics_endpoint.routes, *dashboard.routes]
+    return [*health.routes, *admin.routes, *ingress.routes, *metrics_endpoint.routes, *dashboard.routes]
 
 
 def create_app(ctx: Context) -> Starlette:
