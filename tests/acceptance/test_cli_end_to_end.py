@@ -67,7 +67,6 @@ def github_post(url: str, payload: dict[str, object]) -> httpx.Response:
         "X-Hub-Signature-256": signature, "User-Agent": "GitHub-Hookshot/e2e"})
 
 
-@pytest.mark.xfail(strict=True, reason="needs ingress from branch ingress")
 def test_github_webhook_through_the_cli_then_rotation_cuts_the_old_url(db_url, spawn, agent_server):
     server_env = {"HOOKGATE_DATABASE_URL": db_url, "HOOKGATE_SECRET_KEY": TEST_SECRET_KEY}
     boot = hookgate("bootstrap", "--workspace", "e2e", env=server_env)

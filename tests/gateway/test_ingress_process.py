@@ -3,14 +3,10 @@
 import signal
 
 import httpx
-import pytest
 
 from tests.gateway import ingress_kit as kit
 
 
-# tests/processes.py leaves each process's log file handle to the garbage collector (harness issue,
-# reported to the lead); its ResourceWarning is not about the ingress.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_gateway_process_accepts_signed_deliveries_and_stays_consistent_across_a_kill(ctx, conn, spawn):
     h = await kit.hook(ctx)
     gateway = spawn.start("gateway", gateway=True)
