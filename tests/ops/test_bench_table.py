@@ -29,3 +29,15 @@ def test_bench_json_lines_take_precedence(tmp_path):
     line = {"subject": "claims", "value": 812.5, "unit": "runs/s", "p50_ms": 4.0, "p99_ms": 9.5, "ratio": 0.8}
     rows = table("dispatch", f"noise 12 things\nBENCH {json.dumps(line)}\n", tmp_path)
     assert rows == [["dispatch", "claims", "812", "runs/s", "4.00", "9.50", "0.80", ""]]
+
+
+def test_total_lines_summarise_rounds_and_the_summary_ratio_wins(tmp_path):
+    output = ("baseline 3421 req/s accepted p50 15.94 ms p99 58.11 ms\n"
+              "gateway 510 req/s accepted p50 107 ms p99 341 ms\n"
+              "ratio 0.15 (gateway / baseline), round 1\n"
+              "total    baseline     2879 req/s  p50 18.97 ms  p99 68.27 ms\n"
+              "total    gateway       474 req/s  p50 123.09 ms  p99 346.39 ms\n"
+              "summary  ratio 0.16 (median of rounds 0.19)\n")
+    rows = table("ingress", output, tmp_path)
+    assert [r[:7] for r in rows] == [["ingress", "baseline", "2879", "req/s", "18.97", "68.27", ""],
+                                     ["ingress", "gateway", "474", "req/s", "123.09", "346.39", "0.16"]]
