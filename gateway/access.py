@@ -87,11 +87,12 @@ class RequestContext:
 
 def _finish(scope: Scope, fields: dict[str, object], status: int, elapsed: float) -> None:
     path = scope.get("path", "")
-    client = scope.get("client")
-    log.info("request", extra={
-        "method": scope.get("method"), "path": redacted_path(path), "status": status,
-        "duration_ms": round(elapsed * 1000, 2), "client_ip": client[0] if client else None,
-    })
+    if log.isEnabledFor(logging.INFO):  # at warning level (benchmarks, quiet installs) build nothing
+        client = scope.get("client")
+        log.info("request", extra={
+            "method": scope.get("method"), "path": redacted_path(path), "status": status,
+            "duration_ms": round(elapsed * 1000, 2), "client_ip": client[0] if client else None,
+        })
     if path.startswith(HOOKS_PREFIX):
         outcome = str(fields.get("outcome") or _OUTCOME_BY_STATUS.get(status, str(status)))
         metrics.INGRESS_REQUESTS.labels(outcome, str(fields.get("preset") or "unknown")).inc()
