@@ -93,6 +93,13 @@ def observe_fire_lag(job: str, plan_time: datetime, started: datetime) -> None:
     FIRE_LAG.labels(job).observe(max(0.0, (started - plan_time).total_seconds()))
 
 
+def scheduler_started(job: str, plans: Iterable[tuple[datetime, datetime]]) -> None:
+    """Count claimed plans ``(plan_time, claimed_at)`` of a job and observe each one's fire lag."""
+    for plan_time, claimed_at in plans:
+        SCHEDULER_PLANS.labels(job, "claimed").inc()
+        observe_fire_lag(job, plan_time, claimed_at)
+
+
 @dataclass(frozen=True)
 class QueueRow:
     """Depth and oldest age of one queue (``agent`` is set for per-agent task queues)."""
