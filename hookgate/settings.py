@@ -111,6 +111,21 @@ class Settings(BaseSettings):
         keys = [decode_secret_key(k.get_secret_value()) for k in (self.secret_key, self.secret_key_previous) if k]
         return keys
 
+    # --- scheduler ---
+    scheduler_max_tick_s: float = Field(
+        default=30.0, gt=0, description="Longest sleep between scheduler ticks (it wakes earlier when work is due)"
+    )
+    scheduler_concurrency: int = Field(default=4, ge=1, description="Handler batches a scheduler runs at once")
+    scheduler_claim_batch: int = Field(default=500, ge=1, description="Most plans claimed per statement")
+    scheduler_clock_offset_s: float = Field(
+        default=0.0, description="TEST ONLY: seconds the scheduler adds to the database clock; never in production"
+    )
+    retention_age_days: float = Field(
+        default=30.0, gt=0, description="Age after which finished deliveries lose their raw body and finished "
+        "executions are deleted"
+    )
+    retention_batch_size: int = Field(default=1000, ge=1, description="Rows per retention statement")
+
 
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment, turning validation errors into one readable ConfigError."""

@@ -58,6 +58,43 @@ SELECT id, status, reason_code, reason FROM autopilot_run WHERE trigger_id = $1 
 -- One run of a workspace. $1 = workspace, $2 = run id.
 SELECT * FROM autopilot_run WHERE workspace_id = $1 AND id = $2;
 
+-- name: run_skip_overlap
+-- Overlap policy: the just-admitted pending run $1 becomes 'skipped' (previous_run_active) with
+-- reason $2, in the admitting transaction, before anyone is told about it.
+UPDATE autopilot_run
+SET status = 'skipped', reason_code = 'previous_run_active', reason = $2, finished_at = now(), updated_at = now()
+WHERE id = $1 AND status = 'pending'
+RETURNING id, status, reason_code;
+
+-- name: run_notify_pending
+-- Wake workers for the pending runs $1 (channel hookgate_runs, payload = run id), in the caller's transaction.
+SELECT pg_notify('hookgate_runs', r::text) FROM unnest($1::uuid[]) AS r;
+
+-- name: run_failure_rates
+-- Active autopilots whose finished runs created after $1 - $2 seconds number at least $3 with at least
+-- a share $4 failed (the auto-pause rule, DESIGN §6).
+SELECT r.autopilot_id, count(*) AS finished, count(*) FILTER (WHERE r.status = 'failed') AS failed
+FROM autopilot_run r
+JOIN autopilot a ON a.id = r.autopilot_id AND a.status = 'active'
+WHERE r.created_at > $1::timestamptz - make_interval(secs => $2)
+  AND r.status IN ('completed', 'failed', 'cancelled')
+GROUP BY r.autopilot_id
+HAVING count(*) >= $3::bigint AND count(*) FILTER (WHERE r.status = 'failed') >= $4::float8 * count(*);
+
+-- name: run_insert_schedule_many
+-- The scheduler's hot path: admit many pending schedule runs in ONE statement (the multi-row twin of
+-- run_insert, same columns), idempotently: an occurrence already admitted (trigger, planned_at) is
+-- skipped and absent from the result. One array element per run: $1 workspace, $2 autopilot,
+-- $3 trigger, $4 rule version, $5 planned_at, $6 payload (JSON text), $7 accountable member.
+INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, source, status, rule_version_id, planned_at,
+                           payload, accountable_id)
+SELECT r.workspace_id, r.autopilot_id, r.trigger_id, 'schedule', 'pending', r.rule_version_id, r.planned_at,
+       r.payload::jsonb, r.accountable_id
+FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::timestamptz[], $6::text[], $7::uuid[])
+     AS r(workspace_id, autopilot_id, trigger_id, rule_version_id, planned_at, payload, accountable_id)
+ORDER BY r.trigger_id, r.planned_at
+ON CONFLICT DO NOTHING
+RETURNING id, trigger_id, planned_at, status, reason_code;
 -- name: run_list
 -- Runs of workspace $1, newest first. Filters (each nullable): $2 = autopilot, $3 = status, $4 = source,
 -- $5 = cursor (the last id seen). $6 = at most.

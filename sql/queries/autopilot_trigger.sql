@@ -32,6 +32,73 @@ SET previous_secret_ct = CASE WHEN $4 > 0 THEN signing_secret_ct END,
 WHERE id = $1 AND kind = 'webhook' AND deleted_at IS NULL
 RETURNING id;
 
+-- name: trigger_due_schedules
+-- The schedule triggers due at $1 (now), at most $2, locked (SKIP LOCKED: two schedulers split the due
+-- set instead of both planning it), read in index order from autopilot_trigger_due_idx without a sort,
+-- so a tick costs the number of due triggers, not all triggers. For each: the newest plan claimed by job
+-- $3 and its flight slot (a RUNNING execution, or a FAILED one waiting for its retry), if taken.
+WITH due AS (
+    SELECT t.id, t.cron, t.timezone, t.next_fire_at, t.last_fired_at, t.created_at
+    FROM autopilot_trigger t
+    WHERE t.kind = 'schedule' AND t.enabled AND t.deleted_at IS NULL AND t.next_fire_at <= $1
+    ORDER BY t.next_fire_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+SELECT due.*, last.plan_time AS last_plan,
+       flight.status AS flight_status, flight.next_retry_at AS flight_retry_at,
+       flight.stale_after AS flight_stale_after
+FROM due
+LEFT JOIN LATERAL (SELECT e.plan_time FROM sys_cron_executions e
+                   WHERE e.job_name = $3 AND e.scope_kind = 'trigger' AND e.scope_id = due.id::text
+                   ORDER BY e.plan_time DESC LIMIT 1) last ON true
+LEFT JOIN LATERAL (SELECT e.status, e.next_retry_at, e.stale_after FROM sys_cron_executions e
+                   WHERE e.job_name = $3 AND e.scope_kind = 'trigger' AND e.scope_id = due.id::text
+                     AND e.single_flight
+                     AND (e.status = 'RUNNING' OR (e.status = 'FAILED' AND e.next_retry_at IS NOT NULL))
+                   LIMIT 1) flight ON true;
+
+-- name: trigger_defer
+-- Move the next evaluation of schedule triggers $1 to times $2 (the occurrence after the one claimed now,
+-- the next occurrence, a pending retry, or when an in-flight lease would go stale), so a blocked trigger
+-- does not stay due and spin the tick. $3[i], when not NULL, is the occurrence just claimed: it becomes
+-- last_fired_at (never moving back), so the common case writes each trigger row once per occurrence.
+UPDATE autopilot_trigger t
+SET next_fire_at = d.at,
+    last_fired_at = CASE WHEN d.fired IS NULL THEN t.last_fired_at
+                         ELSE greatest(coalesce(t.last_fired_at, d.fired), d.fired) END
+FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[]) AS d(id, at, fired)
+WHERE t.id = d.id AND t.kind = 'schedule';
+
+-- name: trigger_schedule_state
+-- What the schedule handler re-checks for triggers $1 at fire time: trigger and autopilot state, the
+-- schedule as it is now, and how many runs of the trigger are still active (overlap policy).
+SELECT t.id, t.autopilot_id, t.kind, t.enabled, (t.deleted_at IS NOT NULL) AS deleted, t.cron, t.timezone,
+       t.overlap_policy, a.status AS autopilot_status,
+       (SELECT count(*) FROM autopilot_run r
+        WHERE r.trigger_id = t.id AND r.status IN ('pending', 'issue_created', 'queued', 'running')) AS active_runs
+FROM autopilot_trigger t
+JOIN autopilot a ON a.id = t.autopilot_id
+WHERE t.id = ANY($1::uuid[]);
+
+-- name: trigger_mark_fired
+-- After occurrence $2[i] of trigger $1[i] was handled: last_fired_at = that plan (never moving back),
+-- next_fire_at = $3[i], unless the cron or zone was edited meanwhile ($4/$5 = the schedule fired), in
+-- which case the editor's next_fire_at stands. Rows already right (the planner set both when it claimed
+-- the occurrence) are not rewritten.
+UPDATE autopilot_trigger t
+SET last_fired_at = greatest(coalesce(t.last_fired_at, f.plan), f.plan),
+    next_fire_at = CASE WHEN t.cron = f.cron AND t.timezone = f.tz THEN f.next ELSE t.next_fire_at END
+FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::text[], $5::text[])
+     AS f(id, plan, next, cron, tz)
+WHERE t.id = f.id
+  AND (t.last_fired_at IS NULL OR t.last_fired_at < f.plan
+       OR (t.cron = f.cron AND t.timezone = f.tz AND t.next_fire_at IS DISTINCT FROM f.next));
+
+-- name: trigger_next_due
+-- When the next schedule trigger falls due (the scheduler sleeps until then), via the due index.
+SELECT min(next_fire_at) AS at FROM autopilot_trigger
+WHERE kind = 'schedule' AND enabled AND deleted_at IS NULL;
 -- name: trigger_list_by_autopilot
 -- Live triggers of autopilot $1 after cursor id $2 (nullable), $3 at most, oldest first.
 SELECT * FROM autopilot_trigger

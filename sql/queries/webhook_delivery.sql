@@ -1,3 +1,16 @@
+-- name: delivery_drop_bodies
+-- Retention: clear the raw body of up to $2 finished deliveries (not queued) received before $1; the
+-- row, its envelope and its headers stay for audit. Returns how many bodies were dropped.
+WITH dropped AS (
+    UPDATE webhook_delivery SET body = NULL
+    WHERE id IN (SELECT id FROM webhook_delivery
+                 WHERE body IS NOT NULL AND status <> 'queued' AND received_at < $1
+                 ORDER BY received_at
+                 LIMIT $2
+                 FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+)
+SELECT count(*) AS dropped FROM dropped;
 -- name: ingress_trigger_lookup
 -- Ingress step 2 (and the facts of steps 4, 9, 10) in one round trip: the live webhook trigger whose
 -- token digest is $1, its autopilot, its signing secrets (the previous one only while its grace window

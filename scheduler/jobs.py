@@ -1,0 +1,302 @@
+"""The jobs Hookgate schedules: autopilot schedule triggers (latest-only) and maintenance (DESIGN §8).
+
+``autopilot_schedule_dispatch`` has one scope per enabled schedule trigger. Its planner reads only the
+due triggers (``autopilot_trigger_due_idx``), keeps a trigger's single flight (never two occurrences in
+flight, never a newer one while an older one waits for its retry), and picks the newest occurrence in
+``(last plan, now]`` unless it is more than 5 minutes late. Its handler re-checks the trigger, admits
+the run through the admission gate (idempotent on ``(trigger_id, planned_at)``: a retry after a crash
+finds and reuses the run), applies the overlap policy, and wakes workers with NOTIFY ``hookgate_runs``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from autopilot import admission
+from hookgate.database import Conn
+from scheduler.cron import InvalidSchedule, Schedule, latest_only
+from scheduler.manager import hold, succeed_in
+from scheduler.spec import Batch, CustomPlans, Every, JobRun, JobSpec, LatestOnly, Plan
+from sql import Q
+
+log = logging.getLogger("hookgate.scheduler")
+
+SCHEDULE_JOB = "autopilot_schedule_dispatch"
+LATE_AFTER = timedelta(minutes=5)
+WINDOW = timedelta(hours=24)
+_TICK = timedelta(seconds=1)
+_ACTIVE_LIMIT = {"skip": 1, "buffer_one": 2}
+
+
+# ------------------------------------------------------------------------------------------ plans
+@lru_cache(maxsize=4096)
+def schedule_for(cron: str, timezone: str) -> Schedule:
+    """The parsed schedule of a trigger (cached: many triggers share a cron)."""
+    return Schedule.parse(cron, timezone)
+
+
+@lru_cache(maxsize=65536)
+def next_after(schedule: Schedule, at: datetime) -> datetime:
+    """``schedule.next_after(at)``, cached: triggers sharing a cron share their occurrences."""
+    return schedule.next_after(at)
+
+
+@lru_cache(maxsize=65536)
+def is_occurrence(schedule: Schedule, at: datetime) -> bool:
+    """Whether ``at`` is an occurrence of ``schedule`` (a plan of an edited cron may no longer be)."""
+    return schedule.latest_in(at - timedelta(microseconds=1), at) == at
+
+
+def newest_due(
+    schedule: Schedule, last_plan: datetime | None, now: datetime, *, hint: datetime | None,
+    anchor: datetime | None,
+) -> datetime | None:
+    """``cron.latest_only`` with the 5-minute lateness rule and the 24 h window.
+
+    Answered from the cache when ``hint`` (the stored next_fire_at) is already the newest occurrence at or
+    before ``now`` (the common case); otherwise ``cron.latest_only`` itself decides.
+    """
+    if hint is not None and hint <= now and is_occurrence(schedule, hint) and next_after(schedule, hint) > now:
+        since = last_plan if last_plan is not None else anchor
+        floor = now - WINDOW if since is None else max(since, now - WINDOW)
+        return hint if floor < hint and now - hint <= LATE_AFTER else None
+    return latest_only(schedule, last_plan, now, late_after=LATE_AFTER, window=WINDOW, anchor=anchor)
+
+
+def _last_plan(row: asyncpg.Record) -> datetime | None:
+    """The catch-up watermark: the newest plan claimed, or last_fired_at once executions were pruned."""
+    known = [t for t in (row["last_plan"], row["last_fired_at"]) if t is not None]
+    return max(known) if known else None
+
+
+def plan_trigger(row: asyncpg.Record, now: datetime) -> tuple[datetime | None, datetime | None]:
+    """For one due trigger: ``(plan to claim or None, when to look at the trigger again)``."""
+    if row["flight_status"] == "RUNNING":  # single flight: the occurrence in flight finishes first
+        return None, max(row["flight_stale_after"], now + _TICK)
+    if row["flight_status"] == "FAILED":  # its retry comes before any newer occurrence
+        return None, max(row["flight_retry_at"], now + _TICK)
+    try:
+        schedule = schedule_for(row["cron"], row["timezone"])
+    except InvalidSchedule as exc:
+        log.error("schedule trigger has an invalid cron; it will not fire", extra={"trigger": str(row["id"]),
+                                                                                   "error": str(exc)})
+        return None, None
+    # A trigger that never fired is anchored at its creation, so it does not fire an occurrence
+    # that predates it.
+    plan = newest_due(schedule, _last_plan(row), now, hint=row["next_fire_at"], anchor=row["created_at"])
+    if plan is not None:  # if it is still in flight then, the planner defers it to its lease's stale time
+        return plan, next_after(schedule, plan)
+    return None, schedule.next_after(now)
+
+
+async def plan_due(conn: Conn, now: datetime, limit: int) -> list[Plan]:
+    """The custom planner: lock up to ``limit`` due triggers and plan them.
+
+    Each trigger's next evaluation (``next_fire_at``) moves so that it is not due again until something
+    can change (its occurrence finished, its retry is due, or the next occurrence comes).
+    """
+    rows = await conn.fetch(Q.trigger_due_schedules, now, limit, SCHEDULE_JOB)
+    plans: list[Plan] = []
+    ids: list[UUID] = []
+    revisit: list[datetime | None] = []
+    fired: list[datetime | None] = []
+    for row in rows:
+        plan, again = plan_trigger(row, now)
+        if plan is not None:
+            plans.append(Plan(str(row["id"]), plan))
+        ids.append(row["id"])
+        revisit.append(again)
+        fired.append(plan)
+    if ids:
+        await conn.execute(Q.trigger_defer, ids, revisit, fired)
+    return plans
+
+
+async def next_due(conn: Conn, now: datetime) -> datetime | None:
+    """When the next schedule trigger falls due."""
+    at: datetime | None = await conn.fetchval(Q.trigger_next_due)
+    return at
+
+
+# ---------------------------------------------------------------------------------------- handler
+def _noop_reason(state: asyncpg.Record | None, run: JobRun) -> str | None:
+    """Why the occurrence must not run any more (state re-checked at fire time), or None."""
+    if state is None:
+        return "trigger_missing"
+    if state["deleted"]:
+        return "trigger_deleted"
+    if state["kind"] != "schedule":
+        return "trigger_not_schedule"
+    if not state["enabled"]:
+        return "trigger_disabled"
+    if state["autopilot_status"] != "active":
+        return f"autopilot_{state['autopilot_status']}"
+    try:
+        schedule = schedule_for(state["cron"], state["timezone"])
+    except InvalidSchedule:
+        return "schedule_invalid"
+    if not is_occurrence(schedule, run.plan_time):
+        return "schedule_changed"
+    return None
+
+
+def _payload(state: asyncpg.Record, plan: datetime) -> dict[str, Any]:
+    return {"event": "schedule.fired",
+            "payload": {"trigger_id": str(state["id"]), "planned_at": plan.isoformat(),
+                        "cron": state["cron"], "timezone": state["timezone"]}}
+
+
+Todo = list[tuple[JobRun, asyncpg.Record]]
+
+
+async def _admit_pending(conn: Conn, todo: Todo) -> dict[int, admission.Admission]:
+    """The hot path: the gate's facts pipelined (one round trip), the pending runs in one INSERT.
+
+    Mirrors ``admission.admit`` for runs the gate lets through (same facts, same accountable member and
+    rule version). Only runs inserted now are returned; the caller sends every other run (a skip reason,
+    a run an earlier attempt already admitted) through ``admission.admit`` itself.
+    """
+    facts = await conn.fetchmany(
+        Q.admission_facts, [(s["autopilot_id"], s["id"], None, admission.RUNTIME_HEARTBEAT_TIMEOUT_S) for _, s in todo])
+    if len(facts) != len(todo):
+        return {}
+    ready = [(run, s, f) for (run, s), f in zip(todo, facts, strict=True) if admission.evaluate(f, "schedule") is None]
+    if not ready:
+        return {}
+    rows = await conn.fetch(
+        Q.run_insert_schedule_many, [f["workspace_id"] for _, _, f in ready], [s["autopilot_id"] for _, s, _ in ready],
+        [s["id"] for _, s, _ in ready], [f["rule_version_id"] for _, _, f in ready], [r.plan_time for r, _, _ in ready],
+        [json.dumps(_payload(s, r.plan_time)) for r, s, _ in ready],
+        [admission.accountable(f, "schedule") for _, _, f in ready],
+    )
+    inserted = {(row["trigger_id"], row["planned_at"]): row for row in rows}
+    found = {}
+    for run, state, _ in ready:
+        row = inserted.get((state["id"], run.plan_time))
+        if row is not None:
+            found[run.id] = admission.Admission(row["id"], row["status"], row["reason_code"], created=True)
+    return found
+
+
+async def _admit_all(conn: Conn, todo: Todo) -> dict[int, dict[str, Any]]:
+    """Admit every occurrence's run (or find the one a crashed attempt admitted), then apply overlap."""
+    fast = await _admit_pending(conn, todo)
+    found: dict[int, admission.Admission] = {}
+    for run, state in todo:
+        found[run.id] = fast.get(run.id) or await admission.admit(
+            conn, autopilot_id=state["autopilot_id"], source="schedule", payload=_payload(state, run.plan_time),
+            trigger_id=state["id"], planned_at=run.plan_time,
+        )
+    skipped = await _apply_overlap(conn, todo, found)
+    results = {}
+    for run, _ in todo:
+        adm = found[run.id]
+        status, reason = skipped.get(adm.run_id, (adm.status, adm.reason_code))
+        results[run.id] = {"run_id": str(adm.run_id), "status": status, "reason_code": reason,
+                           "reused": not adm.created}
+    return results
+
+
+async def _apply_overlap(
+    conn: Conn, todo: Todo, found: dict[int, admission.Admission]
+) -> dict[UUID, tuple[str, str]]:
+    """Skip newly admitted pending runs whose trigger already has too many active runs (overlap policy)."""
+    overlapping = []
+    for run, state in todo:
+        adm, limit = found[run.id], _ACTIVE_LIMIT.get(state["overlap_policy"])
+        if adm.created and adm.status == "pending" and limit is not None and state["active_runs"] >= limit:
+            why = f"a previous run of this trigger is still active (overlap policy {state['overlap_policy']})"
+            overlapping.append((adm.run_id, why))
+    if not overlapping:
+        return {}
+    rows = await conn.fetchmany(Q.run_skip_overlap, overlapping)
+    return {row["id"]: (row["status"], row["reason_code"]) for row in rows}
+
+
+async def dispatch(batch: Batch) -> None:
+    """Handle claimed occurrences in ONE transaction with their SUCCESS rows: all or nothing."""
+    async with batch.pool.acquire() as conn, conn.transaction():
+        runs = await hold(conn, batch.runs, batch.spec.stale_timeout)
+        if not runs:
+            return
+        rows = await conn.fetch(Q.trigger_schedule_state, [UUID(r.scope_id) for r in runs])
+        states = {str(row["id"]): row for row in rows}
+        todo: Todo = []
+        fired: list[tuple[asyncpg.Record, datetime]] = []
+        for run in runs:
+            state = states.get(run.scope_id)
+            reason = _noop_reason(state, run)
+            if reason is not None:
+                run.result = {"noop": True, "reason": reason}
+            elif state is not None:
+                todo.append((run, state))
+            if state is not None and reason not in ("trigger_missing", "schedule_invalid"):
+                fired.append((state, run.plan_time))
+        results = await _admit_all(conn, todo) if todo else {}
+        for run, _ in todo:
+            run.result = results[run.id]
+        await _mark_fired(conn, fired)
+        wake = [UUID(r["run_id"]) for r in results.values() if r["status"] == "pending"]
+        if wake:
+            await conn.execute(Q.run_notify_pending, wake)
+        await succeed_in(conn, runs, await batch.clock())
+
+
+async def _mark_fired(conn: Conn, fired: list[tuple[asyncpg.Record, datetime]]) -> None:
+    if not fired:
+        return
+    nexts = [next_after(schedule_for(s["cron"], s["timezone"]), plan) for s, plan in fired]
+    await conn.execute(
+        Q.trigger_mark_fired, [s["id"] for s, _ in fired], [plan for _, plan in fired], nexts,
+        [s["cron"] for s, _ in fired], [s["timezone"] for s, _ in fired],
+    )
+
+
+async def reconsider(conn: Conn, runs: list[JobRun], now: datetime) -> None:
+    """After a failed attempt, make its triggers due now.
+
+    The planner then waits for the retry, or, with attempts exhausted, moves on to the newest occurrence
+    at once instead of at the next occurrence the claim had recorded.
+    """
+    await conn.execute(Q.trigger_defer, [UUID(r.scope_id) for r in runs], [now] * len(runs), [None] * len(runs))
+
+
+def autopilot_schedule_job(batch_size: int = 100) -> JobSpec:
+    """``autopilot_schedule_dispatch`` with the parameters of DESIGN §8."""
+    return JobSpec(
+        name=SCHEDULE_JOB, handler=dispatch, catch_up=CustomPlans(plans=plan_due, next_due=next_due),
+        scope_kind="trigger", max_plans_per_tick=5, run_timeout=timedelta(minutes=2),
+        stale_timeout=timedelta(minutes=5), heartbeat=timedelta(seconds=30), stale_reentry=True,
+        max_attempts=3, retry_backoff=(timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15)),
+        retry_jitter=0.1, single_flight=True, batch_size=batch_size, on_failure=reconsider,
+    )
+
+
+# ------------------------------------------------------------------------------------ maintenance
+#: Maintenance work: one call with a pooled connection and the plan's time; returns a JSON-able result.
+Work = Callable[[Conn], Awaitable[Any]]
+
+
+def maintenance(name: str, every: timedelta, work: Work) -> JobSpec:
+    """A one-line maintenance job: ``work(conn)`` once per ``every`` across all schedulers.
+
+    Latest-only, so never a burst after downtime. E.g.
+    ``maintenance("lease_watchdog", timedelta(seconds=60), watchdog.sweep)``.
+    """
+
+    async def handler(batch: Batch) -> None:
+        async with batch.pool.acquire() as conn:
+            result = await work(conn)
+        for run in batch.runs:
+            run.result = result if isinstance(result, dict) else {"result": result}
+
+    return JobSpec(name=name, handler=handler, cadence=Every(every), catch_up=LatestOnly(late_after=every),
+                   max_plans_per_tick=1, max_attempts=1)

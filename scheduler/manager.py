@@ -1,0 +1,360 @@
+"""The scheduler service: every replica ticks, PostgreSQL decides who runs each occurrence (DESIGN §8).
+
+A tick, on the database clock: mark stale RUNNING rows FAILED; per job, take over due retries (one
+guarded UPDATE rotating the lease token) and claim new plans (``INSERT … ON CONFLICT DO NOTHING``); run
+the handlers with heartbeats; record SUCCESS or FAILED guarded by the token. Between ticks it sleeps
+until the next due time (bounded by ``max_tick``) and wakes early on NOTIFY ``hookgate_triggers``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import asyncpg
+
+from hookgate import database
+from hookgate.database import Conn
+from scheduler.spec import Batch, CustomPlans, EveryPlan, JobRun, JobSpec, LatestOnly, LeaseLost, Plan
+from sql import Q
+
+log = logging.getLogger("hookgate.scheduler")
+
+TRIGGERS_CHANNEL = "hookgate_triggers"
+_FAR_PAST = timedelta(days=366)
+
+#: A clock override for tests: returns "now" (timezone-aware UTC) instead of the database clock.
+Clock = Callable[[], Awaitable[datetime]]
+
+
+@dataclass
+class TickReport:
+    """What one tick did: stale rows swept and executions claimed, per job."""
+
+    now: datetime
+    swept: int = 0
+    claimed: dict[str, int] = field(default_factory=dict)
+
+
+def _ids_tokens(runs: Sequence[JobRun]) -> tuple[list[int], list[object]]:
+    return [r.id for r in runs], [r.lease_token for r in runs]
+
+
+async def hold(conn: Conn, runs: Sequence[JobRun], stale_timeout: timedelta) -> list[JobRun]:
+    """Lock the runs whose lease is still ours for the caller's transaction; the others are told they lost it.
+
+    The transaction may not sit idle longer than ``stale_timeout``, or PostgreSQL ends the session.
+    """
+    await conn.execute(Q.cron_hold_guard, f"{int(stale_timeout.total_seconds() * 1000)}ms")
+    held = {row["id"] for row in await conn.fetch(Q.cron_hold, *_ids_tokens(runs))}
+    for run in runs:
+        if run.id not in held:
+            run.lease_lost.set()
+    return [run for run in runs if run.id in held]
+
+
+async def succeed_in(conn: Conn, runs: Sequence[JobRun], now: datetime) -> None:
+    """Record SUCCESS for ``runs`` inside the caller's transaction; raises LeaseLost if any is not ours."""
+    if not runs:
+        return
+    results = [None if r.result is None else json.dumps(r.result) for r in runs]
+    done = await conn.fetch(Q.cron_succeed, *_ids_tokens(runs), results, now)
+    if len(done) != len(runs):
+        raise LeaseLost(f"{len(runs) - len(done)} execution(s) no longer held")
+    for run in runs:
+        run.finished = True
+
+
+class Scheduler:
+    """The DB-backed scheduler service: ``run()`` until ``stop()``, or ``run_once()`` in tests."""
+
+    name = "scheduler"
+
+    def __init__(
+        self, pool: asyncpg.Pool, jobs: Sequence[JobSpec], *, dsn: str | None = None,
+        max_tick: float = 30.0, concurrency: int = 4, claim_batch: int = 500,
+        clock_offset: float = 0.0, clock: Clock | None = None, runner_id: str | None = None,
+    ) -> None:
+        names = [job.name for job in jobs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate job names: {names}")
+        self.pool, self.jobs, self.dsn = pool, list(jobs), dsn
+        self.max_tick, self.claim_batch = max_tick, claim_batch
+        self.clock_offset = timedelta(seconds=clock_offset)
+        self._clock = clock
+        self.runner_id = runner_id or f"{socket.gethostname()}:{os.getpid()}"
+        self._slots = asyncio.Semaphore(concurrency)
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+
+    # ----------------------------------------------------------------------------------- time
+    async def now(self) -> datetime:
+        """The scheduler's "now": the database clock (plus the test-only offset), or the injected clock."""
+        if self._clock is not None:
+            return await self._clock()
+        async with self.pool.acquire() as conn:
+            db_now: datetime = await conn.fetchval(Q.cron_clock)
+        return db_now + self.clock_offset
+
+    # ------------------------------------------------------------------------------- service
+    async def run(self) -> None:
+        """Tick until stopped: sleep until the next due time, or until NOTIFY hookgate_triggers."""
+        listener: asyncpg.Connection | None = None
+        failures = 0
+        try:
+            while not self._stopping.is_set():
+                self._wake.clear()
+                if listener is None or listener.is_closed():  # (re)connect: a lost LISTEN only costs latency
+                    listener = await self._listen()
+                try:
+                    report = await self.tick()
+                    delay = await self._sleep_for(await self.now())
+                    log.debug("tick", extra={"claimed": report.claimed, "sleep_s": delay})
+                    failures = 0
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    failures += 1
+                    delay = min(self.max_tick, 0.5 * 2 ** min(failures, 6))
+                    log.warning("scheduler tick failed; retrying", extra={"error": str(exc), "in_s": delay})
+                if delay > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), delay)
+        finally:
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    await listener.close()
+
+    async def stop(self, deadline: float = 20.0) -> None:
+        """Stop claiming; let running handlers finish within ``deadline`` seconds, then cancel them."""
+        self._stopping.set()
+        self._wake.set()
+        if self._inflight:
+            _, late = await asyncio.wait(set(self._inflight), timeout=deadline)
+            for task in late:
+                task.cancel()
+            for task in late:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def run_once(self, now: datetime | None = None) -> TickReport:
+        """One tick at ``now`` (default: the scheduler clock), waiting for every handler it started."""
+        report = await self.tick(now)
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        return report
+
+    async def _listen(self) -> asyncpg.Connection | None:
+        if self.dsn is None:
+            return None
+        try:
+            conn = await database.connect(self.dsn)
+            await conn.add_listener(TRIGGERS_CHANNEL, lambda *_: self._wake.set())
+        except (OSError, asyncpg.PostgresError) as exc:
+            log.warning("cannot LISTEN; polling only", extra={"error": str(exc)})
+            return None
+        return conn
+
+    async def _sleep_for(self, now: datetime) -> float:
+        """Seconds until the earliest due work of any job (0 if already due), at most ``max_tick``."""
+        async with self.pool.acquire() as conn:
+            candidates = [await conn.fetchval(Q.cron_next_wake, [spec.name for spec in self.jobs])]
+            for spec in self.jobs:
+                candidates.append(await self._job_next_due(conn, spec, now))
+        due = [at for at in candidates if at is not None]
+        if not due:
+            return self.max_tick
+        wait: float = (min(due) - now).total_seconds()
+        return max(0.0, min(self.max_tick, wait))
+
+    async def _job_next_due(self, conn: Conn, spec: JobSpec, now: datetime) -> datetime | None:
+        if isinstance(spec.catch_up, CustomPlans):
+            return await spec.catch_up.next_due(conn, now)
+        assert spec.cadence is not None
+        return spec.cadence.next_after(now - spec.schedule_delay) + spec.schedule_delay
+
+    # ---------------------------------------------------------------------------------- tick
+    async def tick(self, now: datetime | None = None) -> TickReport:
+        """Sweep, claim and start handlers (without waiting for them); returns what was claimed."""
+        at = now or await self.now()
+        report = TickReport(at)
+        async with self.pool.acquire() as conn:
+            for spec in self.jobs:
+                rows = await conn.fetch(Q.cron_sweep_stale, spec.name, at, spec.stale_reentry)
+                report.swept += len(rows)
+                for row in rows:
+                    log.warning("execution went stale", extra={"job": spec.name, "scope": row["scope_id"],
+                                                               "plan_time": row["plan_time"].isoformat()})
+        for spec in self.jobs:
+            if self._stopping.is_set():
+                break
+            report.claimed[spec.name] = await self._claim_job(spec, now)
+        return report
+
+    async def _claim_job(self, spec: JobSpec, override: datetime | None) -> int:
+        total = 0
+        at = override or await self.now()
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(Q.cron_takeover, spec.name, at, self.runner_id,
+                                    spec.stale_timeout.total_seconds(), spec.stale_reentry, self.claim_batch)
+        fixed = override is not None
+        total += self._start(spec, [JobRun.from_row(spec.name, r, at) for r in rows], fixed)
+        while not self._stopping.is_set():
+            limit = self.claim_batch
+            async with self.pool.acquire() as conn, conn.transaction():
+                plans = await self._plans(conn, spec, at, limit)
+                rows = await self._claim(conn, spec, plans, at) if plans else []
+            total += self._start(spec, [JobRun.from_row(spec.name, r, at) for r in rows], fixed)
+            if len(plans) < limit or not rows or spec.cadence is not None:
+                break
+            at = override or await self.now()
+        return total
+
+    async def _plans(self, conn: Conn, spec: JobSpec, now: datetime, limit: int) -> list[Plan]:
+        if isinstance(spec.catch_up, CustomPlans):
+            return await spec.catch_up.plans(conn, now, limit)
+        scopes = await spec.scopes(conn, now) if spec.scopes else ["-"]
+        until = now - spec.schedule_delay
+        plans: list[Plan] = []
+        for row in await conn.fetch(Q.cron_scope_state, spec.name, spec.scope_kind, scopes):
+            if spec.single_flight and row["in_flight"]:
+                continue
+            found = self._cadence_plans(spec, row["last_plan"], until)[:spec.max_plans_per_tick]
+            plans += [Plan(row["scope_id"], t) for t in found]
+        return plans[:limit]
+
+    @staticmethod
+    def _cadence_plans(spec: JobSpec, last: datetime | None, until: datetime) -> list[datetime]:
+        """The plans of one scope of a cadence job under its catch-up mode."""
+        assert spec.cadence is not None
+        after = last or until - _FAR_PAST
+        if isinstance(spec.catch_up, EveryPlan):
+            after = max(after, until - spec.catch_up.window)
+            count = min(spec.catch_up.max_per_tick, spec.max_plans_per_tick)
+            return spec.cadence.occurrences(after, until, count)
+        newest = spec.cadence.latest_in(after, until)
+        late_after = spec.catch_up.late_after if isinstance(spec.catch_up, LatestOnly) else None
+        if newest is None or (late_after is not None and until - newest > late_after):
+            return []
+        return [newest]
+
+    async def _claim(self, conn: Conn, spec: JobSpec, plans: list[Plan], now: datetime) -> list[asyncpg.Record]:
+        ordered = sorted(plans, key=lambda p: (p.scope_id, p.plan_time))
+        return await conn.fetch(
+            Q.cron_claim, spec.name, spec.scope_kind, [p.scope_id for p in ordered],
+            [p.plan_time for p in ordered], spec.max_attempts, self.runner_id, now,
+            spec.stale_timeout.total_seconds(), spec.single_flight,
+        )
+
+    # ------------------------------------------------------------------------------ execute
+    def _start(self, spec: JobSpec, runs: list[JobRun], fixed: bool) -> int:
+        """Start the handlers of claimed runs in batches; ``fixed``: time is injected (run_once(now=…))."""
+        for i in range(0, len(runs), spec.batch_size):
+            task = asyncio.create_task(self._execute(spec, runs[i:i + spec.batch_size], fixed))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+        return len(runs)
+
+    async def _time(self, runs: Sequence[JobRun], fixed: bool) -> datetime:
+        return runs[0].now if fixed else await self.now()
+
+    async def _execute(self, spec: JobSpec, runs: list[JobRun], fixed: bool) -> None:
+        async with self._slots:
+            error = await self._call(spec, runs, fixed)
+        if error is not None:
+            # A raising handler's transaction rolled back: nothing it marked finished was committed. Rows
+            # it did commit are no longer RUNNING, so the guarded FAILED write leaves them alone.
+            for run in runs:
+                run.finished = False
+        if error is not None and len(runs) > 1:
+            # One bad scope must not fail its neighbours: retry the batch one run at a time.
+            for run in runs:
+                run.result, run.finished = None, False
+                await self._execute(spec, [run], fixed)
+            return
+        try:
+            await self._finish(spec, runs, error, fixed)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("terminal write failed; the lease will go stale", extra={"job": spec.name,
+                                                                                "error": str(exc)})
+
+    async def _call(self, spec: JobSpec, runs: list[JobRun], fixed: bool) -> tuple[str, str] | None:
+        """Run the handler under its run timeout and heartbeats; returns (code, message) on failure."""
+        batch = Batch(spec, runs, self.pool, runs[0].now, clock=lambda: self._time(runs, fixed))
+        handler: asyncio.Task[None] = asyncio.ensure_future(spec.handler(batch))
+        beats = asyncio.create_task(self._heartbeat(spec, runs, handler, fixed))
+        try:
+            async with asyncio.timeout(spec.run_timeout.total_seconds()):
+                await handler
+        except TimeoutError:
+            return "run_timeout", f"the handler ran longer than {spec.run_timeout}"
+        except asyncio.CancelledError:
+            if all(r.lease_lost.is_set() for r in runs):
+                return None
+            handler.cancel()
+            await self._finish(spec, runs, ("shutdown", "the scheduler stopped before the handler finished"), fixed)
+            raise
+        except LeaseLost as exc:  # a guard inside the handler's transaction: its work was rolled back
+            return "lease_lost", str(exc)
+        except Exception as exc:
+            log.exception("handler failed", extra={"job": spec.name})
+            return "handler_error", f"{exc.__class__.__name__}: {exc}"
+        finally:
+            beats.cancel()
+        return None
+
+    async def _heartbeat(
+        self, spec: JobSpec, runs: list[JobRun], handler: asyncio.Task[None], fixed: bool
+    ) -> None:
+        """Extend the leases every ``heartbeat``; a run whose lease is gone is told.
+
+        The handler is cancelled once no run of its batch is held any more.
+        """
+        while True:
+            await asyncio.sleep(spec.heartbeat.total_seconds())
+            live = [r for r in runs if not r.finished and not r.lease_lost.is_set()]
+            if not live:
+                return
+            now = await self._time(runs, fixed)
+            async with self.pool.acquire() as conn:
+                held = {row["id"] for row in await conn.fetch(
+                    Q.cron_heartbeat, *_ids_tokens(live), now, spec.stale_timeout.total_seconds())}
+            for run in live:
+                if run.id not in held and not run.finished:
+                    log.warning("lease lost", extra={"job": spec.name, "scope": run.scope_id})
+                    run.lease_lost.set()
+            if all(r.lease_lost.is_set() or r.finished for r in runs):
+                handler.cancel()
+                return
+
+    async def _finish(
+        self, spec: JobSpec, runs: list[JobRun], error: tuple[str, str] | None, fixed: bool
+    ) -> None:
+        """Terminal writes for runs the handler did not finish itself, guarded by the lease token."""
+        pending = [r for r in runs if not r.finished and not r.lease_lost.is_set()]
+        if not pending:
+            return
+        now = await self._time(pending, fixed)
+        async with self.pool.acquire() as conn:
+            if error is None:
+                results = [None if r.result is None else json.dumps(r.result) for r in pending]
+                rows = await conn.fetch(Q.cron_succeed, *_ids_tokens(pending), results, now)
+            else:
+                retry = [spec.retry_at(r.attempt, now) for r in pending]
+                rows = await conn.fetch(Q.cron_fail, *_ids_tokens(pending), now, error[0], error[1], retry)
+                failed = [r for r in pending if r.id in {row["id"] for row in rows}]
+                if failed and spec.on_failure is not None:
+                    await spec.on_failure(conn, failed, now)
+        written = {row["id"] for row in rows}
+        for run in pending:
+            if run.id in written:
+                run.finished = True
+            else:
+                log.warning("late result ignored: lease lost", extra={"job": spec.name, "scope": run.scope_id})
+                run.lease_lost.set()

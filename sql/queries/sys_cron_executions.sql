@@ -1,0 +1,136 @@
+-- name: cron_clock
+-- The database clock: every scheduling decision uses it, never the host's clock (DESIGN §3).
+SELECT clock_timestamp() AS now;
+
+-- name: cron_sweep_stale
+-- Mark RUNNING rows of job $1 whose holder stopped heartbeating (stale_after < $2 = now) FAILED
+-- 'stale_timeout'. With stale re-entry ($3) and attempts left they are due for a retry at once.
+-- Rows locked by a live holder's transaction are skipped, so a sweep never waits on a runner.
+UPDATE sys_cron_executions e
+SET status = 'FAILED', error_code = 'stale_timeout',
+    error_message = 'the runner stopped heartbeating before stale_after',
+    finished_at = $2, duration_ms = greatest(0, (extract(epoch FROM $2::timestamptz - e.started_at) * 1000)::integer),
+    next_retry_at = CASE WHEN $3 AND e.attempt < e.max_attempts THEN $2 END
+WHERE e.id IN (SELECT c.id FROM sys_cron_executions c
+               WHERE c.job_name = $1 AND c.status = 'RUNNING' AND c.stale_after < $2
+               FOR UPDATE SKIP LOCKED)
+RETURNING e.id, e.scope_id, e.plan_time, e.attempt;
+
+-- name: cron_claim
+-- Win fresh plans of job $1 (scope kind $2): one row per (scope $3[i], plan $4[i]); a plan another
+-- scheduler already holds conflicts and is skipped. $5 = max attempts, $6 = runner id, $7 = now,
+-- $8 = stale timeout (s), $9 = single flight: the scope's flight slot must be free (unique index) and no
+-- newer plan may exist, so a slow planner never fires an older occurrence after a newer one.
+-- Rows are inserted in key order, so two schedulers racing on overlapping batches cannot deadlock.
+INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status, attempt, max_attempts,
+                                 runner_id, lease_token, heartbeat_at, stale_after, started_at, single_flight)
+SELECT $1, $2, p.scope_id, p.plan_time, 'RUNNING', 1, $5, $6, gen_random_uuid(), $7,
+       $7::timestamptz + make_interval(secs => $8), $7, $9
+FROM unnest($3::text[], $4::timestamptz[]) AS p(scope_id, plan_time)
+WHERE NOT ($9 AND EXISTS (SELECT 1 FROM sys_cron_executions n
+                          WHERE n.job_name = $1 AND n.scope_kind = $2 AND n.scope_id = p.scope_id
+                            AND n.plan_time > p.plan_time))
+ORDER BY p.scope_id, p.plan_time
+ON CONFLICT DO NOTHING
+RETURNING id, scope_id, plan_time, attempt, max_attempts, lease_token;
+
+-- name: cron_takeover
+-- Take over up to $6 rows of job $1 in ONE guarded statement: a FAILED row whose retry is due
+-- (next_retry_at <= $2 = now), or, with stale re-entry ($5), a RUNNING row past stale_after; only while
+-- attempt < max_attempts. The lease token rotates, so the previous holder's writes no longer match.
+-- $3 = runner id, $4 = stale timeout (s).
+UPDATE sys_cron_executions e
+SET status = 'RUNNING', attempt = e.attempt + 1, lease_token = gen_random_uuid(), runner_id = $3,
+    heartbeat_at = $2, stale_after = $2::timestamptz + make_interval(secs => $4), started_at = $2,
+    finished_at = NULL, duration_ms = NULL, next_retry_at = NULL, result = NULL
+WHERE e.id IN (SELECT c.id FROM sys_cron_executions c
+               WHERE c.job_name = $1 AND c.attempt < c.max_attempts
+                 AND ((c.status = 'FAILED' AND c.next_retry_at <= $2)
+                      OR ($5 AND c.status = 'RUNNING' AND c.stale_after < $2))
+               ORDER BY coalesce(c.next_retry_at, c.stale_after), c.id
+               LIMIT $6
+               FOR UPDATE SKIP LOCKED)
+  AND e.attempt < e.max_attempts
+  AND ((e.status = 'FAILED' AND e.next_retry_at <= $2) OR ($5 AND e.status = 'RUNNING' AND e.stale_after < $2))
+RETURNING e.id, e.scope_id, e.plan_time, e.attempt, e.max_attempts, e.lease_token;
+
+-- name: cron_heartbeat
+-- Extend the leases of executions $1 held with tokens $2: stale_after = $3 (now) + $4 seconds.
+-- Returns the ids still held; a missing id means the lease was lost (taken over or swept).
+UPDATE sys_cron_executions e
+SET heartbeat_at = $3, stale_after = $3::timestamptz + make_interval(secs => $4)
+FROM unnest($1::bigint[], $2::uuid[]) AS h(id, token)
+WHERE e.id = h.id AND e.lease_token = h.token AND e.status = 'RUNNING'
+RETURNING e.id;
+
+-- name: cron_hold
+-- Lock, in the caller's transaction, the executions $1 still held with tokens $2, so nobody can sweep
+-- or take them over until the transaction ends. Returns the ids held; the others' leases are lost.
+SELECT e.id
+FROM sys_cron_executions e
+JOIN unnest($1::bigint[], $2::uuid[]) AS h(id, token) ON e.id = h.id AND e.lease_token = h.token
+WHERE e.status = 'RUNNING'
+ORDER BY e.id
+FOR UPDATE OF e;
+
+-- name: cron_succeed
+-- Terminal SUCCESS for executions $1 held with tokens $2, results $3 (JSON text), at $4 (now).
+-- Guarded by the token: a holder that lost its lease updates nothing and its result is ignored.
+UPDATE sys_cron_executions e
+SET status = 'SUCCESS', finished_at = $4, result = s.result::jsonb, next_retry_at = NULL,
+    duration_ms = greatest(0, (extract(epoch FROM $4::timestamptz - e.started_at) * 1000)::integer),
+    error_code = NULL, error_message = NULL
+FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS s(id, token, result)
+WHERE e.id = s.id AND e.lease_token = s.token AND e.status = 'RUNNING'
+RETURNING e.id;
+
+-- name: cron_fail
+-- Terminal FAILED for executions $1 held with tokens $2, at $3 (now), with error code $4 and message $5;
+-- $6[i] = when the retry is due (NULL: attempts exhausted, no retry). Guarded by the token.
+UPDATE sys_cron_executions e
+SET status = 'FAILED', finished_at = $3, error_code = $4, error_message = left($5, 2000),
+    next_retry_at = f.retry_at,
+    duration_ms = greatest(0, (extract(epoch FROM $3::timestamptz - e.started_at) * 1000)::integer)
+FROM unnest($1::bigint[], $2::uuid[], $6::timestamptz[]) AS f(id, token, retry_at)
+WHERE e.id = f.id AND e.lease_token = f.token AND e.status = 'RUNNING'
+RETURNING e.id;
+
+-- name: cron_scope_state
+-- For job $1, scope kind $2 and scopes $3: the newest plan claimed so far (the catch-up watermark) and
+-- whether the scope's flight slot is taken (a RUNNING row or a FAILED row waiting for its retry).
+SELECT s.scope_id,
+       (SELECT max(e.plan_time) FROM sys_cron_executions e
+        WHERE e.job_name = $1 AND e.scope_kind = $2 AND e.scope_id = s.scope_id) AS last_plan,
+       EXISTS (SELECT 1 FROM sys_cron_executions e
+               WHERE e.job_name = $1 AND e.scope_kind = $2 AND e.scope_id = s.scope_id
+                 AND (e.status = 'RUNNING' OR (e.status = 'FAILED' AND e.next_retry_at IS NOT NULL))) AS in_flight
+FROM unnest($3::text[]) AS s(scope_id);
+
+-- name: cron_next_wake
+-- The earliest time generic work of jobs $1 (the jobs this scheduler runs) falls due: a retry
+-- (next_retry_at) or a lease going stale (stale_after). Rows of other jobs (renamed, or not deployed on
+-- this replica) must not keep this scheduler awake.
+SELECT least((SELECT min(next_retry_at) FROM sys_cron_executions
+              WHERE status = 'FAILED' AND job_name = ANY($1::text[])),
+             (SELECT min(stale_after) FROM sys_cron_executions
+              WHERE status = 'RUNNING' AND job_name = ANY($1::text[]))) AS at;
+
+-- name: cron_delete_finished
+-- Retention: delete up to $2 finished executions (SUCCESS, or FAILED with no retry left) that finished
+-- before $1. Returns how many were deleted. A row waiting for a retry is never deleted.
+WITH gone AS (
+    DELETE FROM sys_cron_executions
+    WHERE id IN (SELECT id FROM sys_cron_executions
+                 WHERE status <> 'RUNNING' AND finished_at < $1
+                   AND NOT (status = 'FAILED' AND next_retry_at IS NOT NULL)
+                 ORDER BY finished_at
+                 LIMIT $2)
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone;
+
+-- name: cron_hold_guard
+-- For the rest of the caller's transaction, end the session if it sits idle in the transaction longer
+-- than $1 (e.g. '300000ms', the stale timeout): a frozen holder then releases its row locks, so its
+-- executions can go stale and be taken over instead of staying locked forever.
+SELECT set_config('idle_in_transaction_session_timeout', $1, true);

@@ -1,0 +1,67 @@
+"""Scheduler test helpers: a world with a ready agent and autopilot, schedule triggers, and readers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import pytest
+
+from hookgate.context import Context
+from scheduler.jobs import autopilot_schedule_job
+from scheduler.manager import Scheduler
+from scheduler.spec import JobSpec
+from tests import factories
+
+
+def utc(*args: int) -> datetime:
+    """A UTC datetime."""
+    return datetime(*args, tzinfo=UTC)
+
+
+@dataclass
+class Setup:
+    """A workspace, an HTTP agent (always ready) and an active run_only autopilot."""
+
+    ctx: Context
+    world: factories.World
+    autopilot: asyncpg.Record
+
+    async def trigger(self, cron: str, next_fire_at: datetime, timezone: str = "UTC", **kw: Any) -> asyncpg.Record:
+        """A schedule trigger of the autopilot."""
+        return await factories.schedule_trigger(self.world, self.autopilot, cron, next_fire_at, timezone, **kw)
+
+    def scheduler(self, jobs: list[JobSpec] | None = None, **kw: Any) -> Scheduler:
+        """An in-process scheduler over the test pool (time injected through run_once(now=…))."""
+        return Scheduler(self.ctx.pool, jobs if jobs is not None else [autopilot_schedule_job()], **kw)
+
+    async def runs(self, trigger_id: Any) -> list[asyncpg.Record]:
+        """The trigger's runs, by planned time."""
+        async with self.ctx.pool.acquire() as conn:
+            return await conn.fetch(
+                "SELECT * FROM autopilot_run WHERE trigger_id = $1 ORDER BY planned_at, created_at", trigger_id)
+
+    async def executions(self, scope_id: Any, job: str = "autopilot_schedule_dispatch") -> list[asyncpg.Record]:
+        """The job's execution rows for a scope, by plan time."""
+        async with self.ctx.pool.acquire() as conn:
+            return await conn.fetch(
+                "SELECT * FROM sys_cron_executions WHERE job_name = $1 AND scope_id = $2 ORDER BY plan_time",
+                job, str(scope_id))
+
+    async def trigger_row(self, trigger_id: Any) -> asyncpg.Record:
+        """The trigger as stored now."""
+        async with self.ctx.pool.acquire() as conn:
+            row = await conn.fetchrow("SELECT * FROM autopilot_trigger WHERE id = $1", trigger_id)
+        assert row is not None
+        return row
+
+
+@pytest.fixture
+async def setup(ctx: Context) -> Setup:
+    """A world with a ready HTTP agent and an active run_only autopilot."""
+    world = await factories.world(ctx)
+    agent = await factories.http_agent(world)
+    autopilot = await factories.autopilot(world, agent.row["id"])
+    return Setup(ctx, world, autopilot)

@@ -1,0 +1,100 @@
+"""Maintenance jobs: retention in batches, the auto-pause monitor, and one-line maintenance specs."""
+
+from datetime import timedelta
+
+from scheduler.jobs import maintenance
+from scheduler.maintenance import auto_pause_job, retention_job
+from tests import factories
+from tests.scheduler.conftest import utc
+
+DAY = timedelta(days=1)
+
+
+async def _delivery(conn, trigger, status, age_days):
+    return await conn.fetchval(
+        """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, received_at, body, provider,
+                                         event, signature_status, status)
+           VALUES ($1, $2, $3, clock_timestamp() - make_interval(days => $5), '\\x7b7d', 'generic', 'e',
+                   'not_required', $4) RETURNING id""",
+        trigger["workspace_id"], trigger["id"], trigger["autopilot_id"], status, age_days)
+
+
+async def _execution(conn, status, age_days, retry=False):
+    await conn.execute(
+        """INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status, lease_token,
+                                            stale_after, finished_at, next_retry_at, max_attempts)
+           VALUES ('old_job', 'global', '-', clock_timestamp() - make_interval(days => $2) - random() * interval '1h',
+                   $1, gen_random_uuid(), clock_timestamp(),
+                   CASE WHEN $1 <> 'RUNNING' THEN clock_timestamp() - make_interval(days => $2) END,
+                   CASE WHEN $3 THEN clock_timestamp() END, 3)""", status, age_days, retry)
+
+
+async def test_retention_drops_old_finished_bodies_and_executions_in_batches_and_keeps_live_rows(setup, ctx):
+    trigger, _ = await factories.webhook_trigger(setup.world, setup.autopilot)
+    async with ctx.pool.acquire() as conn:
+        old = [await _delivery(conn, trigger, "dispatched", 40) for _ in range(5)]
+        queued_old = await _delivery(conn, trigger, "queued", 40)
+        recent = await _delivery(conn, trigger, "ignored", 1)
+        for _ in range(5):
+            await _execution(conn, "SUCCESS", 40)
+        await _execution(conn, "FAILED", 40, retry=True)
+        await _execution(conn, "SUCCESS", 1)
+    await setup.scheduler([retention_job(timedelta(days=30), batch_size=2)]).run_once()
+    async with ctx.pool.acquire() as conn:
+        bodies = dict(await conn.fetch("SELECT id, body IS NOT NULL FROM webhook_delivery"))
+        left = await conn.fetch("SELECT status, next_retry_at IS NOT NULL AS retry FROM sys_cron_executions "
+                                "WHERE job_name = 'old_job' ORDER BY status")
+        result = await conn.fetchval("SELECT result FROM sys_cron_executions WHERE job_name = 'retention'")
+    assert not any(bodies[i] for i in old) and bodies[queued_old] and bodies[recent]
+    assert [(r["status"], r["retry"]) for r in left] == [("FAILED", True), ("SUCCESS", False)]
+    assert (result["bodies_dropped"], result["executions_deleted"]) == (5, 5)
+
+
+async def _runs(conn, autopilot, failed, completed):
+    for status, n in (("failed", failed), ("completed", completed)):
+        await conn.execute(
+            """INSERT INTO autopilot_run (workspace_id, autopilot_id, source, status, finished_at)
+               SELECT $1, $2, 'api', $3, now() FROM generate_series(1, $4)""",
+            autopilot["workspace_id"], autopilot["id"], status, n)
+
+
+async def test_auto_pause_pauses_an_autopilot_whose_runs_mostly_fail_with_a_system_version_and_audit(setup, ctx):
+    agent = await factories.http_agent(setup.world, name="other")
+    healthy = await factories.autopilot(setup.world, agent.row["id"], title="healthy")
+    few = await factories.autopilot(setup.world, agent.row["id"], title="few")
+    async with ctx.pool.acquire() as conn:
+        await _runs(conn, setup.autopilot, failed=45, completed=5)   # 50 runs, 90 % failed
+        await _runs(conn, healthy, failed=44, completed=6)           # 88 %
+        await _runs(conn, few, failed=49, completed=0)               # only 49 runs
+    await setup.scheduler([auto_pause_job()]).run_once()
+    async with ctx.pool.acquire() as conn:
+        statuses = dict(await conn.fetch("SELECT id, status FROM autopilot"))
+        version = await conn.fetchrow("SELECT * FROM autopilot_rule_version WHERE autopilot_id = $1 "
+                                      "ORDER BY version DESC LIMIT 1", setup.autopilot["id"])
+        audit = await conn.fetchrow("SELECT * FROM audit_log WHERE action = 'AUTO_PAUSE'")
+    assert statuses == {setup.autopilot["id"]: "paused", healthy["id"]: "active", few["id"]: "active"}
+    assert (version["change"], version["publisher_type"], version["config"]["status"]) == (
+        "auto_pause", "system", "paused")
+    assert (audit["subject_id"], audit["actor_type"]) == (str(setup.autopilot["id"]), "system")
+    assert audit["detail"]["failed_runs"] == 45 and audit["detail"]["finished_runs"] == 50
+
+
+async def test_a_one_line_maintenance_job_runs_once_per_interval_across_schedulers(setup, ctx):
+    calls = []
+
+    async def sweep(conn):
+        calls.append(await conn.fetchval("SELECT 1"))
+        return {"expired": 0}
+
+    job = maintenance("lease_watchdog", timedelta(seconds=60), sweep)
+    first, second = setup.scheduler([job]), setup.scheduler([job])
+    at = utc(2027, 2, 1, 9, 0, 1)
+    await first.run_once(at)
+    await second.run_once(at + timedelta(seconds=20))
+    assert len(calls) == 1
+    await second.run_once(at + timedelta(seconds=60))
+    await first.run_once(at + timedelta(hours=3))  # after downtime: one run, not a burst
+    assert len(calls) == 3
+    async with ctx.pool.acquire() as conn:
+        results = await conn.fetch("SELECT result FROM sys_cron_executions WHERE job_name = 'lease_watchdog'")
+    assert {r["result"]["expired"] for r in results} == {0}

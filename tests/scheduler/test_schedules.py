@@ -1,0 +1,307 @@
+"""autopilot_schedule_dispatch end to end through the job, with injected database time."""
+
+import asyncio
+from datetime import timedelta
+
+import asyncpg
+
+from scheduler.cron import Schedule
+from scheduler.jobs import SCHEDULE_JOB, newest_due
+from tests.scheduler.conftest import utc
+
+MIN = timedelta(minutes=1)
+SEC = timedelta(seconds=1)
+DAY0 = utc(2027, 2, 1, 9, 0)  # a Monday, after every trigger's creation
+
+
+async def test_an_occurrence_fires_one_pending_run_and_wakes_the_workers(setup, ctx):
+    trigger = await setup.trigger("0 9 * * *", DAY0)
+    woken: list[str] = []
+    listener = await asyncpg.connect(ctx.dsn)
+    await listener.add_listener("hookgate_runs", lambda *args: woken.append(args[3]))
+    try:
+        report = await setup.scheduler().run_once(DAY0 + 2 * SEC)
+        (run,) = await setup.runs(trigger["id"])
+        for _ in range(100):
+            if woken:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await listener.close()
+    assert report.claimed[SCHEDULE_JOB] == 1
+    assert (run["status"], run["source"], run["planned_at"]) == ("pending", "schedule", DAY0)
+    assert run["payload"]["event"] == "schedule.fired"
+    assert run["payload"]["payload"]["planned_at"] == DAY0.isoformat()
+    assert woken == [str(run["id"])]
+    (execution,) = await setup.executions(trigger["id"])
+    assert execution["status"] == "SUCCESS" and execution["result"]["run_id"] == str(run["id"])
+    stored = await setup.trigger_row(trigger["id"])
+    assert (stored["last_fired_at"], stored["next_fire_at"]) == (DAY0, DAY0 + timedelta(days=1))
+    # Ticks before the next occurrence fire nothing.
+    assert (await setup.scheduler().run_once(DAY0 + 3 * MIN)).claimed[SCHEDULE_JOB] == 0
+
+
+async def test_after_six_hours_down_only_the_latest_occurrence_fires_and_only_if_at_most_5_minutes_late(setup):
+    hourly = await setup.trigger("0 * * * *", DAY0)
+    await setup.scheduler().run_once(DAY0 + SEC)
+    # Down from 09:00:01 to 15:04:59: 10:00 … 15:00 were missed; only 15:00 (4m59s late) fires.
+    await setup.scheduler().run_once(utc(2027, 2, 1, 15, 4, 59))
+    assert [r["planned_at"] for r in await setup.runs(hourly["id"])] == [DAY0, utc(2027, 2, 1, 15)]
+    # Down again until 21:05:01: 21:00 is more than 5 minutes late, nothing fires, no burst.
+    late = await setup.scheduler().run_once(utc(2027, 2, 1, 21, 5, 1))
+    assert late.claimed[SCHEDULE_JOB] == 0
+    assert len(await setup.runs(hourly["id"])) == 2
+    assert (await setup.trigger_row(hourly["id"]))["next_fire_at"] == utc(2027, 2, 1, 22)
+    await setup.scheduler().run_once(utc(2027, 2, 1, 22, 0, 1))
+    assert len(await setup.runs(hourly["id"])) == 3
+
+
+async def test_cold_start_anchors_on_last_fired_at_and_a_new_trigger_never_fires_before_its_creation(setup, ctx):
+    fresh = await setup.trigger("* * * * *", DAY0)
+    async with ctx.pool.acquire() as conn:
+        created = await conn.fetchval("SELECT created_at FROM autopilot_trigger WHERE id = $1", fresh["id"])
+        await conn.execute("UPDATE autopilot_trigger SET next_fire_at = $2 WHERE id = $1",
+                           fresh["id"], created.replace(second=0, microsecond=0))
+    await setup.scheduler().run_once(created + SEC)
+    assert await setup.runs(fresh["id"]) == []  # the occurrence before its creation is not fired
+    old = await setup.trigger("0 9 * * *", DAY0)
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("UPDATE autopilot_trigger SET last_fired_at = $2 WHERE id = $1", old["id"], DAY0)
+    await setup.scheduler().run_once(DAY0 + 2 * MIN)
+    assert await setup.runs(old["id"]) == []  # already fired before a (simulated) restart
+
+
+async def _break_run_inserts(ctx):
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("""
+            CREATE FUNCTION test_refuse_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'run store unavailable'; END $$;
+            CREATE TRIGGER test_refuse_runs BEFORE INSERT ON autopilot_run
+                FOR EACH ROW EXECUTE FUNCTION test_refuse_runs();""")
+
+
+async def _repair_run_inserts(ctx):
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("DROP TRIGGER test_refuse_runs ON autopilot_run")
+
+
+async def test_a_failed_occurrence_is_retried_as_the_same_plan_and_never_overlaps_the_next(setup, ctx):
+    trigger = await setup.trigger("* * * * *", DAY0)
+    await _break_run_inserts(ctx)
+    scheduler = setup.scheduler()
+    await scheduler.run_once(DAY0 + SEC)
+    retries = []
+    for attempt in (1, 2):
+        (row,) = await setup.executions(trigger["id"])
+        assert (row["status"], row["attempt"], row["plan_time"]) == ("FAILED", attempt, DAY0)
+        assert "run store unavailable" in row["error_message"] and row["error_code"] == "handler_error"
+        retries.append(row["next_retry_at"] - row["finished_at"])
+        # Newer occurrences are due meanwhile, but the trigger waits for its retry: single flight.
+        waiting = await scheduler.run_once(row["next_retry_at"] - SEC)
+        assert waiting.claimed[SCHEDULE_JOB] == 0
+        assert len(await setup.executions(trigger["id"])) == 1
+        if attempt == 2:
+            await _repair_run_inserts(ctx)
+        await scheduler.run_once(row["next_retry_at"])
+    assert MIN <= retries[0] <= 1.1 * MIN and 5 * MIN <= retries[1] <= 5.5 * MIN
+    (row,) = await setup.executions(trigger["id"])
+    assert (row["status"], row["attempt"], row["plan_time"]) == ("SUCCESS", 3, DAY0)
+    runs = await setup.runs(trigger["id"])
+    assert [r["planned_at"] for r in runs] == [DAY0]
+    # The retry is done: the next tick fires the newest occurrence (latest-only), not the missed ones.
+    retried_at = row["finished_at"]
+    await scheduler.run_once(retried_at + SEC)
+    planned = [r["planned_at"] for r in await setup.runs(trigger["id"])]
+    assert planned == [DAY0, retried_at.replace(second=0, microsecond=0)]
+
+
+async def test_exhausted_attempts_release_the_trigger_to_its_next_occurrence(setup, ctx):
+    trigger = await setup.trigger("* * * * *", DAY0)
+    await _break_run_inserts(ctx)
+    scheduler = setup.scheduler()
+    await scheduler.run_once(DAY0 + SEC)
+    for _ in range(2):
+        (row,) = await setup.executions(trigger["id"])
+        await scheduler.run_once(row["next_retry_at"])
+    (row,) = await setup.executions(trigger["id"])
+    assert (row["status"], row["attempt"], row["next_retry_at"]) == ("FAILED", 3, None)
+    await _repair_run_inserts(ctx)
+    await scheduler.run_once(row["finished_at"] + 2 * SEC)
+    assert len(await setup.runs(trigger["id"])) == 1
+
+
+async def test_a_crash_after_the_run_was_admitted_is_repaired_by_reusing_that_run(setup, ctx):
+    trigger = await setup.trigger("0 9 * * *", DAY0)
+    scheduler = setup.scheduler()
+    await scheduler.run_once(DAY0 + SEC)
+    (first,) = await setup.runs(trigger["id"])
+    # Simulate the crash window: the run is committed, but the execution never reached SUCCESS (its
+    # holder died). The sweep marks it stale and the retry must find the run, not make a second one.
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("""UPDATE sys_cron_executions SET status = 'RUNNING', stale_after = $2, result = NULL
+                              WHERE job_name = $1""", SCHEDULE_JOB, DAY0 + 5 * MIN)
+    woken: list[str] = []
+    listener = await asyncpg.connect(ctx.dsn)
+    await listener.add_listener("hookgate_runs", lambda *args: woken.append(args[3]))
+    try:
+        report = await scheduler.run_once(DAY0 + 5 * MIN + SEC)
+        for _ in range(100):
+            if woken:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await listener.close()
+    assert report.swept == 1 and report.claimed[SCHEDULE_JOB] == 1
+    (execution,) = await setup.executions(trigger["id"])
+    assert (execution["status"], execution["attempt"]) == ("SUCCESS", 2)
+    assert execution["result"] == {"run_id": str(first["id"]), "status": "pending", "reason_code": None,
+                                   "reused": True}
+    assert [r["id"] for r in await setup.runs(trigger["id"])] == [first["id"]]
+    assert woken == [str(first["id"])]  # still pending: the worker is woken again to dispatch it
+
+
+async def test_overlap_skip_records_a_skipped_run_while_the_previous_one_is_active(setup):
+    trigger = await setup.trigger("* * * * *", DAY0)
+    scheduler = setup.scheduler()
+    await scheduler.run_once(DAY0 + SEC)
+    await scheduler.run_once(DAY0 + MIN + SEC)
+    first, second = await setup.runs(trigger["id"])
+    assert first["status"] == "pending"
+    assert (second["status"], second["reason_code"]) == ("skipped", "previous_run_active")
+
+
+async def test_overlap_buffer_one_keeps_one_waiting_and_allow_never_skips(setup):
+    buffered = await setup.trigger("* * * * *", DAY0, overlap_policy="buffer_one")
+    allowed = await setup.trigger("* * * * *", DAY0, overlap_policy="allow")
+    scheduler = setup.scheduler()
+    for i in range(3):
+        await scheduler.run_once(DAY0 + i * MIN + SEC)
+    assert [r["status"] for r in await setup.runs(buffered["id"])] == ["pending", "pending", "skipped"]
+    assert [r["status"] for r in await setup.runs(allowed["id"])] == ["pending"] * 3
+
+
+async def test_the_handler_rechecks_state_and_records_a_no_op_with_its_reason(setup, ctx):
+    trigger = await setup.trigger("0 9 * * *", DAY0)
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("UPDATE autopilot SET status = 'paused' WHERE id = $1", setup.autopilot["id"])
+    await setup.scheduler().run_once(DAY0 + SEC)
+    assert await setup.runs(trigger["id"]) == []
+    (execution,) = await setup.executions(trigger["id"])
+    assert execution["status"] == "SUCCESS"
+    assert execution["result"] == {"noop": True, "reason": "autopilot_paused"}
+    assert (await setup.trigger_row(trigger["id"]))["next_fire_at"] == DAY0 + timedelta(days=1)
+
+
+async def test_a_disabled_trigger_is_not_due_and_costs_nothing(setup, ctx):
+    trigger = await setup.trigger("0 9 * * *", DAY0)
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("UPDATE autopilot_trigger SET enabled = false WHERE id = $1", trigger["id"])
+        await conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in await conn.fetch(
+            "EXPLAIN SELECT id FROM autopilot_trigger WHERE kind = 'schedule' AND enabled AND deleted_at IS NULL"
+            " AND next_fire_at <= now() ORDER BY next_fire_at LIMIT 10"))
+    assert "autopilot_trigger_due_idx" in plan
+    await setup.scheduler().run_once(DAY0 + SEC)
+    assert await setup.executions(trigger["id"]) == []
+
+
+async def _fire_through(setup, trigger_id, until):
+    """Tick like the real service: at each stored next_fire_at (plus a second), until ``until``."""
+    scheduler = setup.scheduler()
+    while True:
+        at = (await setup.trigger_row(trigger_id))["next_fire_at"]
+        if at > until:
+            return [r["planned_at"] for r in await setup.runs(trigger_id)]
+        await scheduler.run_once(at + SEC)
+
+
+async def test_dst_europe_berlin_gap_fires_once_at_the_next_valid_instant_and_repeated_hour_once(setup):
+    daily = await setup.trigger("30 2 * * *", utc(2027, 3, 27, 1, 30), "Europe/Berlin", overlap_policy="allow")
+    # 2027-03-28 02:30 does not exist in Berlin: it fires at 03:00 CEST = 01:00 UTC.
+    assert await _fire_through(setup, daily["id"], utc(2027, 3, 29, 12)) == [
+        utc(2027, 3, 27, 1, 30), utc(2027, 3, 28, 1, 0), utc(2027, 3, 29, 0, 30)]
+    autumn = await setup.trigger("30 2 * * *", utc(2027, 10, 30, 0, 30), "Europe/Berlin", overlap_policy="allow")
+    # 2027-10-31 02:30 happens twice: it fires once, at the first (CEST, 00:30 UTC).
+    assert await _fire_through(setup, autumn["id"], utc(2027, 11, 1, 12)) == [
+        utc(2027, 10, 30, 0, 30), utc(2027, 10, 31, 0, 30), utc(2027, 11, 1, 1, 30)]
+    await setup.scheduler().run_once(utc(2027, 10, 31, 1, 30, 30))  # the second 02:30, local
+    assert len(await setup.runs(autumn["id"])) == 3
+
+
+async def test_dst_america_new_york_fixed_times_and_hourly_across_both_transitions(setup):
+    spring = await setup.trigger("30 2 * * *", utc(2027, 3, 13, 7, 30), "America/New_York", overlap_policy="allow")
+    assert await _fire_through(setup, spring["id"], utc(2027, 3, 15, 12)) == [
+        utc(2027, 3, 13, 7, 30), utc(2027, 3, 14, 7, 0), utc(2027, 3, 15, 6, 30)]
+    fall = await setup.trigger("30 1 * * *", utc(2027, 11, 6, 5, 30), "America/New_York", overlap_policy="allow")
+    assert await _fire_through(setup, fall["id"], utc(2027, 11, 8, 12)) == [
+        utc(2027, 11, 6, 5, 30), utc(2027, 11, 7, 5, 30), utc(2027, 11, 8, 6, 30)]
+    hourly = await setup.trigger("0 * * * *", utc(2027, 11, 7, 4), "America/New_York", overlap_policy="allow")
+    # 01:00 EDT and 01:00 EST both fire: an interval cron keeps firing every real hour.
+    assert await _fire_through(setup, hourly["id"], utc(2027, 11, 7, 8)) == [
+        utc(2027, 11, 7, h) for h in range(4, 9)]
+
+
+def test_the_cached_fast_path_agrees_with_cron_latest_only():
+    from scheduler.cron import latest_only
+
+    schedule = Schedule.parse("*/7 * * * *", "Europe/Berlin")
+    start = utc(2027, 3, 28, 0, 0)
+    for step in range(0, 400, 3):
+        now = start + step * 17 * SEC
+        for last in (None, now - 30 * MIN, now - 3 * MIN):
+            hint = schedule.latest_in(now - timedelta(hours=2), now)
+            fast = newest_due(schedule, last, now, hint=hint, anchor=start)
+            assert fast == latest_only(schedule, last, now, anchor=start), (now, last)
+
+
+async def test_the_service_wakes_early_on_a_trigger_change_instead_of_waiting_its_max_tick(setup, ctx):
+    trigger = await setup.trigger("* * * * *", utc(2030, 1, 1))
+    scheduler = setup.scheduler(dsn=ctx.dsn, max_tick=30)
+    service = asyncio.create_task(scheduler.run())
+    try:
+        await asyncio.sleep(0.3)  # asleep now, for up to 30 s: nothing is due before 2030
+        async with ctx.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                """UPDATE autopilot_trigger SET next_fire_at = date_trunc('minute', clock_timestamp()),
+                          last_fired_at = date_trunc('minute', clock_timestamp()) - interval '1 minute'
+                   WHERE id = $1""", trigger["id"])
+            await conn.execute("SELECT pg_notify('hookgate_triggers', $1)", str(trigger["id"]))
+        started = asyncio.get_running_loop().time()
+        while not await setup.runs(trigger["id"]):
+            assert asyncio.get_running_loop().time() - started < 5, "the NOTIFY did not wake the scheduler"
+            await asyncio.sleep(0.02)
+    finally:
+        await scheduler.stop(deadline=5)
+        await asyncio.wait_for(service, 5)
+
+
+async def test_a_run_the_admission_gate_refuses_is_recorded_skipped_with_its_reason(setup):
+    from tests import factories
+
+    runtime = await factories.pull_agent(setup.world)  # no instance ever heartbeated: not ready
+    offline = await factories.autopilot(setup.world, runtime.row["id"], title="offline")
+    trigger = await factories.schedule_trigger(setup.world, offline, "0 9 * * *", DAY0)
+    ready = await setup.trigger("0 9 * * *", DAY0)
+    await setup.scheduler().run_once(DAY0 + SEC)
+    (run,) = await setup.runs(trigger["id"])
+    assert (run["status"], run["reason_code"]) == ("skipped", "runtime_offline")
+    assert run["reason"]
+    assert [r["status"] for r in await setup.runs(ready["id"])] == ["pending"]
+
+
+async def test_one_failing_trigger_fails_alone_when_its_batch_is_split(setup, ctx):
+    good = await setup.trigger("0 9 * * *", DAY0)
+    bad = await setup.trigger("0 9 * * *", DAY0)
+    async with ctx.pool.acquire() as conn:
+        await conn.execute(f"""
+            CREATE FUNCTION test_refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN IF NEW.trigger_id = '{bad["id"]}' THEN RAISE EXCEPTION 'bad trigger'; END IF; RETURN NEW; END $$;
+            CREATE TRIGGER test_refuse_one BEFORE INSERT ON autopilot_run
+                FOR EACH ROW EXECUTE FUNCTION test_refuse_one();""")
+    await setup.scheduler().run_once(DAY0 + SEC)
+    assert [r["status"] for r in await setup.runs(good["id"])] == ["pending"]
+    assert await setup.runs(bad["id"]) == []
+    (failed,) = await setup.executions(bad["id"])
+    assert (failed["status"], failed["error_code"]) == ("FAILED", "handler_error")
+    assert "bad trigger" in failed["error_message"]
+    assert (await setup.executions(good["id"]))[0]["status"] == "SUCCESS"
