@@ -1,5 +1,5 @@
 -- ops: indexes the operations views need, so metrics scrapes and the dashboard stay cheap.
--- (Assigned number 0006; numbered as the next free one until migrations 0002-0005 are on main.)
+-- (Assigned number 0006; numbered as the next free one until the other areas' migrations are on main.)
 -- The pending-run queue (hookgate_queue_depth{queue="runs_pending"}) uses dispatch's partial index on
 -- pending runs; the EXPIRE count of the dashboard uses audit_log_action_idx.
 
