@@ -41,3 +41,11 @@ def test_total_lines_summarise_rounds_and_the_summary_ratio_wins(tmp_path):
     rows = table("ingress", output, tmp_path)
     assert [r[:7] for r in rows] == [["ingress", "baseline", "2879", "req/s", "18.97", "68.27", ""],
                                      ["ingress", "gateway", "474", "req/s", "123.09", "346.39", "0.16"]]
+
+
+def test_lag_lines_in_seconds_and_the_duplicate_count_become_rows(tmp_path):
+    output = ("setup 0.2 s; first occurrence 11:05:00 UTC\nduplicates=0 missed=0\n"
+              "fire lag created_at-planned_at (s): p50=0.077 p99=0.181 max=0.181\n")
+    rows = table("scheduler", output, tmp_path)
+    assert rows == [["scheduler", "duplicates / missed", "0 / 0", "count", "", "", "", ""],
+                    ["scheduler", "fire lag created_at-planned_at", "0.181", "s max", "77.0", "181.0", "", ""]]
