@@ -6,13 +6,14 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
-from gateway import access, admin, dashboard, errors, health, ingress, metrics_endpoint, overload
+from gateway import access, admin, dashboard, errors, health, ingress, metrics_endpoint, overload, runtime
 from hookgate.context import Context
 
 
 def all_routes() -> list[BaseRoute]:
     """Routes of every area of the HTTP edge."""
-    return [*health.routes, *admin.routes, *ingress.routes, *metrics_endpoint.routes, *dashboard.routes]
+    return [*health.routes, *admin.routes, *ingress.routes, *runtime.routes, *metrics_endpoint.routes,
+            *dashboard.routes]
 
 
 def create_app(ctx: Context) -> Starlette:

@@ -126,6 +126,40 @@ class Settings(BaseSettings):
     )
     retention_batch_size: int = Field(default=1000, ge=1, description="Rows per retention statement")
 
+    # --- dispatch ---
+    delivery_concurrency: int = Field(default=4, ge=1, le=256, description="Concurrent delivery dispatchers per worker")
+    delivery_batch: int = Field(default=16, ge=1, le=1000, description="Deliveries leased per claim (batched claims)")
+    delivery_lease_s: float = Field(default=120.0, gt=0, description="Lease on a claimed delivery, in seconds")
+    delivery_max_attempts: int = Field(default=5, ge=1, description="Dispatch attempts before a delivery fails")
+    delivery_backoff_base_s: float = Field(default=1.0, gt=0, description="First dispatch retry delay (doubles)")
+    delivery_backoff_cap_s: float = Field(default=300.0, gt=0, description="Longest dispatch retry delay")
+    worker_poll_s: float = Field(
+        default=1.0, gt=0, description="Recovery poll of every worker queue (LISTEN/NOTIFY is only a hint)"
+    )
+    run_repair_after_s: float = Field(
+        default=60.0, gt=0, description="A run left pending/half-made this long is dispatched by the repair loop"
+    )
+    task_lease_s: float = Field(
+        default=7200.0, gt=0, description="Lease of a claimed pull task or an accepted (202) push; renewable"
+    )
+    task_max_attempts: int = Field(default=5, ge=1, description="Attempts of an agent task before it fails")
+    task_backoff_base_s: float = Field(default=1.0, gt=0, description="First push retry delay (doubles)")
+    task_backoff_cap_s: float = Field(default=600.0, gt=0, description="Longest push retry delay (and Retry-After cap)")
+    push_lease_margin_s: float = Field(
+        default=30.0, gt=0, description="Push lease = agent timeout + this margin (a crashed pusher's task recovers)"
+    )
+    push_timeout_cap_s: float = Field(default=60.0, gt=0, description="Upper bound of any agent's push timeout")
+    push_inflight: int = Field(default=256, ge=1, description="Pushes in flight per worker process (all agents)")
+    push_connections: int = Field(default=100, ge=1, description="HTTP connection pool size of the push client")
+    heartbeat_timeout_s: float = Field(
+        default=120.0, gt=0, description="A pull runtime instance silent this long is offline"
+    )
+    watchdog_interval_s: float = Field(
+        default=60.0, gt=0, description="Lease watchdog period of the worker's own loop (until the scheduler runs it)"
+    )
+    runtime_claim_max_wait_s: float = Field(default=30.0, ge=0, description="Longest runtime claim long-poll")
+    runtime_claim_poll_s: float = Field(default=0.2, gt=0, description="Re-check period of a waiting runtime claim")
+
 
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment, turning validation errors into one readable ConfigError."""

@@ -7,10 +7,11 @@ from datetime import timedelta
 from hookgate.context import Context
 from hookgate.service import Service
 from hookgate.settings import Settings
-from scheduler.jobs import autopilot_schedule_job
+from scheduler.jobs import autopilot_schedule_job, maintenance
 from scheduler.maintenance import auto_pause_job, retention_job
 from scheduler.manager import Scheduler
 from scheduler.spec import JobSpec
+from worker import watchdog
 
 
 def default_jobs(settings: Settings) -> list[JobSpec]:
@@ -19,6 +20,7 @@ def default_jobs(settings: Settings) -> list[JobSpec]:
         autopilot_schedule_job(),
         retention_job(timedelta(days=settings.retention_age_days), settings.retention_batch_size),
         auto_pause_job(),
+        maintenance("lease_watchdog", timedelta(seconds=60), watchdog.sweep_job(settings.heartbeat_timeout_s)),
     ]
 
 

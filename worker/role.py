@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 from hookgate.context import Context
 from hookgate.service import Service
+from worker.deliveries import DeliveryWorker
+from worker.push import Pusher, PushWorker
+from worker.runs import RunWorker
+from worker.wake import Wakeup
+from worker.watchdog import WatchdogLoop
 
 
 def services(ctx: Context) -> list[Service]:
-    """The worker role's services. Dispatch (delivery and push workers) registers here."""
-    return []
+    """The worker role: delivery dispatch, pending-run dispatch, pushes, and the lease watchdog loop."""
+    holder = f"{socket.gethostname()}:{os.getpid()}"
+    wake = Wakeup(ctx.dsn)
+    pusher = Pusher(ctx, holder=holder, wake=wake)
+    return [
+        wake,
+        pusher,
+        DeliveryWorker(ctx, holder=holder, pusher=pusher, wake=wake),
+        RunWorker(ctx, holder=holder, pusher=pusher, wake=wake),
+        PushWorker(ctx, holder=holder, pusher=pusher, wake=wake),
+        WatchdogLoop(ctx),
+    ]

@@ -13,6 +13,7 @@ from uuid import UUID
 import asyncpg
 from pydantic import BaseModel, ConfigDict
 
+from autopilot import lifecycle
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
 from gateway.admin.pagination import PageQuery
@@ -110,11 +111,10 @@ def task_out(row: asyncpg.Record) -> TaskOut:
 async def issue_status_changed(conn: Conn, issue_id: UUID, status: str) -> None:
     """End the issue's run when the issue is done or cancelled (same transaction as the status change).
 
-    LEAD-MERGE: connect to the dispatch branch here: replace this body with
-    ``await autopilot.lifecycle.issue_status_changed(conn, issue_id, status)`` (it sets the same status
-    again, harmlessly, and ends the run on done/cancelled). This is the single call site.
+    The run lifecycle (``autopilot.lifecycle``) sets the same status again, harmlessly, ends the run on
+    done/cancelled and cancels the run's unfinished tasks. This is the single call site.
     """
-    return None
+    await lifecycle.issue_status_changed(conn, issue_id, status)
 
 
 @api.add("GET", "/v1/issues", summary="List issues", response=IssuePage, query=IssueQuery)

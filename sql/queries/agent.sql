@@ -32,6 +32,10 @@ INSERT INTO squad_member (squad_id, agent_id) VALUES ($1, $2) ON CONFLICT DO NOT
 UPDATE agent SET signing_secret_ct = $2, updated_at = now() WHERE id = $1
 RETURNING *;
 
+-- name: agent_get_by_runtime_token
+-- The live pull agent whose runtime token digest is $1.
+SELECT id, workspace_id, name, max_concurrency FROM agent
+WHERE runtime_token_digest = $1 AND runtime_kind = 'pull' AND archived_at IS NULL;
 -- name: agent_list
 -- Agents of workspace $1 after cursor id $2 (nullable), $3 at most, oldest first.
 SELECT * FROM agent

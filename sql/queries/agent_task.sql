@@ -1,3 +1,173 @@
+-- name: task_insert_for_run
+-- The task of one run attempt, deduplicated by its idempotency key ('run:<run id>:<attempt>').
+-- $1 workspace, $2 run, $3 issue (nullable), $4 agent, $5 payload, $6 max attempts, $7 idempotency key.
+-- Returns nothing if that task already exists.
+INSERT INTO agent_task (workspace_id, run_id, issue_id, agent_id, payload, max_attempts, idempotency_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
+
+-- name: task_get_by_key
+-- The task with idempotency key $1.
+SELECT id FROM agent_task WHERE idempotency_key = $1;
+
+-- name: task_claim
+-- Claim (P1) up to $3 due queued tasks of agent $1 (or only task $2 when set) within the agent's concurrency
+-- cap (P3), leasing each for $4 seconds to holder $5; the run moves to running and each claim is audited
+-- (actor type $6). $7 = clock override (nullable). Returns the claimed tasks with their lease tokens and what
+-- a holder needs to do them (the autopilot; for http agents where and how to push), saving a round trip.
+WITH claimed AS (
+    SELECT * FROM hookgate_task_claim($1, $2, $3, $4, $5, coalesce($7::timestamptz, now()))
+), started AS (
+    UPDATE autopilot_run r SET status = 'running', updated_at = now()
+    FROM claimed c
+    WHERE r.id = c.run_id AND r.status IN ('pending', 'issue_created', 'queued')
+    RETURNING r.id
+), audited AS (
+    INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
+    SELECT c.workspace_id, 'CLAIM', $6, $5, 'agent_task', c.id::text,
+           jsonb_build_object('attempt', c.attempt, 'lease_expires_at', c.lease_expires_at, 'run_id', c.run_id)
+    FROM claimed c
+)
+SELECT c.id, c.workspace_id, c.run_id, c.agent_id, c.payload, c.attempt, c.max_attempts, c.lease_token,
+       c.lease_expires_at, ag.endpoint_url, ag.timeout_s, ag.signing_secret_ct,
+       ap.id AS autopilot_id, ap.title AS autopilot_title, ap.instructions AS autopilot_instructions
+FROM claimed c
+JOIN agent ag ON ag.id = c.agent_id
+LEFT JOIN autopilot_run r ON r.id = c.run_id
+LEFT JOIN autopilot ap ON ap.id = r.autopilot_id;
+
+-- name: task_agents_due
+-- HTTP agents that have due queued tasks and a free concurrency slot (the push worker claims for them),
+-- with their push timeout. $1 = at most this many agents, $2 = clock override (nullable).
+SELECT a.id, a.timeout_s
+FROM agent a
+WHERE a.runtime_kind = 'http' AND a.archived_at IS NULL
+  AND EXISTS (SELECT 1 FROM agent_task t WHERE t.agent_id = a.id AND t.status = 'queued'
+                AND t.available_at <= coalesce($2::timestamptz, now()))
+  AND (SELECT count(*) FROM agent_task r WHERE r.agent_id = a.id AND r.status = 'running') < a.max_concurrency
+LIMIT $1;
+
+-- name: task_context
+-- What a holder needs to do task $1: the task, its autopilot, and (http agents) where and how to push.
+SELECT t.id, t.workspace_id, t.run_id, t.agent_id, t.attempt, t.max_attempts, t.payload, t.status,
+       t.lease_token, t.lease_expires_at,
+       ag.runtime_kind, ag.endpoint_url, ag.timeout_s, ag.signing_secret_ct,
+       ap.id AS autopilot_id, ap.title AS autopilot_title, ap.instructions AS autopilot_instructions
+FROM agent_task t
+JOIN agent ag ON ag.id = t.agent_id
+LEFT JOIN autopilot_run r ON r.id = t.run_id
+LEFT JOIN autopilot ap ON ap.id = r.autopilot_id
+WHERE t.id = $1;
+
+-- name: task_state
+-- The lease facts of task $1 (to tell a repeated report from a late one) and its agent's runtime kind.
+SELECT t.id, t.workspace_id, t.agent_id, t.run_id, t.status, t.lease_token, t.released_token, ag.runtime_kind
+FROM agent_task t JOIN agent ag ON ag.id = t.agent_id
+WHERE t.id = $1;
+
+-- name: task_renew
+-- The holder extends its lease (P4): $1 task, $2 lease token, $3 seconds from now; audited as RENEW by
+-- actor type $4 / id $5. Zero rows: the lease is lost.
+WITH renewed AS (
+    UPDATE agent_task SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
+    WHERE id = $1 AND lease_token = $2 AND status = 'running'
+    RETURNING id, workspace_id, attempt, lease_expires_at
+), audited AS (
+    INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
+    SELECT workspace_id, 'RENEW', $4, $5, 'agent_task', id::text,
+           jsonb_build_object('attempt', attempt, 'lease_expires_at', lease_expires_at)
+    FROM renewed
+)
+SELECT lease_expires_at FROM renewed;
+
+-- name: task_finish
+-- The holder's final report (P5): task $1 with lease token $2 ends as $3 (succeeded|failed|cancelled)
+-- with result $4, error $5, retry class $6; audited as RELEASE by actor type $7 / id $8. Zero rows: the
+-- token is not the current lease (a repeat or a late result; the caller tells which).
+WITH done AS (
+    UPDATE agent_task
+    SET status = $3, result = $4, error = $5, retry_class = $6, released_token = lease_token,
+        lease_token = NULL, lease_expires_at = NULL, finished_at = now(), updated_at = now()
+    WHERE id = $1 AND lease_token = $2 AND status = 'running'
+    RETURNING id, workspace_id, run_id, issue_id, status, attempt, error
+), audited AS (
+    INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
+    SELECT workspace_id, 'RELEASE', $7, $8, 'agent_task', id::text,
+           jsonb_build_object('status', status, 'attempt', attempt)
+    FROM done
+)
+SELECT * FROM done;
+
+-- name: task_retry
+-- The holder gives the task back for another attempt after $3 seconds (retryable failure): task $1,
+-- lease token $2, error $4, retry class $5; audited as RELEASE by actor type $6 / id $7. Zero rows when the
+-- lease is lost or no attempt is left (the caller then finishes it as failed).
+WITH back AS (
+    UPDATE agent_task
+    SET status = 'queued', error = $4, retry_class = $5, released_token = lease_token, lease_token = NULL,
+        lease_expires_at = NULL, holder_instance = NULL, available_at = now() + make_interval(secs => $3),
+        updated_at = now()
+    WHERE id = $1 AND lease_token = $2 AND status = 'running' AND attempt < max_attempts
+    RETURNING id, workspace_id, run_id, status, attempt, available_at
+), audited AS (
+    INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
+    SELECT workspace_id, 'RELEASE', $6, $7, 'agent_task', id::text,
+           jsonb_build_object('status', 'queued', 'attempt', attempt, 'retry_at', available_at, 'error', $4::text)
+    FROM back
+)
+SELECT * FROM back;
+
+-- name: task_release
+-- A stopping worker hands task $1 (lease token $2) back untouched: queued, due now; audited as RELEASE
+-- by actor id $3.
+WITH back AS (
+    UPDATE agent_task
+    SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, holder_instance = NULL,
+        available_at = now(), updated_at = now()
+    WHERE id = $1 AND lease_token = $2 AND status = 'running'
+    RETURNING id, workspace_id, attempt
+), audited AS (
+    INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
+    SELECT workspace_id, 'RELEASE', 'worker', $3, 'agent_task', id::text,
+           jsonb_build_object('status', 'queued', 'attempt', attempt, 'reason', 'shutdown')
+    FROM back
+)
+SELECT id FROM back;
+
+-- name: task_expire
+-- Watchdog: running tasks whose lease ended before $1 (clock override, nullable = now()), or whose holder
+-- instance went offline ($2 agents / $3 instance names, parallel arrays), go back to queued (or fail,
+-- lease_expired, when no attempt is left), each with an EXPIRE audit entry. The next holder sees attempt.
+WITH due AS (
+    SELECT id, holder_instance FROM agent_task
+    WHERE status = 'running'
+      AND (lease_expires_at < coalesce($1::timestamptz, now())
+           OR (holder_instance IS NOT NULL
+               AND (agent_id, holder_instance) IN (SELECT * FROM unnest($2::uuid[], $3::text[]))))
+    FOR UPDATE SKIP LOCKED
+), expired AS (
+    UPDATE agent_task t
+    SET status = CASE WHEN t.attempt >= t.max_attempts THEN 'failed' ELSE 'queued' END,
+        error = 'lease expired', retry_class = 'lease_expired',
+        finished_at = CASE WHEN t.attempt >= t.max_attempts THEN now() END,
+        lease_token = NULL, lease_expires_at = NULL, holder_instance = NULL, available_at = now(),
+        updated_at = now()
+    FROM due WHERE t.id = due.id
+    RETURNING t.id, t.workspace_id, t.run_id, t.status, t.attempt, due.holder_instance
+), audited AS (
+    INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
+    SELECT workspace_id, 'EXPIRE', 'system', 'watchdog', 'agent_task', id::text,
+           jsonb_build_object('attempt', attempt, 'status', status, 'holder', holder_instance)
+    FROM expired
+)
+SELECT id, workspace_id, run_id, status, attempt FROM expired;
+
+-- name: task_cancel_for_run
+-- Cancel run $1's unfinished tasks (its issue was cancelled or done); a holder's later report gets 409.
+UPDATE agent_task
+SET status = 'cancelled', lease_token = NULL, lease_expires_at = NULL, finished_at = now(), updated_at = now()
+WHERE run_id = $1 AND status IN ('queued', 'running')
 
 -- name: task_list
 -- Tasks of workspace $1, newest first. Filters (nullable): $2 = agent, $3 = status, $4 = run,

@@ -58,6 +58,84 @@ SELECT id, status, reason_code, reason FROM autopilot_run WHERE trigger_id = $1 
 -- One run of a workspace. $1 = workspace, $2 = run id.
 SELECT * FROM autopilot_run WHERE workspace_id = $1 AND id = $2;
 
+-- name: run_lock_for_dispatch
+-- Lock run $1 for dispatch (concurrent dispatchers of one run queue up here; the loser sees the work done)
+-- with what dispatch needs: the autopilot, the agent it resolves to (a squad resolves to its leader) and
+-- whether that agent's runtime is ready. $2 = runtime heartbeat timeout in seconds.
+SELECT r.id, r.workspace_id, r.autopilot_id, r.status, r.payload, r.issue_id, r.task_id, r.source,
+       a.title, a.instructions, a.execution_mode, a.assignee_type, a.assignee_id, a.issue_title_template,
+       ag.id AS agent_id, ag.archived_at IS NOT NULL AS agent_archived, ag.runtime_kind, ag.timeout_s,
+       CASE WHEN ag.runtime_kind = 'http' THEN ag.endpoint_url IS NOT NULL
+            ELSE EXISTS (SELECT 1 FROM agent_instance i
+                         WHERE i.agent_id = ag.id AND i.status = 'online'
+                           AND i.heartbeat_at > now() - make_interval(secs => $2))
+       END AS runtime_ready
+FROM autopilot_run r
+JOIN autopilot a ON a.id = r.autopilot_id
+LEFT JOIN squad s ON a.assignee_type = 'squad' AND s.id = a.assignee_id
+LEFT JOIN agent ag ON ag.id = CASE WHEN a.assignee_type = 'agent' THEN a.assignee_id ELSE s.leader_agent_id END
+                  AND ag.workspace_id = a.workspace_id
+WHERE r.id = $1
+FOR UPDATE OF r;
+
+-- name: run_set_issue
+-- Run $1 got its issue $2 (create_issue mode): pending -> issue_created.
+UPDATE autopilot_run
+SET issue_id = $2, status = CASE WHEN status = 'pending' THEN 'issue_created' ELSE status END, updated_at = now()
+WHERE id = $1
+RETURNING status;
+
+-- name: run_set_task
+-- Run $1 got its task $2: pending/issue_created -> queued.
+UPDATE autopilot_run
+SET task_id = $2, status = CASE WHEN status IN ('pending', 'issue_created') THEN 'queued' ELSE status END,
+    updated_at = now()
+WHERE id = $1
+RETURNING status;
+
+-- name: run_skip
+-- Dispatch found the run cannot proceed: $1 run, $2 reason code, $3 reason. Only an unfinished run.
+UPDATE autopilot_run
+SET status = 'skipped', reason_code = $2, reason = $3, finished_at = now(), updated_at = now()
+WHERE id = $1 AND status IN ('pending', 'issue_created', 'queued')
+RETURNING id;
+
+-- name: run_finish
+-- A run ends from a downstream fact: $1 run, $2 status (completed|failed|cancelled), $3 reason code,
+-- $4 reason. A run that already ended keeps its first ending.
+UPDATE autopilot_run
+SET status = $2, reason_code = coalesce($3, reason_code), reason = coalesce($4, reason),
+    finished_at = now(), updated_at = now()
+WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled', 'skipped')
+RETURNING id, status;
+
+-- name: run_start
+-- Run $1's task was claimed: queued/issue_created -> running.
+UPDATE autopilot_run SET status = 'running', updated_at = now()
+WHERE id = $1 AND status IN ('pending', 'issue_created', 'queued')
+RETURNING id;
+
+-- name: run_claim_undispatched
+-- Lock one run the worker must dispatch: admitted 'pending' without a delivery (manual, api, schedule),
+-- or any run left half-made (pending / issue_created without its task) for more than $1 seconds.
+-- $2 = clock override (nullable). SKIP LOCKED: each run goes to one dispatcher.
+SELECT id FROM autopilot_run
+WHERE (status = 'pending' AND (webhook_delivery_id IS NULL
+                               OR updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)))
+   OR (status = 'issue_created' AND task_id IS NULL
+       AND updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1))
+ORDER BY updated_at
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+
+-- name: run_get_any
+-- One run by id, whatever its workspace (internal use).
+SELECT * FROM autopilot_run WHERE id = $1;
+
+-- name: run_touch
+-- Move run $1 to the back of the repair order after a failed dispatch attempt (so one broken run cannot
+-- hold up the others).
+UPDATE autopilot_run SET updated_at = now() WHERE id = $1;
 -- name: run_skip_overlap
 -- Overlap policy: the just-admitted pending run $1 becomes 'skipped' (previous_run_active) with
 -- reason $2, in the admitting transaction, before anyone is told about it.

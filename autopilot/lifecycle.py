@@ -1,0 +1,59 @@
+"""Run lifecycle (DESIGN §6): runs end from downstream facts, never from a guess.
+
+A task that ends ends its run (succeeded → completed, failed → failed, cancelled → cancelled); an issue
+moved to done or cancelled ends its run too, and cancels the run's unfinished tasks (a holder's later
+report then gets 409). A run keeps its first ending.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import asyncpg
+
+from autopilot import audit
+from hookgate.database import Conn
+from sql import Q
+
+_RUN_STATUS = {"succeeded": "completed", "failed": "failed", "cancelled": "cancelled"}
+ISSUE_STATUSES = ("todo", "in_progress", "done", "cancelled")
+
+
+class IssueNotFound(LookupError):
+    """No such issue."""
+
+
+async def task_finished(conn: Conn, run_id: UUID | None, task_status: str, error: str | None = None) -> None:
+    """The task of ``run_id`` reached a terminal status: end the run accordingly."""
+    if run_id is None or task_status not in _RUN_STATUS:
+        return
+    code = "task_failed" if task_status == "failed" else None
+    await conn.execute(Q.run_finish, run_id, _RUN_STATUS[task_status], code, error if code else None)
+
+
+async def issue_status_changed(conn: Conn, issue_id: UUID, status: str) -> asyncpg.Record:
+    """Set an issue's status (the admin API's ``PATCH /v1/issues/{id}``); done/cancelled end its run."""
+    if status not in ISSUE_STATUSES:
+        raise ValueError(f"unknown issue status {status!r}")
+    async with conn.transaction():
+        issue = await conn.fetchrow(Q.issue_set_status, issue_id, status)
+        if issue is None:
+            raise IssueNotFound(str(issue_id))
+        if status in ("done", "cancelled") and issue["run_id"] is not None:
+            await _end_run(conn, issue["run_id"], "completed" if status == "done" else "cancelled",
+                           f"issue_{status}", issue["workspace_id"])
+    return issue
+
+
+async def cancel_run(conn: Conn, run_id: UUID, workspace_id: UUID | None = None) -> bool:
+    """Cancel a run and its unfinished tasks (the admin API's run cancel). False if it had already ended."""
+    async with conn.transaction():
+        return await _end_run(conn, run_id, "cancelled", "run_cancelled", workspace_id)
+
+
+async def _end_run(conn: Conn, run_id: UUID, status: str, code: str, workspace_id: UUID | None) -> bool:
+    ended = await conn.fetchrow(Q.run_finish, run_id, status, code, None)
+    for task_id in [r["id"] for r in await conn.fetch(Q.task_cancel_for_run, run_id)]:
+        await audit.record(conn, "TASK_CANCEL", actor_type="system", actor_id=None, subject_type="agent_task",
+                           subject_id=task_id, workspace_id=workspace_id, detail={"reason": code})
+    return ended is not None

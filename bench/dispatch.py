@@ -1,0 +1,257 @@
+"""Dispatch benchmark: deliveries -> runs -> tasks pushed to a local HTTP agent, next to a raw queue baseline.
+
+One command (PostgreSQL server URL in ``HOOKGATE_BENCH_SERVER_URL``, default the local trust-auth server)::
+
+    python bench/dispatch.py [--runs 20000] [--workers 2] [--rate 200] [--seconds 10]
+
+1. **baseline**: a bare ``FOR UPDATE SKIP LOCKED`` claim + complete loop over a one-table queue (jobs/s).
+2. **drain**: ``--runs`` queued deliveries with admitted runs (what ingress stores) are drained by
+   ``--workers`` real ``hookgate worker`` processes: run, task, claim, signed push, completion, audit (runs/s).
+3. **latency**: one delivery + run committed with NOTIFY every ``1/--rate`` s (the writes of ingress steps
+   7-12), measured from just before that transaction to the agent's receipt of the push (p50/p99).
+4. **end to end**: ``POST /hooks/{token}`` to a real ``hookgate gateway`` process every ``1/--rate`` s,
+   measured from just before the POST to the agent's receipt of the signed push (p50/p99).
+The agent is a separate minimal HTTP server process (``bench/agent.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from autopilot import agents, rules, workspaces  # noqa: E402
+from hookgate import database, migrations  # noqa: E402
+from hookgate.context import with_database  # noqa: E402
+from hookgate.crypto import Keyring  # noqa: E402
+from tests.processes import free_port  # noqa: E402
+
+KEY = base64.b64encode(b"b" * 32).decode()
+DB = "hookgate_bench_dispatch"
+
+
+async def fresh_database(server: str) -> str:
+    admin = await asyncpg.connect(server)
+    await admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+    await admin.execute(f'CREATE DATABASE "{DB}"')
+    await admin.close()
+    url = with_database(server, DB)
+    conn = await database.connect(url)
+    await migrations.migrate(conn)
+    await conn.close()
+    return url
+
+
+async def world(conn: Any, agent_url: str) -> tuple[Any, Any, str]:
+    boot = await workspaces.bootstrap(conn, "bench")
+    keyring = Keyring([base64.b64decode(KEY)])
+    agent = await agents.create_http_agent(conn, keyring, workspace_id=boot.workspace_id, owner_id=boot.member_id,
+                                           name="bench", url=agent_url, max_concurrency=256)
+    ap, _ = await rules.create_autopilot(conn, workspace_id=boot.workspace_id, creator_id=boot.member_id,
+                                         title="bench", assignee_type="agent", assignee_id=agent.row["id"],
+                                         execution_mode="run_only")
+    trigger, token = await rules.create_webhook_trigger(conn, keyring, autopilot=ap,
+                                                        publisher=rules.Publisher.member(boot.member_id),
+                                                        rate_limit_per_minute=1_000_000)
+    return ap, trigger, token
+
+
+async def baseline(url: str, jobs: int, workers: int = 8, batch: int = 16) -> float:
+    """A bare SKIP LOCKED queue: claim a batch, mark it done; jobs per second."""
+    conn = await asyncpg.connect(url)
+    await conn.execute("CREATE TABLE bench_job (id bigserial PRIMARY KEY, status text NOT NULL DEFAULT 'queued',"
+                       " lease uuid, payload jsonb)")
+    await conn.execute("CREATE INDEX ON bench_job (id) WHERE status = 'queued'")
+    await conn.execute("INSERT INTO bench_job (payload) SELECT jsonb_build_object('n', g) "
+                       "FROM generate_series(1, $1) g", jobs)
+    await conn.close()
+    pool = await asyncpg.create_pool(url, min_size=workers, max_size=workers)
+
+    async def worker() -> None:
+        while True:
+            async with pool.acquire() as c:
+                ids = await c.fetch("UPDATE bench_job SET lease = gen_random_uuid() WHERE id IN (SELECT id FROM "
+                                    "bench_job WHERE status = 'queued' AND lease IS NULL LIMIT $1 "
+                                    "FOR UPDATE SKIP LOCKED) RETURNING id", batch)
+                if not ids:
+                    return
+                for row in ids:
+                    await c.execute("UPDATE bench_job SET status = 'done' WHERE id = $1", row["id"])
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    elapsed = time.perf_counter() - start
+    await pool.close()
+    return jobs / elapsed
+
+
+INSERT_DELIVERIES = """
+WITH d AS (
+    INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope, signature_status)
+    SELECT $1, $2, $3, 'generic', 'bench', jsonb_build_object('event', 'bench', 'payload',
+           jsonb_build_object('n', g, 't0', $5::float8)), 'valid'
+    FROM generate_series(1, $4) g
+    RETURNING id, envelope
+), r AS (
+    INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source, rule_version_id,
+                               payload, accountable_id)
+    SELECT $1, $3, $2, d.id, 'webhook', $6, d.envelope, $7 FROM d
+    RETURNING id, webhook_delivery_id
+)
+SELECT count(*) FROM r
+"""
+# A data-modifying CTE's rows are invisible to its own statement: link runs to deliveries in a second one.
+LINK_RUNS = """
+UPDATE webhook_delivery w SET run_id = r.id
+FROM autopilot_run r WHERE r.webhook_delivery_id = w.id AND w.run_id IS NULL AND w.status = 'queued'
+"""
+
+
+async def insert(conn: Any, ap: Any, trigger: Any, count: int, t0: float | None) -> None:
+    version = await conn.fetchval("SELECT id FROM autopilot_rule_version WHERE autopilot_id = $1 "
+                                  "ORDER BY version DESC LIMIT 1", ap["id"])
+    async with conn.transaction():
+        await conn.execute(INSERT_DELIVERIES, ap["workspace_id"], trigger["id"], ap["id"], count, t0, version,
+                           trigger["published_by_id"])
+        await conn.execute(LINK_RUNS)
+        await conn.execute("SELECT pg_notify('hookgate_deliveries', 'bench')")
+
+
+async def wait_done(conn: Any, total: int, timeout: float = 600) -> float:
+    deadline = time.perf_counter() + timeout
+    while True:
+        done = await conn.fetchval("SELECT count(*) FROM agent_task WHERE status = 'succeeded'")
+        if done >= total:
+            return time.perf_counter()
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"only {done}/{total} tasks succeeded")
+        await asyncio.sleep(0.01)
+
+
+def start_gateway(url: str, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
+           "HOOKGATE_IP_REQUEST_CAP": "1000000", "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "gateway", "--port", str(port)], cwd=ROOT, env=env)
+
+
+async def end_to_end(conn: Any, port: int, token: str, rate: float, seconds: float, total_before: int) -> None:
+    """POST webhooks at a steady rate through the real gateway; the agent measures POST -> push receipt."""
+    count = int(rate * seconds)
+    async with aiohttp.ClientSession() as http:
+        for _ in range(100):  # the gateway is up when it answers
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+                    if r.status == 200:
+                        break
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+        start = time.perf_counter()
+        for i in range(count):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            body = json.dumps({"event": "bench", "n": i, "t0": time.time()})
+            async with http.post(f"http://127.0.0.1:{port}/hooks/{token}", data=body,
+                                 headers={"content-type": "application/json", "idempotency-key": f"e2e-{i}"}) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"ingress answered {r.status}: {await r.text()}")
+    await wait_done(conn, total_before + count)
+
+
+def start_workers(url: str, count: int) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
+           "HOOKGATE_DELIVERY_CONCURRENCY": "8", "HOOKGATE_DELIVERY_BATCH": "32", "PYTHONPATH": str(ROOT)}
+    return [subprocess.Popen([sys.executable, "-m", "gateway.cli", "worker"], cwd=ROOT, env=env)
+            for _ in range(count)]
+
+
+async def wait_listeners(conn: Any, count: int) -> None:
+    while await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                              "AND query LIKE 'LISTEN%'") < count:
+        await asyncio.sleep(0.05)
+
+
+async def latency(conn: Any, ap: Any, trigger: Any, rate: float, seconds: float, total_before: int) -> list[float]:
+    count = int(rate * seconds)
+    start = time.perf_counter()
+    for i in range(count):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await insert(conn, ap, trigger, 1, time.time())
+    await wait_done(conn, total_before + count)
+    return []
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def main(args: argparse.Namespace) -> None:
+    server = os.environ.get("HOOKGATE_BENCH_SERVER_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    url = await fresh_database(server)
+    port = free_port()
+    agent_proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "agent.py"), str(port)])
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        base_rate = await baseline(url, args.runs)
+        conn = await database.connect(url)
+        ap, trigger, token = await world(conn, f"http://127.0.0.1:{port}/agent")
+        workers = start_workers(url, args.workers)
+        gateway_port = free_port()
+        workers.append(start_gateway(url, gateway_port))
+        await wait_listeners(conn, args.workers)
+        await insert(conn, ap, trigger, args.runs, None)
+        start = time.perf_counter()
+        end = await wait_done(conn, args.runs)
+        drain = args.runs / (end - start)
+        async with httpx.AsyncClient() as http:
+            await http.delete(f"http://127.0.0.1:{port}/stats")
+            await latency(conn, ap, trigger, args.rate, args.seconds, args.runs)
+            stats = (await http.get(f"http://127.0.0.1:{port}/stats")).json()
+            await http.delete(f"http://127.0.0.1:{port}/stats")
+            done_before = args.runs + int(args.rate * args.seconds)
+            await end_to_end(conn, gateway_port, token, args.rate, args.seconds, done_before)
+            e2e = (await http.get(f"http://127.0.0.1:{port}/stats")).json()["latencies_ms"]
+        lat = stats["latencies_ms"]
+        await conn.close()
+        print(json.dumps({
+            "baseline_skip_locked_jobs_per_s": round(base_rate),
+            "drain_runs_per_s": round(drain), "drain_runs": args.runs, "workers": args.workers,
+            "latency_rate_per_s": args.rate, "latency_samples": len(lat),
+            "latency_p50_ms": round(statistics.median(lat), 2), "latency_p99_ms": round(pct(lat, 0.99), 2),
+            "latency_max_ms": round(max(lat), 2),
+            "e2e_post_to_agent_samples": len(e2e), "e2e_p50_ms": round(statistics.median(e2e), 2),
+            "e2e_p99_ms": round(pct(e2e, 0.99), 2), "e2e_max_ms": round(max(e2e), 2),
+        }, indent=2))
+    finally:
+        for proc in [*workers, agent_proc]:
+            proc.terminate()
+        for proc in [*workers, agent_proc]:
+            proc.wait(30)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20000, help="backlog size for the drain phase")
+    parser.add_argument("--workers", type=int, default=2, help="hookgate worker processes")
+    parser.add_argument("--rate", type=float, default=200.0, help="steady arrivals per second (latency phase)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency phase")
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,201 @@
+"""The runtime API for pull agents (DESIGN §7, §11): heartbeat, claim (long-poll), renew, report.
+
+Pull runtimes authenticate with their ``hgr_`` bearer token (looked up by digest). Renew and report are
+also how an HTTP agent that answered a push with 202 finishes its task: it has no ``hgr_`` token, so for a
+task of an HTTP agent the request may carry no bearer and the lease token in the body is the capability
+(a random UUID given only to the current holder, in the push body). A stale or foreign lease token gets
+409 ``{"error":"lease_lost"}``, is recorded as LATE_RESULT and changes nothing; the same report repeated
+by the holder gets 200 again. The runtime instance is named by the optional ``instance`` body field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from autopilot import agents, tasks
+from gateway.errors import ApiError
+from hookgate import crypto
+from hookgate.context import Context
+from hookgate.database import Conn
+from sql import Q
+
+DEFAULT_INSTANCE = "default"
+_STATUSES = ("succeeded", "failed")
+
+
+def _ctx(request: Request) -> Context:
+    ctx: Context = request.app.state.ctx
+    return ctx
+
+
+async def _json(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise ApiError(400, "invalid_body", "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_body", "the body must be a JSON object")
+    return body
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "unauthorized", "expected 'Authorization: Bearer hgr_…'")
+    return token.strip()
+
+
+async def _agent_for(conn: Conn, token: str | None) -> asyncpg.Record:
+    if token is None or not crypto.token_shape_ok(token, agents.RUNTIME_TOKEN_PREFIX):
+        raise ApiError(401, "unauthorized", "a valid runtime token is required")
+    agent = await conn.fetchrow(Q.agent_get_by_runtime_token, crypto.digest(token))
+    if agent is None:
+        raise ApiError(401, "unauthorized", "a valid runtime token is required")
+    return agent
+
+
+def _instance(body: dict[str, Any]) -> str:
+    name = body.get("instance", DEFAULT_INSTANCE)
+    if not isinstance(name, str) or not 1 <= len(name) <= 200:
+        raise ApiError(422, "invalid_request", "instance must be a string of 1-200 characters")
+    return name
+
+
+def _lease_token(body: dict[str, Any]) -> UUID:
+    try:
+        return UUID(str(body["lease_token"]))
+    except (KeyError, ValueError):
+        raise ApiError(422, "invalid_request", "lease_token (a UUID) is required") from None
+
+
+def _task_id(request: Request) -> UUID:
+    try:
+        return UUID(request.path_params["task_id"])
+    except ValueError:
+        raise ApiError(404, "not_found", "no such task") from None
+
+
+async def heartbeat(request: Request) -> Response:
+    """``POST /v1/runtime/heartbeat``: this instance is alive (online for ``heartbeat_timeout_s``)."""
+    body = await _json(request)
+    ctx = _ctx(request)
+    async with ctx.pool.acquire() as conn:
+        agent = await _agent_for(conn, _bearer(request))
+        row = await conn.fetchrow(Q.instance_heartbeat, agent["id"], _instance(body))
+    assert row is not None
+    return JSONResponse({"agent_id": str(agent["id"]), "instance": _instance(body), "status": row["status"],
+                         "heartbeat_timeout_s": ctx.settings.heartbeat_timeout_s})
+
+
+async def claim(request: Request) -> Response:
+    """``POST /v1/runtime/claim``: the next task with its lease, waiting up to ``wait_s``; 204 when none."""
+    body = await _json(request)
+    ctx = _ctx(request)
+    wait_s = body.get("wait_s", 0)
+    if not isinstance(wait_s, int | float) or isinstance(wait_s, bool) or wait_s < 0:
+        raise ApiError(422, "invalid_request", "wait_s must be a non-negative number")
+    deadline = time.monotonic() + min(float(wait_s), ctx.settings.runtime_claim_max_wait_s)
+    instance = _instance(body)
+    async with ctx.pool.acquire() as conn:
+        agent = await _agent_for(conn, _bearer(request))
+        await conn.execute(Q.instance_heartbeat, agent["id"], instance)
+    while True:
+        async with ctx.pool.acquire() as conn:
+            won = await tasks.claim(conn, agent_id=agent["id"], lease_s=ctx.settings.task_lease_s,
+                                    holder=instance, actor_type="runtime")
+            if won:
+                return JSONResponse(_claim_body(won[0]))
+        if time.monotonic() >= deadline or await request.is_disconnected():
+            return Response(status_code=204)
+        await asyncio.sleep(min(ctx.settings.runtime_claim_poll_s, max(0.0, deadline - time.monotonic())))
+
+
+def _claim_body(won: tasks.Claimed) -> dict[str, Any]:
+    autopilot = {"id": None if won.autopilot_id is None else str(won.autopilot_id), "title": won.autopilot_title,
+                 "instructions": won.autopilot_instructions}
+    return {
+        "task": {"id": str(won.id), "run_id": None if won.run_id is None else str(won.run_id),
+                 "attempt": won.attempt, "payload": won.payload, "autopilot": autopilot},
+        "lease_token": str(won.lease_token), "lease_expires_at": won.lease_expires_at.isoformat(),
+    }
+
+
+async def _authorize(conn: Conn, request: Request, task_id: UUID) -> tuple[str, str | None]:
+    """Who may touch this task: its pull agent (bearer), or anyone holding an HTTP agent task's lease token."""
+    state = await conn.fetchrow(Q.task_state, task_id)
+    token = _bearer(request)
+    if token is None:
+        if state is None or state["runtime_kind"] != "http":
+            raise ApiError(401, "unauthorized", "a valid runtime token is required")
+        return "agent", str(state["agent_id"])
+    agent = await _agent_for(conn, token)
+    if state is None or state["agent_id"] != agent["id"]:
+        raise ApiError(404, "not_found", "no such task")
+    return "runtime", str(agent["id"])
+
+
+async def renew(request: Request) -> Response:
+    """``POST /v1/runtime/tasks/{id}/renew`` ``{"lease_token"}``: extend the lease by ``task_lease_s``."""
+    body = await _json(request)
+    task_id, token, ctx = _task_id(request), _lease_token(body), _ctx(request)
+    async with ctx.pool.acquire() as conn:
+        actor_type, actor_id = await _authorize(conn, request, task_id)
+        try:
+            expires = await tasks.renew(conn, task_id, token, lease_s=ctx.settings.task_lease_s,
+                                        actor_type=actor_type, actor_id=actor_id)
+        except tasks.LeaseLost:
+            raise ApiError(409, "lease_lost", "this lease token no longer holds the task") from None
+    return JSONResponse({"task_id": str(task_id), "lease_expires_at": expires.isoformat()})
+
+
+def _report_of(body: dict[str, Any]) -> tasks.Report:
+    status = body.get("status")
+    if status not in _STATUSES:
+        raise ApiError(422, "invalid_request", "status must be 'succeeded' or 'failed'")
+    error, retry_class = body.get("error"), body.get("retry_class")
+    if error is not None and not isinstance(error, str):
+        error = str(error)
+    if retry_class is not None and not isinstance(retry_class, str):
+        raise ApiError(422, "invalid_request", "retry_class must be a string")
+    return tasks.Report(status, body.get("result"), error, retry_class)
+
+
+async def report(request: Request) -> Response:
+    """``POST /v1/runtime/tasks/{id}/report``: the holder's final report; 409 for a stale token."""
+    body = await _json(request)
+    task_id, token, rep, ctx = _task_id(request), _lease_token(body), _report_of(body), _ctx(request)
+    async with ctx.pool.acquire() as conn:
+        actor_type, actor_id = await _authorize(conn, request, task_id)
+        if rep.status == "failed" and rep.retry_class in tasks.RETRYABLE_CLASSES:
+            rep = tasks.Report(rep.status, rep.result, rep.error, rep.retry_class,
+                               ctx.settings.task_backoff_base_s)
+        try:
+            outcome = await tasks.report(conn, task_id, token, rep, actor_type=actor_type, actor_id=actor_id)
+        except tasks.LeaseLost:
+            raise ApiError(409, "lease_lost", "this lease token no longer holds the task") from None
+        state = await conn.fetchrow(Q.task_state, task_id)
+    assert state is not None
+    return JSONResponse({"task_id": str(task_id), "status": state["status"], "applied": outcome == "applied"})
+
+
+routes = [
+    Route("/v1/runtime/heartbeat", heartbeat, methods=["POST"]),
+    Route("/v1/runtime/claim", claim, methods=["POST"]),
+    Route("/v1/runtime/tasks/{task_id}/renew", renew, methods=["POST"]),
+    Route("/v1/runtime/tasks/{task_id}/report", report, methods=["POST"]),
+]

@@ -1,0 +1,155 @@
+"""Fixtures for dispatch tests: a real local HTTP agent server, fast worker settings, delivery builders."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from autopilot import admission
+from hookgate.context import Context, open_context
+from tests.conftest import make_settings
+
+#: Worker settings that make retries and polls fast enough for tests.
+FAST = {
+    "worker_poll_s": 0.1, "task_backoff_base_s": 0.02, "task_backoff_cap_s": 0.1,
+    "delivery_backoff_base_s": 0.01, "delivery_backoff_cap_s": 0.05, "watchdog_interval_s": 0.2,
+}
+
+
+@dataclass
+class Hit:
+    """One request an agent received."""
+
+    name: str
+    headers: dict[str, str]
+    raw: bytes
+
+    @property
+    def body(self) -> Any:
+        return json.loads(self.raw)
+
+
+Behaviour = Callable[[int, Hit], Awaitable[Response]]
+
+
+async def ok(_n: int, _hit: Hit) -> Response:
+    return JSONResponse({"ok": True})
+
+
+@dataclass
+class AgentServer:
+    """Real HTTP agents on one loopback server: ``url(name)``; per-name behaviour; every hit recorded."""
+
+    base: str = ""
+    behaviours: dict[str, Behaviour] = field(default_factory=dict)
+    hits: list[Hit] = field(default_factory=list)
+    inflight: dict[str, int] = field(default_factory=dict)
+    peak: dict[str, int] = field(default_factory=dict)
+
+    def url(self, name: str) -> str:
+        return f"{self.base}/agent/{name}"
+
+    def of(self, name: str) -> list[Hit]:
+        return [h for h in self.hits if h.name == name]
+
+    async def handle(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        hit = Hit(name, dict(request.headers), await request.body())
+        n = len(self.of(name))
+        self.hits.append(hit)
+        self.inflight[name] = self.inflight.get(name, 0) + 1
+        self.peak[name] = max(self.peak.get(name, 0), self.inflight[name])
+        try:
+            return await self.behaviours.get(name, ok)(n, hit)
+        finally:
+            self.inflight[name] -= 1
+
+
+@pytest.fixture
+async def agent_server() -> AsyncIterator[AgentServer]:
+    server_state = AgentServer()
+    app = Starlette(routes=[Route("/agent/{name}", server_state.handle, methods=["POST"])])
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", access_log=False, log_config=None,
+                            timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    server_state.base = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    try:
+        yield server_state
+    finally:
+        server.should_exit = True
+        server.force_exit = True
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(task, 5)
+
+
+@pytest.fixture
+async def wctx(db_url: str) -> AsyncIterator[Context]:
+    """A context with fast worker settings."""
+    async with open_context(make_settings(db_url, **FAST), migrate=False) as context:
+        yield context
+
+
+async def add_delivery(conn: Any, ap: Any, trigger: Any, *, event: str = "push", admit: bool = True,
+                       payload: Any = None) -> tuple[Any, Any]:
+    """What ingress stores: a queued delivery, and (when ``admit``) its admitted run. Returns ids."""
+    envelope = {"event": event, "payload": payload or {"n": 1}, "request": {}}
+    delivery = await conn.fetchval(
+        """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope,
+                                         signature_status)
+           VALUES ($1, $2, $3, 'generic', $4, $5, 'valid') RETURNING id""",
+        ap["workspace_id"], trigger["id"], ap["id"], event, envelope)
+    run_id = None
+    if admit:
+        result = await admission.admit(conn, autopilot_id=ap["id"], source="webhook", payload=envelope,
+                                       trigger_id=trigger["id"], delivery_id=delivery)
+        run_id = result.run_id
+        await conn.execute("UPDATE webhook_delivery SET run_id = $2 WHERE id = $1", delivery, run_id)
+    return delivery, run_id
+
+
+async def bulk_deliveries(conn: Any, ap: Any, trigger: Any, count: int) -> None:
+    """``count`` queued deliveries with admitted pending runs, inserted in two statements (race tests)."""
+    await conn.execute(
+        """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope,
+                                         signature_status, dedupe_key)
+           SELECT $1, $2, $3, 'generic', 'push', jsonb_build_object('event', 'push', 'payload',
+                  jsonb_build_object('n', g)), 'valid', 'k' || g
+           FROM generate_series(1, $4) g""", ap["workspace_id"], trigger["id"], ap["id"], count)
+    await conn.execute(
+        """WITH runs AS (
+               INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source,
+                                          rule_version_id, payload, accountable_id)
+               SELECT d.workspace_id, d.autopilot_id, d.trigger_id, d.id, 'webhook',
+                      (SELECT id FROM autopilot_rule_version WHERE autopilot_id = d.autopilot_id
+                       ORDER BY version DESC LIMIT 1), d.envelope, $2
+               FROM webhook_delivery d WHERE d.trigger_id = $1 AND d.run_id IS NULL
+               RETURNING id, webhook_delivery_id)
+           UPDATE webhook_delivery d SET run_id = runs.id FROM runs WHERE d.id = runs.webhook_delivery_id""",
+        trigger["id"], trigger["published_by_id"])
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 20.0, every: float = 0.05) -> None:
+    """Poll a condition until true (fails the test after ``timeout``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(every)

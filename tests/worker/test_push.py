@@ -1,0 +1,233 @@
+import asyncio
+import base64
+import time
+from datetime import UTC, datetime
+
+import httpx
+from standardwebhooks import Webhook
+from starlette.responses import JSONResponse, Response
+
+from autopilot import dispatch
+from gateway.app import create_app
+from hookgate import database
+from tests import factories
+from tests.worker.conftest import add_delivery, wait_for
+from worker.deliveries import DeliveryWorker
+from worker.push import Pusher, PushWorker, classify, retry_after_s, sign
+
+
+async def _world(ctx, agent_server, name="a", **agent_kw):
+    w = await factories.world(ctx)
+    agent = await factories.http_agent(w, url=agent_server.url(name), name=name, **agent_kw)
+    ap = await factories.autopilot(w, agent.row["id"])
+    trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
+    return w, agent, ap, trigger
+
+
+async def _task(conn, run_id):
+    return await conn.fetchrow("SELECT * FROM agent_task WHERE run_id = $1", run_id)
+
+
+def test_signature_is_standard_webhooks_and_verifies_with_the_reference_library():
+    secret = "whsec_" + base64.b64encode(b"s" * 32).decode()
+    body = b'{"a":1}'
+    stamp = int(time.time())
+    sig = sign(secret, "msg_1", stamp, body)
+    assert sig == Webhook(secret).sign("msg_1", datetime.fromtimestamp(stamp, UTC), body.decode())
+    headers = {"webhook-id": "msg_1", "webhook-timestamp": str(stamp), "webhook-signature": sig}
+    assert Webhook(secret).verify(body, headers) == {"a": 1}
+
+
+def test_outcomes_map_status_codes_and_honour_retry_after():
+    def out(code, headers=None):
+        return classify(code, headers or {}, attempt=1, base=1.0, cap=600.0)
+
+    assert out(200).kind == out(204).kind == "done"
+    assert out(202).kind == "accepted"
+    assert {out(c).kind for c in (408, 429, 500, 502, 503)} == {"retry"}
+    assert {out(c).kind for c in (400, 401, 404, 410, 422)} == {"terminal"}
+    assert out(429, {"retry-after": "7"}).delay == 7.0
+    assert 0.5 <= out(503).delay <= 1.0
+    assert retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+    assert retry_after_s("soon") is None
+
+
+async def test_fast_path_pushes_once_with_the_contract_body_and_a_valid_signature(wctx, agent_server):
+    _w, agent, ap, trigger = await _world(wctx, agent_server)
+    async with wctx.pool.acquire() as conn:
+        _, run_id = await add_delivery(conn, ap, trigger, payload={"x": 1})
+    pusher = Pusher(wctx, holder="t1")
+    worker = DeliveryWorker(wctx, holder="t1", pusher=pusher)
+    assert await worker.run_once() == 1
+    await pusher.stop(deadline=10)
+    [hit] = agent_server.of("a")
+    async with wctx.pool.acquire() as conn:
+        task = await _task(conn, run_id)
+        run = await conn.fetchrow("SELECT * FROM autopilot_run WHERE id = $1", run_id)
+    body = hit.body
+    assert set(body) == {"task_id", "run_id", "attempt", "autopilot", "payload", "lease_token", "report_url"}
+    assert body["task_id"] == str(task["id"]) == hit.headers["webhook-id"]
+    assert body["run_id"] == str(run_id) and body["attempt"] == 1
+    assert body["autopilot"] == {"id": str(ap["id"]), "title": "triage", "instructions": ""}
+    assert body["payload"]["payload"] == {"x": 1}
+    assert body["report_url"] == f"http://hooks.test/v1/runtime/tasks/{task['id']}/report"
+    Webhook(agent.signing_secret).verify(hit.raw, hit.headers)
+    assert task["status"] == "succeeded" and task["result"]["body"] == {"ok": True}
+    assert run["status"] == "completed" and run["finished_at"] is not None
+
+
+async def test_agent_answering_500_then_200_gets_the_same_webhook_id_and_completes_once(wctx, agent_server):
+    async def flaky(n, hit):
+        return Response(status_code=500) if n == 0 else JSONResponse({"done": True})
+
+    agent_server.behaviours["a"] = flaky
+    _w, _agent, ap, trigger = await _world(wctx, agent_server)
+    async with wctx.pool.acquire() as conn:
+        _, run_id = await add_delivery(conn, ap, trigger)
+    pusher = Pusher(wctx, holder="t1")
+    await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once()
+    pushes = PushWorker(wctx, holder="t1", pusher=pusher)
+
+    async def finished():
+        await pushes.run_once()
+        async with wctx.pool.acquire() as conn:
+            return (await _task(conn, run_id))["status"] == "succeeded"
+
+    await wait_for(finished)
+    await pusher.stop(deadline=10)
+    hits = agent_server.of("a")
+    assert len(hits) == 2 and hits[0].headers["webhook-id"] == hits[1].headers["webhook-id"]
+    assert [h.body["attempt"] for h in hits] == [1, 2]
+    async with wctx.pool.acquire() as conn:
+        task = await _task(conn, run_id)
+        releases = await conn.fetch("SELECT detail FROM audit_log WHERE action = 'RELEASE' AND subject_id = $1 "
+                                    "ORDER BY id", str(task["id"]))
+    assert task["attempt"] == 2
+    assert [r["detail"]["status"] for r in releases] == ["queued", "succeeded"]
+
+
+async def test_retry_after_is_honoured_and_4xx_is_terminal(ctx, agent_server):
+    agent_server.behaviours["slow"] = lambda n, h: _const(Response(status_code=429, headers={"Retry-After": "30"}))
+    agent_server.behaviours["gone"] = lambda n, h: _const(Response(status_code=404))
+    w = await factories.world(ctx)
+    runs = {}
+    for name in ("slow", "gone"):
+        agent = await factories.http_agent(w, url=agent_server.url(name), name=name)
+        ap = await factories.autopilot(w, agent.row["id"], title=name)
+        trigger, _ = await factories.webhook_trigger(w, ap)
+        async with ctx.pool.acquire() as conn:
+            runs[name] = (await add_delivery(conn, ap, trigger))[1]
+    pusher = Pusher(ctx, holder="t1")
+    await DeliveryWorker(ctx, holder="t1", pusher=pusher).run_once()
+    await pusher.stop(deadline=10)
+    async with ctx.pool.acquire() as conn:
+        slow = await _task(conn, runs["slow"])
+        gone = await _task(conn, runs["gone"])
+        delay = await conn.fetchval("SELECT extract(epoch FROM $1 - now())", slow["available_at"])
+        failed_run = await conn.fetchrow("SELECT * FROM autopilot_run WHERE id = $1", runs["gone"])
+    assert slow["status"] == "queued" and 25 < float(delay) <= 30
+    assert gone["status"] == "failed" and "404" in gone["error"]
+    assert failed_run["status"] == "failed" and failed_run["reason_code"] == "task_failed"
+
+
+async def _const(response):
+    return response
+
+
+async def test_accepted_push_is_finished_by_the_agent_reporting_with_its_lease_token(wctx, agent_server):
+    agent_server.behaviours["a"] = lambda n, h: _const(Response(status_code=202))
+    _w, _agent, ap, trigger = await _world(wctx, agent_server)
+    async with wctx.pool.acquire() as conn:
+        _, run_id = await add_delivery(conn, ap, trigger)
+    pusher = Pusher(wctx, holder="t1")
+    await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once()
+    await pusher.stop(deadline=10)
+    body = agent_server.of("a")[0].body
+    async with wctx.pool.acquire() as conn:
+        task = await _task(conn, run_id)
+        left = await conn.fetchval("SELECT extract(epoch FROM lease_expires_at - now()) FROM agent_task WHERE id=$1",
+                                   task["id"])
+    assert task["status"] == "running" and float(left) > 3600  # the long task lease, renewable
+    transport = httpx.ASGITransport(app=create_app(wctx))
+    async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
+        forged = await http.post(body["report_url"], json={"lease_token": str(task["id"]), "status": "succeeded"})
+        done = await http.post(body["report_url"], json={"lease_token": body["lease_token"], "status": "succeeded",
+                                                         "result": {"answer": 42}})
+    assert forged.status_code == 409 and forged.json()["error"] == "lease_lost"
+    assert done.status_code == 200 and done.json()["status"] == "succeeded"
+    async with wctx.pool.acquire() as conn:
+        run = await conn.fetchrow("SELECT * FROM autopilot_run WHERE id = $1", run_id)
+        task = await _task(conn, run_id)
+    assert run["status"] == "completed" and task["result"] == {"answer": 42}
+
+
+async def test_a_hanging_agent_does_not_stall_the_others(wctx, agent_server):
+    release = asyncio.Event()
+
+    async def hang(n, hit):
+        await release.wait()
+        return Response(status_code=200)
+
+    agent_server.behaviours["hang"] = hang
+    w = await factories.world(wctx)
+    runs = {"hang": [], "fine": []}
+    for name in runs:
+        agent = await factories.http_agent(w, url=agent_server.url(name), name=name, timeout_s=30,
+                                           max_concurrency=2)
+        ap = await factories.autopilot(w, agent.row["id"], title=name)
+        trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
+        async with wctx.pool.acquire() as conn:
+            for _ in range(6 if name == "hang" else 20):
+                runs[name].append((await add_delivery(conn, ap, trigger))[1])
+    pusher = Pusher(wctx, holder="t1")
+    deliveries = DeliveryWorker(wctx, holder="t1", pusher=pusher)
+    pushes = PushWorker(wctx, holder="t1", pusher=pusher)
+
+    async def fine_done():
+        await deliveries.run_once()
+        await pushes.run_once()
+        async with wctx.pool.acquire() as conn:
+            return await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = ANY($1) "
+                                       "AND status = 'succeeded'", runs["fine"]) == 20
+
+    await wait_for(fine_done, timeout=10)
+    assert len(agent_server.of("hang")) == 2 and agent_server.peak["hang"] == 2  # its cap, never more
+    assert agent_server.peak["fine"] <= 2
+    release.set()
+    await pusher.stop(deadline=10)
+
+
+async def test_stop_releases_pushes_still_in_flight_after_the_deadline(wctx, agent_server):
+    async def hang(n, hit):
+        await asyncio.sleep(30)
+        return Response(status_code=200)
+
+    agent_server.behaviours["a"] = hang
+    _w, _agent, ap, trigger = await _world(wctx, agent_server, timeout_s=60)
+    async with wctx.pool.acquire() as conn:
+        _, run_id = await add_delivery(conn, ap, trigger)
+    pusher = Pusher(wctx, holder="t1")
+    await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once()
+    await wait_for(lambda: _const(len(agent_server.of("a")) == 1))
+    await pusher.stop(deadline=0.2)
+    async with wctx.pool.acquire() as conn:
+        task = await _task(conn, run_id)
+        audit = await conn.fetchval("SELECT detail->>'reason' FROM audit_log WHERE action='RELEASE' "
+                                    "AND subject_id = $1", str(task["id"]))
+    assert task["status"] == "queued" and task["lease_token"] is None and audit == "shutdown"
+
+
+async def test_dispatch_without_a_pusher_leaves_the_task_queued_and_notifies(wctx, agent_server):
+    _w, _agent, ap, trigger = await _world(wctx, agent_server)
+    heard: list[str] = []
+    listener = await database.connect(wctx.dsn)
+    try:
+        await listener.add_listener("hookgate_tasks", lambda *a: heard.append(a[3]))
+        async with wctx.pool.acquire() as conn:
+            _, run_id = await add_delivery(conn, ap, trigger)
+            result = await dispatch.dispatch_run(conn, run_id)
+        await wait_for(lambda: _const(bool(heard)))
+    finally:
+        await listener.close()
+    assert result.status == "queued" and result.claimed is None
+    assert heard == [str(result.task_id)]

@@ -1,0 +1,36 @@
+from autopilot import admission
+from tests import factories
+from worker.runs import RunWorker
+
+
+async def test_pending_runs_without_a_delivery_are_dispatched_once(wctx):
+    w = await factories.world(wctx)
+    agent = await factories.http_agent(w)
+    ap = await factories.autopilot(w, agent.row["id"], mode="create_issue")
+    async with wctx.pool.acquire() as conn:
+        adm = await admission.admit(conn, autopilot_id=ap["id"], source="manual", payload={}, clicker_id=w.owner_id)
+    worker = RunWorker(wctx, holder="t")
+    assert await worker.run_once() == 1
+    assert await worker.run_once() == 0
+    async with wctx.pool.acquire() as conn:
+        run = await conn.fetchrow("SELECT * FROM autopilot_run WHERE id = $1", adm.run_id)
+        assert run["status"] == "queued" and run["issue_id"] and run["task_id"]
+
+
+async def test_a_stale_half_made_webhook_run_is_repaired_after_the_repair_delay(wctx):
+    w = await factories.world(wctx)
+    agent = await factories.http_agent(w)
+    ap = await factories.autopilot(w, agent.row["id"])
+    trigger, _ = await factories.webhook_trigger(w, ap)
+    async with wctx.pool.acquire() as conn:
+        from tests.worker.conftest import add_delivery
+
+        delivery_id, run_id = await add_delivery(conn, ap, trigger)
+        # The delivery says dispatched, but the run never got its task (a crash between the two).
+        await conn.execute("UPDATE webhook_delivery SET status = 'dispatched' WHERE id = $1", delivery_id)
+        later = await conn.fetchval("SELECT now() + interval '61 s'")
+    worker = RunWorker(wctx, holder="t")
+    assert await worker.run_once() == 0
+    assert await worker.run_once(now=later) == 1
+    async with wctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1

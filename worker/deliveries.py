@@ -1,0 +1,259 @@
+"""The delivery worker (DESIGN §5): a PostgreSQL queue of webhook deliveries, turned into dispatched runs.
+
+Claims are batched, round-robin across triggers, leased with a token (``delivery_lease_s``); every
+complete/retry/defer write is guarded by ``id + lease_token + status='queued'`` (zero rows: someone else
+owns it now, harmless). Over a trigger's pacing budget a delivery is released to the window's end without
+spending an attempt; a failed dispatch spends one and comes back after exponential backoff with jitter, up
+to ``delivery_max_attempts``. A delivery ingress stored but never admitted (the crash window) is re-checked
+like ingress would (trigger enabled, autopilot active, event filter) and then admitted. For an HTTP agent
+the worker claims the new task in the same transaction and pushes it at once: no second queue hop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from autopilot import admission, dispatch, replays, tasks
+from hookgate.context import Context
+from hookgate.database import Conn
+from sql import Q
+from worker.push import Pusher
+from worker.wake import Wakeup
+
+log = logging.getLogger("hookgate.deliveries")
+
+CHANNEL = "hookgate_deliveries"
+#: Triggers visited per claim: the round-robin fan-out (a batch interleaves at most this many).
+TRIGGER_FANOUT = 16
+#: Deliveries a dispatcher commits together when the queue is backed up (one commit instead of several).
+COMMIT_GROUP = 8
+_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
+_IGNORED = {
+    "trigger_deleted": "the trigger was deleted",
+    "trigger_disabled": "the trigger is disabled",
+    "autopilot_paused": "the autopilot is paused",
+    "autopilot_archived": "the autopilot is archived",
+    "event_filtered": "the event does not match the trigger's event filters",
+}
+
+
+class _LeaseLost(Exception):
+    """Our lease on the delivery is gone: another worker owns it; our transaction rolls back."""
+
+
+def options_for(ctx: Context, holder: str, pusher: Pusher | None) -> dispatch.Options:
+    """Dispatch options from settings; claim the task at once when this process can push it."""
+    s = ctx.settings
+    claim = None
+    if pusher is not None and pusher.capacity() > 0:
+        claim = dispatch.ClaimFor(holder, s.push_timeout_cap_s, s.push_lease_margin_s)
+    return dispatch.Options(s.heartbeat_timeout_s, s.task_max_attempts, claim)
+
+
+class DeliveryWorker:
+    """Claims queued deliveries and dispatches them with ``delivery_concurrency`` dispatchers."""
+
+    name = "deliveries"
+
+    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher | None = None, wake: Wakeup | None = None):
+        self.ctx, self.settings, self.holder, self.pusher, self.wake = ctx, ctx.settings, holder, pusher, wake
+        self._buffer = max(self.settings.delivery_batch, self.settings.delivery_concurrency)
+        self._queue: asyncio.Queue[asyncpg.Record] = asyncio.Queue()
+        self._stopping = asyncio.Event()
+        self._taken = asyncio.Event()
+        self._busy = 0
+        self._cursor: UUID | None = None
+
+    async def claim_batch(self, limit: int | None = None, now: datetime | None = None) -> list[asyncpg.Record]:
+        """Lease up to ``limit`` due deliveries (fairly across triggers) and apply per-trigger pacing."""
+        s = self.settings
+        async with self.ctx.pool.acquire() as conn:
+            rows = await conn.fetch(Q.delivery_claim, limit or s.delivery_batch, s.delivery_lease_s, self._cursor,
+                                    TRIGGER_FANOUT, now)
+            triggers = sorted({r["trigger_id"] for r in rows})
+            self._cursor = triggers[-1] if len(triggers) >= TRIGGER_FANOUT else None
+            return await self._pace(conn, rows, now)
+
+    async def _pace(self, conn: Conn, rows: list[asyncpg.Record], now: datetime | None) -> list[asyncpg.Record]:
+        by_trigger: dict[UUID, list[asyncpg.Record]] = defaultdict(list)
+        for row in rows:
+            by_trigger[row["trigger_id"]].append(row)
+        ready: list[asyncpg.Record] = []
+        for trigger_id, group in by_trigger.items():
+            pace = await conn.fetchrow(Q.trigger_pace_take, trigger_id, len(group),
+                                       group[0]["rate_limit_per_minute"], now)
+            granted = pace["granted"] if pace else len(group)
+            ready.extend(group[:granted])
+            for row in group[granted:]:
+                await conn.execute(Q.delivery_defer, row["id"], row["lease_token"], pace["window_end"])  # type: ignore[index]
+        return ready
+
+    async def process(self, delivery: asyncpg.Record) -> str:
+        """Dispatch one leased delivery: ``dispatched``, ``ignored``, ``retry`` or ``lost``."""
+        options = options_for(self.ctx, self.holder, self.pusher)
+        try:
+            async with self.ctx.pool.acquire() as conn:
+                outcome, result = await self._dispatch(conn, delivery, options)
+        except _LeaseLost:
+            return "lost"
+        except Exception as exc:
+            log.warning("dispatch failed; will retry", exc_info=exc, extra={"delivery_id": str(delivery["id"])})
+            await self._retry(delivery, exc)
+            return "retry"
+        if result is not None and result.claimed is not None and self.pusher is not None:
+            self.pusher.submit(result.claimed)
+        return outcome
+
+    async def process_many(self, batch: list[asyncpg.Record]) -> list[str]:
+        """Dispatch several leased deliveries in one transaction (one commit); on any error, one by one."""
+        if len(batch) == 1:
+            return [await self.process(batch[0])]
+        options = options_for(self.ctx, self.holder, self.pusher)
+        try:
+            async with self.ctx.pool.acquire() as conn, conn.transaction():
+                done = [await self._dispatch_in(conn, d, options) for d in batch]
+        except Exception:
+            # A lost lease or a failing delivery must not take the others with it: retry them singly.
+            return [await self.process(d) for d in batch]
+        for _, result in done:
+            if result is not None and result.claimed is not None and self.pusher is not None:
+                self.pusher.submit(result.claimed)
+        return [outcome for outcome, _ in done]
+
+    async def _dispatch(
+        self, conn: Conn, d: asyncpg.Record, options: dispatch.Options
+    ) -> tuple[str, dispatch.Dispatched | None]:
+        async with conn.transaction():
+            return await self._dispatch_in(conn, d, options)
+
+    async def _dispatch_in(
+        self, conn: Conn, d: asyncpg.Record, options: dispatch.Options
+    ) -> tuple[str, dispatch.Dispatched | None]:
+        """Admit (crash window) and dispatch one delivery inside the caller's transaction."""
+        run_id = d["run_id"] or await conn.fetchval(Q.run_get_by_delivery, d["id"])
+        if run_id is None:
+            reason = await self._gate(conn, d)
+            if reason is not None:
+                if await conn.fetchval(Q.delivery_ignore, d["id"], d["lease_token"], reason,
+                                       _IGNORED[reason]) is None:
+                    raise _LeaseLost
+                return "ignored", None
+            admitted = await admission.admit(
+                conn, autopilot_id=d["autopilot_id"], source="webhook", payload=d["envelope"] or {},
+                trigger_id=d["trigger_id"], delivery_id=d["id"],
+                heartbeat_timeout_s=self.settings.heartbeat_timeout_s,
+            )
+            run_id = admitted.run_id
+        result = await dispatch.dispatch_run(conn, run_id, options)
+        if await conn.fetchval(Q.delivery_complete, d["id"], d["lease_token"], run_id) is None:
+            raise _LeaseLost
+        return "dispatched", result
+
+    async def _gate(self, conn: Conn, d: asyncpg.Record) -> str | None:
+        """Crash-window re-check (ingress step 9): why the delivery would have been ignored, or None."""
+        facts = await conn.fetchrow(Q.delivery_admission_facts, d["trigger_id"])
+        if facts is None or facts["deleted"]:
+            return "trigger_deleted"
+        # One definition of step 9 (and of the event-filter globs) with ingress and replays.
+        return replays.ignore_reason(facts, facts["autopilot_status"], d["event"])
+
+    async def _retry(self, d: asyncpg.Record, exc: BaseException) -> None:
+        s = self.settings
+        delay = tasks.backoff(d["dispatch_attempts"] + 1, s.delivery_backoff_base_s, s.delivery_backoff_cap_s)
+        try:
+            async with self.ctx.pool.acquire() as conn:
+                await conn.fetchrow(Q.delivery_retry, d["id"], d["lease_token"], delay, s.delivery_max_attempts,
+                                    f"{exc.__class__.__name__}: {exc}"[:500])
+        except _DB_ERRORS as db_exc:
+            # The lease expires on its own; the delivery is claimable again then.
+            log.warning("could not record a dispatch retry", extra={"error": str(db_exc)})
+
+    async def run_once(self, now: datetime | None = None) -> int:
+        """Claim one batch and dispatch all of it (tests, bench); returns how many were claimed."""
+        batch = await self.claim_batch(now=now)
+        gate = asyncio.Semaphore(self.settings.delivery_concurrency)
+
+        async def one(d: asyncpg.Record) -> None:
+            async with gate:
+                await self.process(d)
+
+        await asyncio.gather(*(one(d) for d in batch))
+        return len(batch)
+
+    async def run(self) -> None:
+        """Claim and dispatch until stopped."""
+        workers = [asyncio.create_task(self._dispatcher()) for _ in range(self.settings.delivery_concurrency)]
+        try:
+            await self._claimer()
+        finally:
+            await self._drain(workers)
+
+    async def _claimer(self) -> None:
+        while not self._stopping.is_set():
+            room = self._buffer - self._queue.qsize()
+            if room <= 0:
+                self._taken.clear()
+                await self._pause(self._taken.wait(), self.settings.worker_poll_s)
+                continue
+            try:
+                got = await self.claim_batch(limit=room)
+            except _DB_ERRORS as exc:
+                log.warning("delivery claim failed", extra={"error": str(exc)})
+                got = []
+            for row in got:
+                self._queue.put_nowait(row)
+            if len(got) < room:
+                await self._pause(self._wake(), self.settings.worker_poll_s)
+
+    async def _wake(self) -> None:
+        if self.wake is not None:
+            await self.wake.wait(CHANNEL, self.settings.worker_poll_s)
+        else:
+            await asyncio.sleep(self.settings.worker_poll_s)
+
+    async def _pause(self, waiter: Any, timeout: float) -> None:
+        """Wait for ``waiter`` or ``timeout`` seconds, but return at once when stopping."""
+        tasks_ = [asyncio.ensure_future(waiter), asyncio.ensure_future(self._stopping.wait())]
+        await asyncio.wait(tasks_, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        for t in tasks_:
+            t.cancel()
+        await asyncio.gather(*tasks_, return_exceptions=True)
+
+    async def _dispatcher(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            self._busy += 1
+            while len(batch) < COMMIT_GROUP and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            self._taken.set()
+            try:
+                await self.process_many(batch)
+            finally:
+                self._busy -= 1
+
+    async def _drain(self, workers: list[asyncio.Task[None]]) -> None:
+        """Release what was leased but not started; let started dispatches finish (they are short)."""
+        leftovers = []
+        while not self._queue.empty():
+            leftovers.append(self._queue.get_nowait())
+        with contextlib.suppress(*_DB_ERRORS):
+            async with self.ctx.pool.acquire() as conn:
+                for d in leftovers:
+                    await conn.execute(Q.delivery_release, d["id"], d["lease_token"])
+        while self._busy:
+            await asyncio.sleep(0.01)
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+    async def stop(self) -> None:
+        """Stop claiming; the run loop releases buffered leases and lets in-flight dispatches finish."""
+        self._stopping.set()

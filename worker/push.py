@@ -1,0 +1,303 @@
+"""Push tasks to HTTP agents (DESIGN §7, §11), Standard-Webhooks-signed, ``webhook-id`` = task id.
+
+2xx is done; 202 is accepted (the agent reports later to ``report_url`` with the lease token, which is the
+capability: no bearer needed); 408, 429, 5xx, timeouts and connection errors are retried with exponential
+backoff and jitter, honouring ``Retry-After``; any other 4xx fails the task. Pushes run as their own
+asyncio tasks, bounded per process (``push_inflight``) and per agent (its ``max_concurrency``, enforced at
+claim time in the database), each with the agent's timeout: a hanging agent holds only its own slots.
+
+The client is aiohttp, not httpx: on this 2-core machine httpx's pool managed ~230 pushes/s with 40 in
+flight where aiohttp did ~5,000/s (see docs/BENCHMARKS.md), and the push client is the drain's bottleneck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import email.utils
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import aiohttp
+from multidict import CIMultiDictProxy
+
+from autopilot import agents, tasks
+from hookgate.context import Context
+from sql import Q
+from worker.loop import PollingService
+from worker.wake import Wakeup
+
+log = logging.getLogger("hookgate.push")
+
+RETRY_STATUSES = frozenset({408, 429})
+MAX_RESULT_BYTES = 64 * 1024
+#: Push outcomes written per transaction when many finish together.
+OUTCOME_GROUP = 64
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an agent's answer means: ``done``, ``accepted``, ``retry`` (after ``delay`` s) or ``terminal``."""
+
+    kind: str
+    detail: str
+    delay: float = 0.0
+    result: Any = None
+
+
+def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """The Standard Webhooks signature header value: ``v1,<base64 HMAC-SHA256 of "id.ts.body">``."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    mac = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(mac).decode()
+
+
+def retry_after_s(value: str | None, now: float | None = None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta seconds or an HTTP date), or None if absent/invalid."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def classify(status: int, headers: Mapping[str, str], *, attempt: int, base: float, cap: float,
+             body: bytes = b"") -> Outcome:
+    """Map an agent's HTTP answer to an outcome."""
+    if status == 202:
+        return Outcome("accepted", "agent accepted; it reports later")
+    if 200 <= status < 300:
+        return Outcome("done", f"agent answered {status}", result=_result(status, headers, body))
+    if status in RETRY_STATUSES or status >= 500:
+        hinted = retry_after_s(headers.get("retry-after"))
+        delay = min(cap, hinted) if hinted is not None else tasks.backoff(attempt, base, cap)
+        return Outcome("retry", f"agent answered {status}", delay)
+    return Outcome("terminal", f"agent answered {status}")
+
+
+def _result(status: int, headers: Mapping[str, str], body: bytes) -> Any:
+    result: dict[str, Any] = {"http_status": status}
+    if body and len(body) <= MAX_RESULT_BYTES and "json" in headers.get("content-type", ""):
+        with contextlib.suppress(ValueError):
+            result["body"] = json.loads(body)
+    return result
+
+
+def _lower(headers: CIMultiDictProxy[str]) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}
+
+
+def report_url(public_url: str, task_id: UUID) -> str:
+    """Where an agent reports a task it accepted with 202."""
+    return f"{public_url.rstrip('/')}/v1/runtime/tasks/{task_id}/report"
+
+
+def push_body(claimed: tasks.Claimed, public_url: str) -> bytes:
+    """The body of a push, exactly the fields of DESIGN §11."""
+    return json.dumps({
+        "task_id": str(claimed.id), "run_id": None if claimed.run_id is None else str(claimed.run_id),
+        "attempt": claimed.attempt,
+        "autopilot": {"id": None if claimed.autopilot_id is None else str(claimed.autopilot_id),
+                      "title": claimed.autopilot_title, "instructions": claimed.autopilot_instructions},
+        "payload": claimed.payload, "lease_token": str(claimed.lease_token),
+        "report_url": report_url(public_url, claimed.id),
+    }, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class Pusher:
+    """Runs pushes of claimed tasks concurrently; ``stop()`` lets them finish, then releases the rest."""
+
+    name = "push"
+
+    def __init__(self, ctx: Context, *, holder: str, wake: Wakeup | None = None) -> None:
+        self.ctx, self.settings, self.holder, self.wake = ctx, ctx.settings, holder, wake
+        self._client: aiohttp.ClientSession | None = None
+        self._inflight: dict[asyncio.Task[None], tasks.Claimed] = {}
+        self._outcomes: list[tuple[tasks.Claimed, Outcome, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+        self.stopping = False
+
+    def capacity(self) -> int:
+        """How many more pushes this process may start now."""
+        return 0 if self.stopping else self.settings.push_inflight - len(self._inflight)
+
+    def submit(self, claimed: tasks.Claimed) -> None:
+        """Start pushing a claimed task in the background."""
+        task = asyncio.create_task(self._guarded(claimed), name=f"push:{claimed.id}")
+        self._inflight[task] = claimed
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.pop(task, None)
+        if self.wake is not None:
+            self.wake.poke("hookgate_tasks")
+
+    async def _guarded(self, claimed: tasks.Claimed) -> None:
+        try:
+            await self.push(claimed)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The lease still protects the task: it expires and the watchdog requeues it.
+            log.exception("push failed unexpectedly", extra={"task_id": str(claimed.id)})
+
+    async def push(self, claimed: tasks.Claimed) -> str:
+        """One push attempt of a claimed task, its outcome recorded under the lease; returns the outcome kind."""
+        outcome = await self._post(claimed)
+        await self._record(claimed, outcome)
+        return outcome.kind
+
+    async def _post(self, claimed: tasks.Claimed) -> Outcome:
+        body = push_body(claimed, self.settings.public_url)
+        assert claimed.signing_secret_ct is not None and claimed.endpoint_url is not None
+        secret = self.ctx.keyring.decrypt(claimed.signing_secret_ct, agents.secret_context(claimed.agent_id))
+        stamp = int(time.time())
+        headers = {
+            "content-type": "application/json", "webhook-id": str(claimed.id),
+            "webhook-timestamp": str(stamp), "webhook-signature": sign(secret, str(claimed.id), stamp, body),
+            "user-agent": "hookgate",
+        }
+        timeout = aiohttp.ClientTimeout(total=min(claimed.timeout_s, self.settings.push_timeout_cap_s))
+        try:
+            async with self.client().post(claimed.endpoint_url, data=body, headers=headers, timeout=timeout,
+                                          allow_redirects=False) as response:
+                content = await response.content.read(MAX_RESULT_BYTES + 1)
+                status, answer = response.status, _lower(response.headers)
+        except TimeoutError:
+            return self._transport_retry(claimed, "agent timed out")
+        except (aiohttp.ClientError, OSError) as exc:
+            return self._transport_retry(claimed, f"agent unreachable: {exc.__class__.__name__}")
+        return classify(status, answer, attempt=claimed.attempt, base=self.settings.task_backoff_base_s,
+                        cap=self.settings.task_backoff_cap_s, body=content)
+
+    def client(self) -> aiohttp.ClientSession:
+        """The shared session (created in the running loop on first use), with a bounded connection pool."""
+        if self._client is None:
+            connector = aiohttp.TCPConnector(limit=self.settings.push_connections)
+            self._client = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        return self._client
+
+    def _transport_retry(self, claimed: tasks.Claimed, detail: str) -> Outcome:
+        delay = tasks.backoff(claimed.attempt, self.settings.task_backoff_base_s, self.settings.task_backoff_cap_s)
+        return Outcome("retry", detail, delay)
+
+    async def _record(self, claimed: tasks.Claimed, outcome: Outcome) -> None:
+        """Queue the outcome for the next group commit and wait until it is written."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outcomes.append((claimed, outcome, done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
+        await done
+
+    async def _flush(self) -> None:
+        """Write queued outcomes, up to OUTCOME_GROUP per transaction (one commit for many pushes)."""
+        while self._outcomes:
+            group, self._outcomes = self._outcomes[:OUTCOME_GROUP], self._outcomes[OUTCOME_GROUP:]
+            try:
+                async with self.ctx.pool.acquire() as conn:
+                    try:
+                        async with conn.transaction():
+                            for claimed, outcome, _ in group:
+                                await self._write(conn, claimed, outcome)
+                    except Exception:
+                        if len(group) == 1:
+                            raise
+                        for claimed, outcome, _ in group:  # isolate the failing one
+                            async with conn.transaction():
+                                await self._write(conn, claimed, outcome)
+            except Exception as exc:
+                for _, _, done in group:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            for _, _, done in group:
+                if not done.done():
+                    done.set_result(None)
+
+    async def _write(self, conn: Any, claimed: tasks.Claimed, outcome: Outcome) -> None:
+        report = {
+            "done": tasks.Report("succeeded", result=outcome.result),
+            "retry": tasks.Report("failed", error=outcome.detail, retry_class="transient",
+                                  retry_after_s=outcome.delay),
+            "terminal": tasks.Report("failed", error=outcome.detail, retry_class="permanent"),
+        }.get(outcome.kind)
+        try:
+            if report is None:
+                await tasks.accept(conn, claimed.id, claimed.lease_token, lease_s=self.settings.task_lease_s,
+                                   actor_id=self.holder)
+            else:
+                await tasks.report(conn, claimed.id, claimed.lease_token, report, actor_type="worker",
+                                   actor_id=self.holder)
+        except tasks.LeaseLost:
+            log.info("push result after the lease was lost; recorded, not applied",
+                     extra={"task_id": str(claimed.id)})
+
+    async def run(self) -> None:
+        """Pushes are started by :meth:`submit`; this only waits for :meth:`stop`."""
+        await self._stopped.wait()
+
+    async def stop(self, deadline: float | None = None) -> None:
+        """Stop taking pushes; let in-flight ones finish within the deadline, then release their leases."""
+        self.stopping = True
+        wait_s = self.settings.shutdown_deadline * 0.6 if deadline is None else deadline
+        pending = list(self._inflight)
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=wait_s)
+            await self._release(late)
+        if self._client is not None:
+            await self._client.close()
+        self._stopped.set()
+
+    async def _release(self, late: set[asyncio.Task[None]]) -> None:
+        claims = [self._inflight[t] for t in late if t in self._inflight]
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        async with self.ctx.pool.acquire() as conn:
+            for claimed in claims:
+                await tasks.release(conn, claimed.id, claimed.lease_token, holder=self.holder)
+
+
+class PushWorker(PollingService):
+    """Claims due queued tasks of HTTP agents (retries, tasks made elsewhere) and hands them to the pusher."""
+
+    name = "pushes"
+    channel = "hookgate_tasks"
+
+    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher, wake: Wakeup | None = None) -> None:
+        # settle: a finished push pokes this loop; coalesce bursts of pokes into one pass.
+        super().__init__(interval=ctx.settings.worker_poll_s, wake=wake, settle=0.005)
+        self.ctx, self.holder, self.pusher = ctx, holder, pusher
+
+    async def run_once(self, now: datetime | None = None) -> int:
+        """Claim for every agent with due work and a free slot, within this process's push capacity."""
+        s = self.ctx.settings
+        started = 0
+        async with self.ctx.pool.acquire() as conn:
+            for agent in await conn.fetch(Q.task_agents_due, 64, now):
+                free = self.pusher.capacity()
+                if free <= 0:
+                    break
+                lease = tasks.push_lease_s(agent["timeout_s"], s.push_timeout_cap_s, s.push_lease_margin_s)
+                for claimed in await tasks.claim(conn, agent_id=agent["id"], limit=min(free, 32), lease_s=lease,
+                                                 holder=self.holder, actor_type="worker", now=now):
+                    self.pusher.submit(claimed)
+                    started += 1
+        return started

@@ -1,0 +1,62 @@
+"""Dispatch runs that have no delivery to carry them (manual, api, schedule), and repair half-made runs.
+
+The admin API and the scheduler only admit a run ``pending`` and NOTIFY ``hookgate_runs``; this loop makes
+its issue/task. Runs left pending or half-made (an issue without its task) for ``run_repair_after_s``
+are dispatched again: dispatch is idempotent, so repair completes them and never duplicates.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from autopilot import dispatch
+from hookgate.context import Context
+from sql import Q
+from worker.deliveries import options_for
+from worker.loop import PollingService
+from worker.push import Pusher
+from worker.wake import Wakeup
+
+log = logging.getLogger("hookgate.runs")
+
+#: Runs dispatched per pass before the loop yields.
+PASS_LIMIT = 64
+
+
+class RunWorker(PollingService):
+    """Dispatches pending runs, one locked run per short transaction."""
+
+    name = "runs"
+    channel = "hookgate_runs"
+
+    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher | None = None, wake: Wakeup | None = None):
+        super().__init__(interval=ctx.settings.worker_poll_s, wake=wake)
+        self.ctx, self.holder, self.pusher = ctx, holder, pusher
+
+    async def run_once(self, now: datetime | None = None) -> int:
+        """Dispatch up to PASS_LIMIT runs; returns how many were handled."""
+        done = 0
+        while done < PASS_LIMIT and not self._stopping.is_set():
+            result = await self._one(now)
+            if result is None:
+                break
+            done += 1
+            if result.claimed is not None and self.pusher is not None:
+                self.pusher.submit(result.claimed)
+        return done
+
+    async def _one(self, now: datetime | None) -> dispatch.Dispatched | None:
+        run_id = None
+        async with self.ctx.pool.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    run_id = await conn.fetchval(Q.run_claim_undispatched, self.ctx.settings.run_repair_after_s, now)
+                    if run_id is None:
+                        return None
+                    return await dispatch.dispatch_run(conn, run_id, options_for(self.ctx, self.holder, self.pusher))
+            except Exception as exc:
+                log.warning("run dispatch failed; will retry", exc_info=exc)
+                if run_id is not None:
+                    await conn.execute(Q.run_touch, run_id)
+                return None
