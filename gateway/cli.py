@@ -24,7 +24,7 @@ environment:
   HOOKGATE_DATABASE_URL   PostgreSQL URL; unset = embedded PostgreSQL in HOOKGATE_DATA_DIR
   HOOKGATE_DATA_DIR       embedded database and generated secret key (default ./.hookgate)
   HOOKGATE_SECRET_KEY     base64 of 32 bytes encrypting secrets at rest (generated in embedded mode)
-  HOOKGATE_PUBLIC_URL     base of the webhook URLs shown to admins (default http://localhost:8080)
+  HOOKGATE_PUBLIC_URL     base of the webhook URLs shown to admins (default http://<host>:<port>)
   HOOKGATE_HOST, HOOKGATE_PORT   HTTP bind address (default 127.0.0.1:8080)
   HOOKGATE_LOG_LEVEL      debug, info, warning, error (default info)
   HOOKGATE_METRICS_PORT   /metrics port of worker and scheduler processes (gateways use their HTTP port)
