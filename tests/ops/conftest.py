@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -74,17 +73,7 @@ def db_proxy(server_url: str, db_url: str) -> Iterator[tuple[TcpProxy, str]]:
     try:
         yield proxy, url
     finally:
-        # Finish the proxy's connection tasks before its loop stops, so none is destroyed pending (that
-        # warning would surface in whichever test runs next). Belongs in TcpProxy.stop(); see the report.
-        asyncio.run_coroutine_threadsafe(_cancel_others(), proxy._loop).result(5)
         proxy.stop()
-
-
-async def _cancel_others() -> None:
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def insert_delivery(ctx: Context, small: Small, *, status: str = "queued", event: str = "push",
