@@ -2,12 +2,12 @@
 
 One command (embedded PostgreSQL in a temp dir by default)::
 
-    python bench/fuzz.py [--examples 100] [--server-url postgresql://…] [--seed 7]
+    python bench/fuzz.py [--examples 300] [--server-url postgresql://…] [--seed 7]
 
 The admin API is fuzzed from the gateway's own ``/openapi.json`` (owner key), the runtime API from the
 small schema below (pull runtime token). Checks: no 5xx, no stack trace, every error a JSON ``error`` code
 (``bench/fuzz_checks.py``). Prints the number of requests sent (from schemathesis' HAR report); exits
-non-zero on any failure. ``--examples 100`` sends over 10,000 requests. See docs/RELIABILITY.md.
+non-zero on any failure. ``--examples 300`` (the default) sends over 10,000 requests. See docs/RELIABILITY.md.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def schemathesis(schema: str, base: str, token: str, examples: int, seed: int, w
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--examples", type=int, default=100, help="schemathesis --max-examples per operation")
+    parser.add_argument("--examples", type=int, default=300, help="schemathesis --max-examples per operation")
     parser.add_argument("--server-url", help="use this PostgreSQL server instead of an embedded one")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
