@@ -25,6 +25,7 @@ from autopilot import admission, dispatch, replays, tasks
 from hookgate.context import Context
 from hookgate.database import Conn
 from sql import Q
+from worker import fastpath
 from worker.push import Pusher
 from worker.wake import Wakeup
 
@@ -112,10 +113,33 @@ class DeliveryWorker:
             self.pusher.submit(result.claimed)
         return outcome
 
+    async def fast(self, batch: list[asyncpg.Record]) -> list[asyncpg.Record]:
+        """Dispatch the plain-pending part of a batch set-based and push it; returns the rest, untouched."""
+        options = options_for(self.ctx, self.holder, self.pusher)
+        capacity = self.pusher.capacity() if self.pusher is not None else 0
+        try:
+            async with self.ctx.pool.acquire() as conn:
+                done = await fastpath.dispatch_pending(conn, batch, options, capacity)
+        except Exception as exc:
+            # Nothing was written (one statement): the one-by-one path retries each with its own guards.
+            log.warning("batch dispatch failed; one by one", extra={"error": str(exc)})
+            return batch
+        if self.pusher is not None:
+            for claimed in done.claimed:
+                self.pusher.submit(claimed)
+        return [d for d in batch if d["id"] not in done.done]
+
     async def process_many(self, batch: list[asyncpg.Record]) -> list[str]:
+        """Dispatch leased deliveries: the fast path first, the rest in one transaction or one by one."""
+        rest = await self.fast(batch)
+        outcomes = {d["id"]: "dispatched" for d in batch}
+        outcomes.update(zip((d["id"] for d in rest), await self._process_rest(rest), strict=True))
+        return [outcomes[d["id"]] for d in batch]
+
+    async def _process_rest(self, batch: list[asyncpg.Record]) -> list[str]:
         """Dispatch several leased deliveries in one transaction (one commit); on any error, one by one."""
-        if len(batch) == 1:
-            return [await self.process(batch[0])]
+        if len(batch) <= 1:
+            return [await self.process(d) for d in batch]
         options = options_for(self.ctx, self.holder, self.pusher)
         try:
             async with self.ctx.pool.acquire() as conn, conn.transaction():
@@ -178,7 +202,8 @@ class DeliveryWorker:
 
     async def run_once(self, now: datetime | None = None) -> int:
         """Claim one batch and dispatch all of it (tests, bench); returns how many were claimed."""
-        batch = await self.claim_batch(now=now)
+        claimed = await self.claim_batch(now=now)
+        batch = await self.fast(claimed) if claimed else []
         gate = asyncio.Semaphore(self.settings.delivery_concurrency)
 
         async def one(d: asyncpg.Record) -> None:
@@ -186,7 +211,7 @@ class DeliveryWorker:
                 await self.process(d)
 
         await asyncio.gather(*(one(d) for d in batch))
-        return len(batch)
+        return len(claimed)
 
     async def run(self) -> None:
         """Claim and dispatch until stopped."""
