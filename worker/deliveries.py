@@ -34,7 +34,7 @@ log = logging.getLogger("hookgate.deliveries")
 CHANNEL = "hookgate_deliveries"
 #: Triggers visited per claim: the round-robin fan-out (a batch interleaves at most this many).
 TRIGGER_FANOUT = 16
-#: Deliveries a dispatcher commits together when the queue is backed up (one commit instead of several).
+#: Deliveries a dispatcher commits together on the one-by-one path when the queue is backed up.
 COMMIT_GROUP = 8
 _DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
 _IGNORED = {
@@ -137,7 +137,10 @@ class DeliveryWorker:
         return [outcomes[d["id"]] for d in batch]
 
     async def _process_rest(self, batch: list[asyncpg.Record]) -> list[str]:
-        """Dispatch several leased deliveries in one transaction (one commit); on any error, one by one."""
+        """Dispatch the other deliveries in groups of COMMIT_GROUP per transaction; on any error, one by one."""
+        if len(batch) > COMMIT_GROUP:
+            return [o for i in range(0, len(batch), COMMIT_GROUP)
+                    for o in await self._process_rest(batch[i:i + COMMIT_GROUP])]
         if len(batch) <= 1:
             return [await self.process(d) for d in batch]
         options = options_for(self.ctx, self.holder, self.pusher)
@@ -224,7 +227,8 @@ class DeliveryWorker:
     async def _claimer(self) -> None:
         while not self._stopping.is_set():
             room = self._buffer - self._queue.qsize()
-            if room <= 0:
+            # Backed up: claim again once half the buffer is free (claims of a few rows cost a round trip each).
+            if room <= 0 or (room < self._buffer // 2 and self._busy):
                 self._taken.clear()
                 await self._pause(self._taken.wait(), self.settings.worker_poll_s)
                 continue
@@ -256,7 +260,8 @@ class DeliveryWorker:
         while True:
             batch = [await self._queue.get()]
             self._busy += 1
-            while len(batch) < COMMIT_GROUP and not self._queue.empty():
+            # The fast path is one statement per batch whatever its size: take what is there.
+            while len(batch) < self._buffer and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             self._taken.set()
             try:

@@ -1,12 +1,80 @@
 -- 0004_perf: the set-based fast path of delivery dispatch, one round trip per claimed batch.
 
+-- Claim the given queued, due tasks p_tasks of agent p_agent (in that order) for p_holder, as many as the
+-- agent has free concurrency slots (DESIGN §7 P3), each leased for p_lease_s seconds from p_at. The same slot
+-- rule as hookgate_task_claim, for many tasks in a few statements: lock free slots (SKIP LOCKED), re-check
+-- them with a fresh snapshot (READ COMMITTED, volatile function: a claim committed before our lock is seen,
+-- none can come after it), lock the tasks, then give each task a slot and a fresh lease token.
+CREATE FUNCTION hookgate_task_claim_many(p_agent uuid, p_tasks uuid[], p_lease_s double precision,
+                                         p_holder text, p_at timestamptz)
+RETURNS SETOF agent_task
+LANGUAGE plpgsql AS $$
+DECLARE
+    cap    integer;
+    off    integer;
+    free   integer[];
+    todo   uuid[];
+BEGIN
+    SELECT max_concurrency INTO cap FROM agent WHERE id = p_agent AND archived_at IS NULL;
+    IF NOT FOUND OR coalesce(cardinality(p_tasks), 0) = 0 THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM agent_slot WHERE agent_id = p_agent AND slot = cap - 1) THEN
+        INSERT INTO agent_slot (agent_id, slot) SELECT p_agent, g FROM generate_series(0, cap - 1) g
+        ON CONFLICT DO NOTHING;
+    END IF;
+    -- From a random slot on, so concurrent claimers rarely probe the same busy slots.
+    off := floor(random() * cap)::integer;
+    SELECT array_agg(s.slot) INTO free FROM (
+        SELECT sl.slot FROM agent_slot sl
+        WHERE sl.agent_id = p_agent AND sl.slot < cap
+          AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token)
+        ORDER BY (sl.slot - off + cap) % cap
+        LIMIT cardinality(p_tasks)
+        FOR UPDATE OF sl SKIP LOCKED
+    ) s;
+    -- Fresh snapshot: which of the slots we now hold are still free?
+    SELECT array_agg(sl.slot ORDER BY sl.slot) INTO free FROM agent_slot sl
+    WHERE sl.agent_id = p_agent AND sl.slot = ANY (free)
+      AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token);
+    IF free IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(q.id ORDER BY q.n) INTO todo FROM (
+        SELECT t.id, u.n FROM unnest(p_tasks) WITH ORDINALITY AS u(id, n)
+        JOIN agent_task t ON t.id = u.id
+        WHERE t.agent_id = p_agent AND t.status = 'queued' AND t.available_at <= p_at
+        ORDER BY u.n
+        LIMIT cardinality(free)
+        FOR UPDATE OF t SKIP LOCKED
+    ) q;
+    IF todo IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH pairs AS (
+        SELECT s.slot, k.id, gen_random_uuid() AS token
+        FROM unnest(free) WITH ORDINALITY AS s(slot, n)
+        JOIN unnest(todo) WITH ORDINALITY AS k(id, n) USING (n)
+    ), slotted AS (
+        UPDATE agent_slot sl SET lease_token = p.token FROM pairs p WHERE sl.agent_id = p_agent AND sl.slot = p.slot
+    )
+    UPDATE agent_task t
+    SET status = 'running', attempt = t.attempt + 1, lease_token = p.token,
+        lease_expires_at = p_at + make_interval(secs => p_lease_s), holder_instance = p_holder,
+        started_at = coalesce(t.started_at, now()), updated_at = now()
+    FROM pairs p
+    WHERE t.id = p.id
+    RETURNING t.*;
+END
+$$;
+
 -- Dispatch the leased deliveries p_ids (lease tokens p_tokens, parallel arrays) whose admitted run is still
 -- plain 'pending' (no issue, no task) in run_only mode, with an unarchived agent whose runtime is ready (a
 -- squad resolves to its leader; p_heartbeat_s = runtime heartbeat timeout): lock the deliveries (id + lease
 -- token + status queued) and the runs, make each run's task (idempotency key 'run:<run id>:1'), set the run
 -- queued with it, mark the delivery dispatched. Then claim up to p_claims of the new tasks of HTTP agents
--- for p_holder, one hookgate_task_claim per task (the same per-agent slot rule as every claim; each step
--- with a fresh snapshot), each leased for least(agent timeout, p_lease_cap_s) + p_lease_margin_s, its run
+-- for p_holder, with hookgate_task_claim_many once per agent (the slot rule of hookgate_task_claim), each leased for least(agent timeout, p_lease_cap_s) + p_lease_margin_s, its run
 -- running and a CLAIM audit row; NOTIFY hookgate_tasks for the tasks left queued. Every other delivery of the
 -- batch (crash window, create_issue, skipped, half-made, lost lease) is left untouched for the one-by-one
 -- path. Returns one row per dispatched delivery; the task columns are those of task_claim, the lease token
@@ -27,8 +95,9 @@ DECLARE
     v_pushable   boolean[];
     v_leases     double precision[];
     v_won        uuid[] := '{}';
-    v_one        uuid;
-    i            integer;
+    v_agent      uuid;
+    v_group      uuid[];
+    v_lease      double precision;
 BEGIN
     WITH mine AS (
         SELECT w.id, w.run_id
@@ -71,29 +140,28 @@ BEGIN
     INTO v_deliveries, v_tasks, v_agents, v_pushable, v_leases
     FROM made JOIN runs ON runs.id = made.run_id;
 
-    FOR i IN 1 .. coalesce(array_length(v_tasks, 1), 0) LOOP
-        v_one := NULL;
-        IF v_pushable[i] AND cardinality(v_won) < p_claims THEN
-            WITH claimed AS (
-                SELECT * FROM hookgate_task_claim(v_agents[i], v_tasks[i], 1, v_leases[i], p_holder, now())
-            ), started AS (
-                UPDATE autopilot_run r SET status = 'running', updated_at = now()
-                FROM claimed c WHERE r.id = c.run_id AND r.status IN ('pending', 'issue_created', 'queued')
-            ), audited AS (
-                INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
-                SELECT c.workspace_id, 'CLAIM', 'worker', p_holder, 'agent_task', c.id::text,
-                       jsonb_build_object('attempt', c.attempt, 'lease_expires_at', c.lease_expires_at,
-                                          'run_id', c.run_id)
-                FROM claimed c
-            )
-            SELECT c.id INTO v_one FROM claimed c;
-        END IF;
-        IF v_one IS NULL THEN
-            PERFORM pg_notify('hookgate_tasks', v_tasks[i]::text);
-        ELSE
-            v_won := v_won || v_one;
-        END IF;
+    -- The first p_claims tasks of HTTP agents, claimed agent by agent (one lease length per agent).
+    FOR v_agent, v_group, v_lease IN
+        SELECT u.agent_id, array_agg(u.task_id ORDER BY u.n), min(u.lease_s)
+        FROM (SELECT * FROM unnest(v_agents, v_tasks, v_pushable, v_leases) WITH ORDINALITY
+                            AS x(agent_id, task_id, pushable, lease_s, n)
+              WHERE x.pushable ORDER BY x.n LIMIT p_claims) u
+        GROUP BY u.agent_id
+    LOOP
+        WITH claimed AS (
+            SELECT * FROM hookgate_task_claim_many(v_agent, v_group, v_lease, p_holder, now())
+        ), started AS (
+            UPDATE autopilot_run r SET status = 'running', updated_at = now()
+            FROM claimed c WHERE r.id = c.run_id AND r.status IN ('pending', 'issue_created', 'queued')
+        ), audited AS (
+            INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
+            SELECT c.workspace_id, 'CLAIM', 'worker', p_holder, 'agent_task', c.id::text,
+                   jsonb_build_object('attempt', c.attempt, 'lease_expires_at', c.lease_expires_at, 'run_id', c.run_id)
+            FROM claimed c
+        )
+        SELECT v_won || coalesce(array_agg(c.id), '{}') INTO v_won FROM claimed c;
     END LOOP;
+    PERFORM pg_notify('hookgate_tasks', t::text) FROM unnest(v_tasks) AS t WHERE t <> ALL (v_won);
 
     RETURN QUERY
     SELECT x.delivery_id, t.id = ANY (v_won), t.id, t.workspace_id, t.run_id, t.agent_id, t.payload, t.attempt,
