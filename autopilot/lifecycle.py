@@ -12,6 +12,7 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import audit
+from hookgate import metrics
 from hookgate.database import Conn
 from sql import Q
 
@@ -25,6 +26,7 @@ class IssueNotFound(LookupError):
 
 async def task_finished(conn: Conn, run_id: UUID | None, task_status: str, error: str | None = None) -> None:
     """The task of ``run_id`` reached a terminal status: end the run accordingly."""
+    metrics.COMPLETIONS.labels("tasks", task_status).inc()
     if run_id is None or task_status not in _RUN_STATUS:
         return
     code = "task_failed" if task_status == "failed" else None

@@ -21,6 +21,7 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import audit, lifecycle
+from hookgate import metrics
 from hookgate.database import Conn
 from sql import Q
 
@@ -96,6 +97,7 @@ async def claim(
 ) -> list[Claimed]:
     """Claim up to ``limit`` due tasks of an agent within its concurrency cap (or only ``task_id``)."""
     rows = await conn.fetch(Q.task_claim, agent_id, task_id, limit, lease_s, holder, actor_type, now)
+    metrics.CLAIMS.labels("tasks").inc(len(rows))
     return [Claimed.from_row(r) for r in rows]
 
 
@@ -125,6 +127,7 @@ async def report(
                 actor_type, actor_id,
             )
             if back is not None:
+                metrics.RETRIES.labels("tasks").inc()
                 return "applied"
         done = await conn.fetchrow(
             Q.task_finish, task_id, lease_token, rep.status, rep.result, rep.error, rep.retry_class,

@@ -231,14 +231,26 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-async def measure(label: str, port: int, path: str, args: argparse.Namespace) -> tuple[Result, float]:
+async def wal_lsn(dsn: str) -> int:
+    """The server's current WAL position in bytes (WAL is server-wide: use a private server for exact figures)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
+    finally:
+        await conn.close()
+
+
+async def measure(label: str, port: int, path: str, args: argparse.Namespace, dsn: str) -> tuple[Result, float]:
     requests = build_requests(path, int((args.duration + args.warmup) * args.max_rate))
     await drive(port, requests, args.connections, args.warmup, None)
     result = Result()
+    before = await wal_lsn(dsn)
     result.elapsed = await drive(port, requests, args.connections, args.duration, result)
+    wal = (await wal_lsn(dsn) - before) / max(1, sum(result.statuses.values()))
     rate = result.rate
     print(f"{label:9s} {rate:8.0f} req/s accepted   p50 {percentile(result.latencies, 0.5) * 1000:6.2f} ms   "
-          f"p99 {percentile(result.latencies, 0.99) * 1000:6.2f} ms   statuses {result.statuses}", flush=True)
+          f"p99 {percentile(result.latencies, 0.99) * 1000:6.2f} ms   WAL {wal:6.0f} B/req   "
+          f"statuses {result.statuses}", flush=True)
     if not requests:
         print(f"  warning: {label} ran out of prebuilt requests; raise --max-rate", flush=True)
     return result, rate
@@ -337,7 +349,7 @@ async def run(args: argparse.Namespace) -> int:
                     pid = (gw if label == "gateway" else base).pid
                     spy = start_profile(pid, args.duration + args.warmup, logs / "server.prof")
                 port, path = (base_port, "/hooks/x") if label == "baseline" else (gw_port, f"/hooks/{token}")
-                result, rates[label] = await measure(label, port, path, args)
+                result, rates[label] = await measure(label, port, path, args, dsn)
                 (baseline if label == "baseline" else gateway).merge(result)
                 if spy is not None:
                     spy.wait(60)

@@ -24,9 +24,10 @@ environment:
   HOOKGATE_DATABASE_URL   PostgreSQL URL; unset = embedded PostgreSQL in HOOKGATE_DATA_DIR
   HOOKGATE_DATA_DIR       embedded database and generated secret key (default ./.hookgate)
   HOOKGATE_SECRET_KEY     base64 of 32 bytes encrypting secrets at rest (generated in embedded mode)
-  HOOKGATE_PUBLIC_URL     base of the webhook URLs shown to admins (default http://localhost:8080)
+  HOOKGATE_PUBLIC_URL     base of the webhook URLs shown to admins (default http://<host>:<port>)
   HOOKGATE_HOST, HOOKGATE_PORT   HTTP bind address (default 127.0.0.1:8080)
   HOOKGATE_LOG_LEVEL      debug, info, warning, error (default info)
+  HOOKGATE_METRICS_PORT   /metrics port of worker and scheduler processes (gateways use their HTTP port)
 See README.md and docs/OPERATIONS.md for every setting.
 """
 
@@ -43,6 +44,10 @@ def _role_services(ctx: Context, roles: Sequence[str]) -> list[Service]:
         found.extend(worker_services(ctx))
     if "scheduler" in roles:
         found.extend(scheduler_services(ctx))
+    if "gateway" not in roles and ctx.settings.metrics_port is not None:
+        from gateway.metrics_endpoint import metrics_server
+
+        found.append(metrics_server(ctx, ctx.settings.metrics_port))
     return found
 
 

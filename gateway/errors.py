@@ -48,14 +48,8 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 async def unhandled(request: Request, exc: Exception) -> Response:
-    """A bug: log it with its traceback, answer a bare 500 with no detail."""
-    log.error("unhandled error", exc_info=exc, extra={"path_template": _template(request)})
+    """A bug: answer a bare 500 with no detail (``gateway.access`` logged it with the request id)."""
     return error_response(500, "internal_error", "internal error")
-
-
-def _template(request: Request) -> str:
-    route = request.scope.get("route")
-    return getattr(route, "path", "?")
 
 
 HANDLERS = {ApiError: api_error, HTTPException: http_error, Exception: unhandled}

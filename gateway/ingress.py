@@ -29,7 +29,7 @@ from gateway.envelope import BodyError, build_envelope, parse_body
 from gateway.ingress_triggers import Trigger, TriggerCache, lookup
 from gateway.ingress_wake import Waker
 from gateway.providers import Inbound, get_preset, selected_headers, slack_challenge
-from hookgate import crypto
+from hookgate import crypto, logs
 from hookgate.context import Context
 
 log = logging.getLogger("hookgate.ingress")
@@ -164,6 +164,8 @@ async def _steps_4_to_12(request: Request, state: IngressState, ip: str, trigger
             state.gates.charge(ip)
         if answer.wake is not None:
             state.waker.wake(answer.wake)  # step 11, after the commit
+        logs.bind(outcome=answer.body.get("status"), delivery_id=answer.body.get("delivery_id"),
+                  run_id=answer.body.get("run_id"))  # access log, ingress metrics (gateway.access)
         return JSONResponse(answer.body, status_code=answer.status)
     return _unavailable()
 
@@ -185,6 +187,7 @@ async def receive_hook(request: Request) -> Response:
         if trigger is None:
             state.gates.charge(ip)
             return _raw(404, NOT_FOUND)
+        logs.bind(trigger_id=str(trigger.id), preset=trigger.provider)
         raw = await _read_capped(request)  # step 3
         if raw is None:
             return _raw(413, TOO_LARGE)

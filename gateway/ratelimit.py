@@ -23,6 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 
+from hookgate import metrics
 from hookgate.settings import Settings
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -82,7 +83,12 @@ class RateGates:
 
     def admit(self, ip: str) -> int | None:
         """Step 1: count the request; Retry-After seconds if the IP is over either gate, else None."""
-        return self.debt.retry_after(ip) or self.requests.hit(ip)
+        if (wait := self.debt.retry_after(ip)) is not None:
+            metrics.RATE_REJECTIONS.labels("bad_credentials").inc()
+            return wait
+        if (wait := self.requests.hit(ip)) is not None:
+            metrics.RATE_REJECTIONS.labels("ip_cap").inc()
+        return wait
 
     def charge(self, ip: str) -> None:
         """Add one bad credential (unknown token, bad or missing signature) to the IP's debt."""

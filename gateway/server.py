@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Generator
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from gateway.app import create_app
 from hookgate.context import Context
@@ -25,10 +26,11 @@ class HttpServer:
 
     name = "http"
 
-    def __init__(self, ctx: Context, *, host: str | None = None, port: int | None = None) -> None:
+    def __init__(self, ctx: Context, *, host: str | None = None, port: int | None = None,
+                 app: ASGIApp | None = None) -> None:
         settings = ctx.settings
         config = uvicorn.Config(
-            create_app(ctx), host=host or settings.host, port=settings.port if port is None else port,
+            app or create_app(ctx), host=host or settings.host, port=settings.port if port is None else port,
             lifespan="off", access_log=False, log_config=None, server_header=False,
             timeout_keep_alive=5, timeout_graceful_shutdown=max(1, int(settings.shutdown_deadline) - 1),
             h11_max_incomplete_event_size=64 * 1024,

@@ -50,6 +50,10 @@ class Keyring:
         sealed = self._by_id[self._current_id].encrypt(nonce, plaintext.encode(), context.encode())
         return bytes([_FORMAT]) + self._current_id + nonce + sealed
 
+    def derive(self, purpose: str) -> bytes:
+        """A 32-byte key for one purpose (e.g. signing dashboard sessions), derived from the current key."""
+        return hmac.new(self._current, b"hookgate-derive\x00" + purpose.encode(), hashlib.sha256).digest()
+
     def decrypt(self, blob: bytes, context: str) -> str:
         """Open a ciphertext written by :meth:`encrypt` under any configured key."""
         if len(blob) < 1 + _KEY_ID_LEN + _NONCE_LEN + 16 or blob[0] != _FORMAT:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import re
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +17,36 @@ _SECRET = re.compile(r"\b(awt|hgk|hgr)_[A-Za-z0-9_\-]{8,}|whsec_[A-Za-z0-9+/=_\-
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message", "asctime", "taskName", "color_message",
 }
+
+
+# Fields known about the work in hand (request_id, trigger_id, delivery_id, run_id, …), added to every
+# record logged while they are bound. A dict per scope, mutated in place by ``bind`` so that a value
+# bound deep inside a handler is visible to the middleware that wraps it (same object, same request).
+_bound: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("hookgate_log_context", default=None)
+
+
+@contextlib.contextmanager
+def scope(**fields: Any) -> Iterator[dict[str, Any]]:
+    """Open a log scope (one request, one claimed item): its fields go into every record logged inside."""
+    outer = _bound.get()
+    fields = {**(outer or {}), **{k: v for k, v in fields.items() if v is not None}}
+    token = _bound.set(fields)
+    try:
+        yield fields
+    finally:
+        _bound.reset(token)
+
+
+def bind(**fields: Any) -> None:
+    """Add fields (e.g. ``trigger_id=…, delivery_id=…``) to the current scope; no-op outside one."""
+    current = _bound.get()
+    if current is not None:
+        current.update({k: v for k, v in fields.items() if v is not None})
+
+
+def bound() -> dict[str, Any]:
+    """The fields of the current scope (a copy)."""
+    return dict(_bound.get() or {})
 
 
 def redact(text: str) -> str:
@@ -32,6 +65,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        entry.update(_bound.get() or {})
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 entry[key] = value

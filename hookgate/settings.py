@@ -8,7 +8,7 @@ import ipaddress
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -45,7 +45,9 @@ class Settings(BaseSettings):
     secret_key_previous: SecretStr | None = Field(
         default=None, description="The previous secret key, still accepted for decryption during a key rotation"
     )
-    public_url: str = Field(default="http://localhost:8080", description="Base of the URLs shown to admins")
+    public_url: str = Field(
+        default="", description="Base of the URLs shown to admins (default http://<host>:<port>)"
+    )
     host: str = Field(default="127.0.0.1", description="Address the HTTP server binds")
     port: int = Field(default=8080, ge=0, le=65535, description="Port the HTTP server binds")
 
@@ -55,6 +57,10 @@ class Settings(BaseSettings):
         default=2.0, gt=0, description="Seconds ingress waits for a connection before answering 503"
     )
     shutdown_deadline: float = Field(default=20.0, gt=0, description="Seconds a role gets to drain on SIGTERM")
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535,
+        description="Port serving /metrics in worker and scheduler processes (a gateway serves it on its own port)",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error")
 
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
@@ -79,6 +85,13 @@ class Settings(BaseSettings):
                 except ValueError as exc:
                     raise ValueError(f"not a CIDR: {cidr!r}") from exc
         return value
+
+    @model_validator(mode="after")
+    def _default_public_url(self) -> Settings:
+        if not self.public_url:
+            host = "localhost" if self.host in ("0.0.0.0", "::", "") else self.host
+            object.__setattr__(self, "public_url", f"http://{host}:{self.port}")
+        return self
 
     @field_validator("database_url")
     @classmethod

@@ -21,6 +21,7 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import admission
+from hookgate import metrics
 from hookgate.database import Conn
 from scheduler.cron import InvalidSchedule, Schedule, latest_only
 from scheduler.manager import hold, succeed_in
@@ -94,6 +95,7 @@ def plan_trigger(row: asyncpg.Record, now: datetime) -> tuple[datetime | None, d
     plan = newest_due(schedule, _last_plan(row), now, hint=row["next_fire_at"], anchor=row["created_at"])
     if plan is not None:  # if it is still in flight then, the planner defers it to its lease's stale time
         return plan, next_after(schedule, plan)
+    metrics.SCHEDULER_PLANS.labels(SCHEDULE_JOB, "late_skipped").inc()  # due, but late: dropped once
     return None, schedule.next_after(now)
 
 

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from hookgate import database
+from hookgate import database, metrics
 from hookgate.database import Conn
 from scheduler.spec import Batch, CustomPlans, EveryPlan, JobRun, JobSpec, LatestOnly, LeaseLost, Plan
 from sql import Q
@@ -255,6 +255,7 @@ class Scheduler:
     # ------------------------------------------------------------------------------ execute
     def _start(self, spec: JobSpec, runs: list[JobRun], fixed: bool) -> int:
         """Start the handlers of claimed runs in batches; ``fixed``: time is injected (run_once(now=…))."""
+        metrics.scheduler_started(spec.name, [(r.plan_time, r.now) for r in runs])
         for i in range(0, len(runs), spec.batch_size):
             task = asyncio.create_task(self._execute(spec, runs[i:i + spec.batch_size], fixed))
             self._inflight.add(task)
@@ -348,6 +349,7 @@ class Scheduler:
             else:
                 retry = [spec.retry_at(r.attempt, now) for r in pending]
                 rows = await conn.fetch(Q.cron_fail, *_ids_tokens(pending), now, error[0], error[1], retry)
+                metrics.SCHEDULER_PLANS.labels(spec.name, "failed").inc(len(rows))
                 failed = [r for r in pending if r.id in {row["id"] for row in rows}]
                 if failed and spec.on_failure is not None:
                     await spec.on_failure(conn, failed, now)

@@ -22,6 +22,7 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import admission, dispatch, replays, tasks
+from hookgate import metrics
 from hookgate.context import Context
 from hookgate.database import Conn
 from sql import Q
@@ -81,6 +82,7 @@ class DeliveryWorker:
                                     TRIGGER_FANOUT, now)
             triggers = sorted({r["trigger_id"] for r in rows})
             self._cursor = triggers[-1] if len(triggers) >= TRIGGER_FANOUT else None
+            metrics.CLAIMS.labels("deliveries").inc(len(rows))
             return await self._pace(conn, rows, now)
 
     async def _pace(self, conn: Conn, rows: list[asyncpg.Record], now: datetime | None) -> list[asyncpg.Record]:
@@ -211,7 +213,7 @@ class DeliveryWorker:
 
         async def one(d: asyncpg.Record) -> None:
             async with gate:
-                await self.process(d)
+                metrics.count_outcomes("deliveries", [await self.process(d)])
 
         await asyncio.gather(*(one(d) for d in batch))
         return len(claimed)
@@ -265,7 +267,7 @@ class DeliveryWorker:
                 batch.append(self._queue.get_nowait())
             self._taken.set()
             try:
-                await self.process_many(batch)
+                metrics.count_outcomes("deliveries", await self.process_many(batch))
             finally:
                 self._busy -= 1
 

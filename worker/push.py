@@ -31,6 +31,7 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from autopilot import agents, tasks
+from hookgate import metrics
 from hookgate.context import Context
 from sql import Q
 from worker.loop import PollingService
@@ -161,6 +162,7 @@ class Pusher:
     async def push(self, claimed: tasks.Claimed) -> str:
         """One push attempt of a claimed task, its outcome recorded under the lease; returns the outcome kind."""
         outcome = await self._post(claimed)
+        metrics.PUSH_OUTCOMES.labels(str(claimed.agent_id), outcome.kind).inc()
         await self._record(claimed, outcome)
         return outcome.kind
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from autopilot import dispatch, lifecycle
+from hookgate import metrics
 from hookgate.context import Context
 from hookgate.database import Conn
 from sql import Q
@@ -40,6 +41,7 @@ async def sweep(conn: Conn, *, heartbeat_timeout_s: float = 120.0, now: datetime
         rows = await conn.fetch(Q.task_expire, now, [r["agent_id"] for r in offline],
                                 [r["instance"] for r in offline])
         failed = [r for r in rows if r["status"] == "failed"]
+        metrics.LEASE_EXPIRIES.labels("tasks").inc(len(rows))
         for row in failed:
             await lifecycle.task_finished(conn, row["run_id"], "failed", "lease expired")
         if len(rows) > len(failed):

@@ -22,8 +22,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from autopilot.workspaces import Principal
+from gateway import overload
 from gateway.admin import auth, idempotency
 from gateway.errors import ApiError
+from hookgate import logs
 from hookgate.context import Context
 from hookgate.database import Conn
 
@@ -73,9 +75,10 @@ class Endpoint:
 
     async def _serve(self, request: Request) -> Response:
         ctx: Context = request.app.state.ctx
-        async with ctx.pool.acquire() as conn:
+        async with overload.connection(ctx) as conn:  # bounded wait: 503 + Retry-After when saturated
             principal = await auth.authenticate(conn, request)
             path = _path_ids(request)
+            logs.bind(**{name: str(value) for name, value in path.items()})  # run_id, trigger_id, … in logs
             query = _validate(self.query, dict(request.query_params)) if self.query else None
             body = _validate(self.body, await _json_body(request)) if self.body else None
             call = Call(request, ctx, conn, principal, path, body, query)

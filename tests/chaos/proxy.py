@@ -73,15 +73,23 @@ class TcpProxy:
             self._writers.clear()
         self._loop.call_soon_threadsafe(_cut)
 
+    @staticmethod
+    async def _cancel_connections() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def block(self, blocked: bool = True) -> None:
         """Refuse (close at once) new connections while ``blocked``; existing ones are unaffected."""
         self.blocked = blocked
 
     def stop(self) -> None:
-        """Close everything and stop the thread."""
+        """Close everything, finish the connection tasks (none is destroyed pending) and stop the thread."""
         self.cut()
         if self._server is not None:
             self._loop.call_soon_threadsafe(self._server.close)
+        asyncio.run_coroutine_threadsafe(self._cancel_connections(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._loop.close()
