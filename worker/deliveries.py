@@ -126,6 +126,7 @@ class DeliveryWorker:
             # Nothing was written (one statement): the one-by-one path retries each with its own guards.
             log.warning("batch dispatch failed; one by one", extra={"error": str(exc)})
             return batch
+        metrics.CLAIMS.labels("tasks").inc(len(done.claimed))
         if self.pusher is not None:
             for claimed in done.claimed:
                 self.pusher.submit(claimed)
@@ -209,6 +210,7 @@ class DeliveryWorker:
         """Claim one batch and dispatch all of it (tests, bench); returns how many were claimed."""
         claimed = await self.claim_batch(now=now)
         batch = await self.fast(claimed) if claimed else []
+        metrics.count_outcomes("deliveries", ["dispatched"] * (len(claimed) - len(batch)))
         gate = asyncio.Semaphore(self.settings.delivery_concurrency)
 
         async def one(d: asyncpg.Record) -> None:

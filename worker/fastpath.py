@@ -2,7 +2,7 @@
 
 Deliveries whose admitted run is still plain ``pending`` (what ingress stores) get their tasks, their runs
 queued and themselves completed, and the tasks of HTTP agents are claimed for pushing at once, all in one
-round trip (``delivery_dispatch_batch``, see ``hookgate_dispatch_pending`` in ``0004_perf.sql``): the same
+round trip (``delivery_dispatch_batch``, see ``hookgate_dispatch_pending`` in ``0005_perf.sql``): the same
 guards and per-agent slot claim as :func:`autopilot.dispatch.dispatch_run` one by one. Whatever is unusual
 (crash window, create_issue, skipped, half-made, lost lease) is left untouched for the one-by-one path.
 """

@@ -239,6 +239,7 @@ class Pusher:
             applied = {r["id"] for r in await conn.fetch(
                 Q.task_succeed_many, [c.id for c, _ in done], [c.lease_token for c, _ in done],
                 [o.result for _, o in done], self.holder)}
+            metrics.COMPLETIONS.labels("tasks", "succeeded").inc(len(applied))
             rest += [(c, o) for c, o in done if c.id not in applied]
         return rest
 

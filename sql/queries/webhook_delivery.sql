@@ -254,7 +254,7 @@ RETURNING id;
 
 -- name: delivery_dispatch_batch
 -- The set-based fast path of delivery dispatch, one statement (see hookgate_dispatch_pending in
--- 0004_perf.sql): dispatch the plain-pending deliveries of leased batch $1 (lease tokens $2, parallel
+-- 0005_perf.sql): dispatch the plain-pending deliveries of leased batch $1 (lease tokens $2, parallel
 -- arrays) with $3 max task attempts and $4 = runtime heartbeat timeout (s); claim up to $6 of their HTTP
 -- agents' tasks for holder $5, leased least(agent timeout, $7) + $8 seconds. One row per dispatched delivery.
 SELECT * FROM hookgate_dispatch_pending($1, $2, $3, $4, $5, $6, $7, $8);

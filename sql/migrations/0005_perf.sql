@@ -1,4 +1,4 @@
--- 0004_perf: the set-based fast path of delivery dispatch, one round trip per claimed batch.
+-- 0005_perf: the set-based fast path of delivery dispatch, one round trip per claimed batch.
 
 -- Claim the given queued, due tasks p_tasks of agent p_agent (in that order) for p_holder, as many as the
 -- agent has free concurrency slots (DESIGN §7 P3), each leased for p_lease_s seconds from p_at. The same slot
