@@ -25,14 +25,26 @@ BEGIN
     END IF;
     -- From a random slot on, so concurrent claimers rarely probe the same busy slots.
     off := floor(random() * cap)::integer;
+    -- In slot order (the primary key), so a batch probes about as many slots as it has tasks.
     SELECT array_agg(s.slot) INTO free FROM (
         SELECT sl.slot FROM agent_slot sl
-        WHERE sl.agent_id = p_agent AND sl.slot < cap
+        WHERE sl.agent_id = p_agent AND sl.slot >= off AND sl.slot < cap
           AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token)
-        ORDER BY (sl.slot - off + cap) % cap
+        ORDER BY sl.slot
         LIMIT cardinality(p_tasks)
         FOR UPDATE OF sl SKIP LOCKED
     ) s;
+    IF coalesce(cardinality(free), 0) < cardinality(p_tasks) THEN
+        SELECT coalesce(free, '{}') || coalesce(array_agg(s.slot), '{}') INTO free FROM (
+            SELECT sl.slot FROM agent_slot sl
+            WHERE sl.agent_id = p_agent AND sl.slot < off
+              AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running'
+                                AND r.lease_token = sl.lease_token)
+            ORDER BY sl.slot
+            LIMIT cardinality(p_tasks) - coalesce(cardinality(free), 0)
+            FOR UPDATE OF sl SKIP LOCKED
+        ) s;
+    END IF;
     -- Fresh snapshot: which of the slots we now hold are still free?
     SELECT array_agg(sl.slot ORDER BY sl.slot) INTO free FROM agent_slot sl
     WHERE sl.agent_id = p_agent AND sl.slot = ANY (free)
