@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -78,26 +77,13 @@ class DeliveryWorker:
         """Lease up to ``limit`` due deliveries (fairly across triggers) and apply per-trigger pacing."""
         s = self.settings
         async with self.ctx.pool.acquire() as conn:
-            rows = await conn.fetch(Q.delivery_claim, limit or s.delivery_batch, s.delivery_lease_s, self._cursor,
-                                    TRIGGER_FANOUT, now)
+            # Claim and pacing in one round trip (rows over their trigger's budget come back deferred, unseen).
+            rows = await conn.fetch(Q.delivery_claim_paced, limit or s.delivery_batch, s.delivery_lease_s,
+                                    self._cursor, TRIGGER_FANOUT, now)
             triggers = sorted({r["trigger_id"] for r in rows})
             self._cursor = triggers[-1] if len(triggers) >= TRIGGER_FANOUT else None
             metrics.CLAIMS.labels("deliveries").inc(len(rows))
-            return await self._pace(conn, rows, now)
-
-    async def _pace(self, conn: Conn, rows: list[asyncpg.Record], now: datetime | None) -> list[asyncpg.Record]:
-        by_trigger: dict[UUID, list[asyncpg.Record]] = defaultdict(list)
-        for row in rows:
-            by_trigger[row["trigger_id"]].append(row)
-        ready: list[asyncpg.Record] = []
-        for trigger_id, group in by_trigger.items():
-            pace = await conn.fetchrow(Q.trigger_pace_take, trigger_id, len(group),
-                                       group[0]["rate_limit_per_minute"], now)
-            granted = pace["granted"] if pace else len(group)
-            ready.extend(group[:granted])
-            for row in group[granted:]:
-                await conn.execute(Q.delivery_defer, row["id"], row["lease_token"], pace["window_end"])  # type: ignore[index]
-        return ready
+            return list(rows)
 
     async def process(self, delivery: asyncpg.Record) -> str:
         """Dispatch one leased delivery: ``dispatched``, ``ignored``, ``retry`` or ``lost``."""
