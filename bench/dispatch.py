@@ -140,7 +140,7 @@ async def wait_done(conn: Any, total: int, timeout: float = 600) -> float:
             return time.perf_counter()
         if time.perf_counter() > deadline:
             raise TimeoutError(f"only {done}/{total} tasks succeeded")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the count is a table scan; 50 ms is fine against a multi-second drain
 
 
 def start_gateway(url: str, port: int) -> subprocess.Popen[bytes]:
@@ -199,6 +199,25 @@ async def latency(conn: Any, ap: Any, trigger: Any, rate: float, seconds: float,
     return []
 
 
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds the processes have used so far (Linux /proc; 0 elsewhere)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+async def backends(conn: Any) -> list[int]:
+    """The server processes of the other sessions on the bench database (the workers' and gateway's)."""
+    rows = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND pid <> pg_backend_pid()")
+    return [r["pid"] for r in rows]
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -218,10 +237,14 @@ async def main(args: argparse.Namespace) -> None:
         gateway_port = free_port()
         workers.append(start_gateway(url, gateway_port))
         await wait_listeners(conn, args.workers)
+        drainers = [w.pid for w in workers[:args.workers]]
         await insert(conn, ap, trigger, args.runs, None)
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), cpu_s(drainers)
+        db0 = {pid: cpu_s([pid]) for pid in await backends(conn)}
         end = await wait_done(conn, args.runs)
-        drain = args.runs / (end - start)
+        drain, drain_cpu = args.runs / (end - start), cpu_s(drainers) - cpu0
+        # Sessions opened during the drain started from zero.
+        db_cpu = sum(cpu_s([pid]) - db0.get(pid, 0.0) for pid in await backends(conn))
         async with httpx.AsyncClient() as http:
             await http.delete(f"http://127.0.0.1:{port}/stats")
             await latency(conn, ap, trigger, args.rate, args.seconds, args.runs)
@@ -235,6 +258,8 @@ async def main(args: argparse.Namespace) -> None:
         print(json.dumps({
             "baseline_skip_locked_jobs_per_s": round(base_rate),
             "drain_runs_per_s": round(drain), "drain_runs": args.runs, "workers": args.workers,
+            "drain_worker_cpu_ms_per_run": round(drain_cpu * 1000 / args.runs, 3),
+            "drain_postgres_cpu_ms_per_run": round(db_cpu * 1000 / args.runs, 3),
             "latency_rate_per_s": args.rate, "latency_samples": len(lat),
             "latency_p50_ms": round(statistics.median(lat), 2), "latency_p99_ms": round(pct(lat, 0.99), 2),
             "latency_max_ms": round(max(lat), 2),

@@ -36,10 +36,19 @@ async def init_connection(conn: Conn) -> None:
         await conn.set_type_codec(name, encoder=_dumps, decoder=json.loads, schema="pg_catalog")
 
 
+async def keep_session(conn: Conn) -> None:
+    """Pool release hook: no reset query (asyncpg still rolls back an open transaction itself).
+
+    Pooled connections carry no session state here (no session SET, LISTEN or advisory lock: LISTEN and
+    migrations use direct connections), so asyncpg's default ``RESET ALL; UNLISTEN *; …`` would only cost a
+    round trip per release, which the dispatch hot path measured at ~15 % of a worker's CPU.
+    """
+
+
 async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20, **kwargs: Any) -> asyncpg.Pool:
     """A pool whose connections speak JSON natively; statements are prepared and cached per connection."""
     pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=init_connection,
+        dsn, min_size=min_size, max_size=max_size, init=init_connection, reset=keep_session,
         max_inactive_connection_lifetime=300, **kwargs,
     )
     assert pool is not None

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -26,6 +25,7 @@ from hookgate import metrics
 from hookgate.context import Context
 from hookgate.database import Conn
 from sql import Q
+from worker import fastpath
 from worker.push import Pusher
 from worker.wake import Wakeup
 
@@ -34,7 +34,7 @@ log = logging.getLogger("hookgate.deliveries")
 CHANNEL = "hookgate_deliveries"
 #: Triggers visited per claim: the round-robin fan-out (a batch interleaves at most this many).
 TRIGGER_FANOUT = 16
-#: Deliveries a dispatcher commits together when the queue is backed up (one commit instead of several).
+#: Deliveries a dispatcher commits together on the one-by-one path when the queue is backed up.
 COMMIT_GROUP = 8
 _DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
 _IGNORED = {
@@ -77,26 +77,13 @@ class DeliveryWorker:
         """Lease up to ``limit`` due deliveries (fairly across triggers) and apply per-trigger pacing."""
         s = self.settings
         async with self.ctx.pool.acquire() as conn:
-            rows = await conn.fetch(Q.delivery_claim, limit or s.delivery_batch, s.delivery_lease_s, self._cursor,
-                                    TRIGGER_FANOUT, now)
+            # Claim and pacing in one round trip (rows over their trigger's budget come back deferred, unseen).
+            rows = await conn.fetch(Q.delivery_claim_paced, limit or s.delivery_batch, s.delivery_lease_s,
+                                    self._cursor, TRIGGER_FANOUT, now)
             triggers = sorted({r["trigger_id"] for r in rows})
             self._cursor = triggers[-1] if len(triggers) >= TRIGGER_FANOUT else None
             metrics.CLAIMS.labels("deliveries").inc(len(rows))
-            return await self._pace(conn, rows, now)
-
-    async def _pace(self, conn: Conn, rows: list[asyncpg.Record], now: datetime | None) -> list[asyncpg.Record]:
-        by_trigger: dict[UUID, list[asyncpg.Record]] = defaultdict(list)
-        for row in rows:
-            by_trigger[row["trigger_id"]].append(row)
-        ready: list[asyncpg.Record] = []
-        for trigger_id, group in by_trigger.items():
-            pace = await conn.fetchrow(Q.trigger_pace_take, trigger_id, len(group),
-                                       group[0]["rate_limit_per_minute"], now)
-            granted = pace["granted"] if pace else len(group)
-            ready.extend(group[:granted])
-            for row in group[granted:]:
-                await conn.execute(Q.delivery_defer, row["id"], row["lease_token"], pace["window_end"])  # type: ignore[index]
-        return ready
+            return list(rows)
 
     async def process(self, delivery: asyncpg.Record) -> str:
         """Dispatch one leased delivery: ``dispatched``, ``ignored``, ``retry`` or ``lost``."""
@@ -114,10 +101,37 @@ class DeliveryWorker:
             self.pusher.submit(result.claimed)
         return outcome
 
+    async def fast(self, batch: list[asyncpg.Record]) -> list[asyncpg.Record]:
+        """Dispatch the plain-pending part of a batch set-based and push it; returns the rest, untouched."""
+        options = options_for(self.ctx, self.holder, self.pusher)
+        capacity = self.pusher.capacity() if self.pusher is not None else 0
+        try:
+            async with self.ctx.pool.acquire() as conn:
+                done = await fastpath.dispatch_pending(conn, batch, options, capacity)
+        except Exception as exc:
+            # Nothing was written (one statement): the one-by-one path retries each with its own guards.
+            log.warning("batch dispatch failed; one by one", extra={"error": str(exc)})
+            return batch
+        metrics.CLAIMS.labels("tasks").inc(len(done.claimed))
+        if self.pusher is not None:
+            for claimed in done.claimed:
+                self.pusher.submit(claimed)
+        return [d for d in batch if d["id"] not in done.done]
+
     async def process_many(self, batch: list[asyncpg.Record]) -> list[str]:
-        """Dispatch several leased deliveries in one transaction (one commit); on any error, one by one."""
-        if len(batch) == 1:
-            return [await self.process(batch[0])]
+        """Dispatch leased deliveries: the fast path first, the rest in one transaction or one by one."""
+        rest = await self.fast(batch)
+        outcomes = {d["id"]: "dispatched" for d in batch}
+        outcomes.update(zip((d["id"] for d in rest), await self._process_rest(rest), strict=True))
+        return [outcomes[d["id"]] for d in batch]
+
+    async def _process_rest(self, batch: list[asyncpg.Record]) -> list[str]:
+        """Dispatch the other deliveries in groups of COMMIT_GROUP per transaction; on any error, one by one."""
+        if len(batch) > COMMIT_GROUP:
+            return [o for i in range(0, len(batch), COMMIT_GROUP)
+                    for o in await self._process_rest(batch[i:i + COMMIT_GROUP])]
+        if len(batch) <= 1:
+            return [await self.process(d) for d in batch]
         options = options_for(self.ctx, self.holder, self.pusher)
         try:
             async with self.ctx.pool.acquire() as conn, conn.transaction():
@@ -180,7 +194,9 @@ class DeliveryWorker:
 
     async def run_once(self, now: datetime | None = None) -> int:
         """Claim one batch and dispatch all of it (tests, bench); returns how many were claimed."""
-        batch = await self.claim_batch(now=now)
+        claimed = await self.claim_batch(now=now)
+        batch = await self.fast(claimed) if claimed else []
+        metrics.count_outcomes("deliveries", ["dispatched"] * (len(claimed) - len(batch)))
         gate = asyncio.Semaphore(self.settings.delivery_concurrency)
 
         async def one(d: asyncpg.Record) -> None:
@@ -188,7 +204,7 @@ class DeliveryWorker:
                 metrics.count_outcomes("deliveries", [await self.process(d)])
 
         await asyncio.gather(*(one(d) for d in batch))
-        return len(batch)
+        return len(claimed)
 
     async def run(self) -> None:
         """Claim and dispatch until stopped."""
@@ -201,7 +217,8 @@ class DeliveryWorker:
     async def _claimer(self) -> None:
         while not self._stopping.is_set():
             room = self._buffer - self._queue.qsize()
-            if room <= 0:
+            # Backed up: claim again once half the buffer is free (claims of a few rows cost a round trip each).
+            if room <= 0 or (room < self._buffer // 2 and self._busy):
                 self._taken.clear()
                 await self._pause(self._taken.wait(), self.settings.worker_poll_s)
                 continue
@@ -233,7 +250,8 @@ class DeliveryWorker:
         while True:
             batch = [await self._queue.get()]
             self._busy += 1
-            while len(batch) < COMMIT_GROUP and not self._queue.empty():
+            # The fast path is one statement per batch whatever its size: take what is there.
+            while len(batch) < self._buffer and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             self._taken.set()
             try:

@@ -214,16 +214,8 @@ class Pusher:
             group, self._outcomes = self._outcomes[:OUTCOME_GROUP], self._outcomes[OUTCOME_GROUP:]
             try:
                 async with self.ctx.pool.acquire() as conn:
-                    try:
-                        async with conn.transaction():
-                            for claimed, outcome, _ in group:
-                                await self._write(conn, claimed, outcome)
-                    except Exception:
-                        if len(group) == 1:
-                            raise
-                        for claimed, outcome, _ in group:  # isolate the failing one
-                            async with conn.transaction():
-                                await self._write(conn, claimed, outcome)
+                    rest = await self._write_done(conn, group)
+                    await self._write_rest(conn, rest)
             except Exception as exc:
                 for _, _, done in group:
                     if not done.done():
@@ -232,6 +224,39 @@ class Pusher:
             for _, _, done in group:
                 if not done.done():
                     done.set_result(None)
+
+    async def _write_done(
+        self, conn: Any, group: list[tuple[tasks.Claimed, Outcome, asyncio.Future[None]]]
+    ) -> list[tuple[tasks.Claimed, Outcome]]:
+        """Write every ``done`` outcome of a group in one statement; returns what needs the one-by-one path.
+
+        A done task the statement did not apply (a repeat, or a lease lost meanwhile) goes one by one too,
+        so it is told apart and recorded (LATE_RESULT) exactly like a single report.
+        """
+        done = [(c, o) for c, o, _ in group if o.kind == "done"]
+        rest = [(c, o) for c, o, _ in group if o.kind != "done"]
+        if done:
+            applied = {r["id"] for r in await conn.fetch(
+                Q.task_succeed_many, [c.id for c, _ in done], [c.lease_token for c, _ in done],
+                [o.result for _, o in done], self.holder)}
+            metrics.COMPLETIONS.labels("tasks", "succeeded").inc(len(applied))
+            rest += [(c, o) for c, o in done if c.id not in applied]
+        return rest
+
+    async def _write_rest(self, conn: Any, rest: list[tuple[tasks.Claimed, Outcome]]) -> None:
+        """Write the other outcomes one by one, in one transaction; on an error, each in its own."""
+        if not rest:
+            return
+        try:
+            async with conn.transaction():
+                for claimed, outcome in rest:
+                    await self._write(conn, claimed, outcome)
+        except Exception:
+            if len(rest) == 1:
+                raise
+            for claimed, outcome in rest:  # isolate the failing one
+                async with conn.transaction():
+                    await self._write(conn, claimed, outcome)
 
     async def _write(self, conn: Any, claimed: tasks.Claimed, outcome: Outcome) -> None:
         report = {

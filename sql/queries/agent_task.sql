@@ -192,3 +192,27 @@ FROM agent_task WHERE workspace_id = $1 AND id = $2;
 UPDATE agent_task SET status = 'cancelled', finished_at = now(), updated_at = now()
 WHERE run_id = $1 AND status = 'queued'
 RETURNING id;
+
+-- name: task_succeed_many
+-- Push outcomes in one statement: the holders' reports (P5) that tasks $1 (lease tokens $2, results $3,
+-- parallel arrays) succeeded. Each task is guarded by its lease token and audited as RELEASE by actor type
+-- 'worker' / id $4; its run ends completed from that fact (a run keeps its first ending). Returns the tasks
+-- applied; a missing one is a repeat or a late result (the caller reports it alone to tell which).
+WITH done AS (
+    UPDATE agent_task t
+    SET status = 'succeeded', result = x.result, error = NULL, retry_class = NULL, released_token = t.lease_token,
+        lease_token = NULL, lease_expires_at = NULL, finished_at = now(), updated_at = now()
+    FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS x(id, token, result)
+    WHERE t.id = x.id AND t.lease_token = x.token AND t.status = 'running'
+    RETURNING t.id, t.workspace_id, t.run_id, t.status, t.attempt
+), audited AS (
+    INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
+    SELECT workspace_id, 'RELEASE', 'worker', $4, 'agent_task', id::text,
+           jsonb_build_object('status', status, 'attempt', attempt)
+    FROM done
+), ended AS (
+    UPDATE autopilot_run r SET status = 'completed', finished_at = now(), updated_at = now()
+    FROM done
+    WHERE r.id = done.run_id AND r.status NOT IN ('completed', 'failed', 'cancelled', 'skipped')
+)
+SELECT id FROM done;

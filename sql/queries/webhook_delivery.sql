@@ -250,3 +250,67 @@ RETURNING *;
 -- worker to dispatch) or 'dispatched' (the run was skipped: nothing is left to do), $4 = its reason code.
 UPDATE webhook_delivery SET run_id = $2, status = $3, reason_code = $4, updated_at = now() WHERE id = $1
 RETURNING id;
+
+
+-- name: delivery_dispatch_batch
+-- The set-based fast path of delivery dispatch, one statement (see hookgate_dispatch_pending in
+-- 0005_perf.sql): dispatch the plain-pending deliveries of leased batch $1 (lease tokens $2, parallel
+-- arrays) with $3 max task attempts and $4 = runtime heartbeat timeout (s); claim up to $6 of their HTTP
+-- agents' tasks for holder $5, leased least(agent timeout, $7) + $8 seconds. One row per dispatched delivery.
+SELECT * FROM hookgate_dispatch_pending($1, $2, $3, $4, $5, $6, $7, $8);
+
+-- name: delivery_claim_paced
+-- delivery_claim and per-trigger pacing (hookgate_pace_take) in one round trip: lease up to $1 due queued
+-- deliveries round-robin across triggers (after cursor $3, at most $4 triggers; $2 = lease seconds, $5 =
+-- clock override, nullable), then take one pacing grant per trigger of the batch; a trigger's rows beyond
+-- its grant (oldest first are granted) are released to its window's end without spending an attempt and
+-- not returned. Returns the leased rows with the same columns as delivery_claim.
+WITH RECURSIVE heads AS (
+    (SELECT d.trigger_id, 1 AS depth FROM webhook_delivery d
+     WHERE d.status = 'queued' AND d.available_at <= coalesce($5::timestamptz, now())
+       AND ($3::uuid IS NULL OR d.trigger_id > $3)
+     ORDER BY d.trigger_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.trigger_id FROM webhook_delivery d
+            WHERE d.status = 'queued' AND d.available_at <= coalesce($5::timestamptz, now())
+              AND d.trigger_id > h.trigger_id
+            ORDER BY d.trigger_id LIMIT 1), h.depth + 1
+    FROM heads h WHERE h.trigger_id IS NOT NULL AND h.depth < $4
+), locked AS (
+    -- Ordered by the (trigger_id, available_at) index, so each trigger's head is read, not its whole backlog.
+    SELECT x.id, x.trigger_id, x.available_at,
+           row_number() OVER (PARTITION BY x.trigger_id ORDER BY x.available_at) AS rn
+    FROM heads h CROSS JOIN LATERAL (
+        SELECT d.id, d.trigger_id, d.available_at FROM webhook_delivery d
+        WHERE d.trigger_id = h.trigger_id AND d.status = 'queued'
+          AND d.available_at <= coalesce($5::timestamptz, now())
+        ORDER BY d.available_at
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    ) x
+    WHERE h.trigger_id IS NOT NULL
+), picked AS (
+    SELECT l.id, l.trigger_id, row_number() OVER (PARTITION BY l.trigger_id ORDER BY l.available_at, l.id) AS nth
+    FROM (SELECT id, trigger_id, available_at FROM locked ORDER BY rn, available_at LIMIT $1) l
+), paced AS (
+    -- One pacing take per trigger of the batch (volatile: run once, before the update below reads it).
+    SELECT p.trigger_id, g.granted, g.window_end
+    FROM (SELECT trigger_id, count(*)::integer AS wanted FROM picked GROUP BY trigger_id) p
+    JOIN autopilot_trigger t ON t.id = p.trigger_id
+    CROSS JOIN LATERAL hookgate_pace_take(p.trigger_id, p.wanted, t.rate_limit_per_minute,
+                                          coalesce($5::timestamptz, now())) g
+), leased AS (
+    UPDATE webhook_delivery w
+    SET lease_token = CASE WHEN picked.nth <= paced.granted THEN gen_random_uuid() END,
+        lease_expires_at = CASE WHEN picked.nth <= paced.granted
+                                THEN coalesce($5::timestamptz, now()) + make_interval(secs => $2) END,
+        available_at = CASE WHEN picked.nth <= paced.granted
+                            THEN coalesce($5::timestamptz, now()) + make_interval(secs => $2)
+                            ELSE paced.window_end END,
+        updated_at = now()
+    FROM picked, paced, autopilot_trigger t
+    WHERE w.id = picked.id AND paced.trigger_id = picked.trigger_id AND t.id = w.trigger_id
+    RETURNING w.id, w.lease_token, w.workspace_id, w.trigger_id, w.autopilot_id, w.event, w.envelope, w.run_id,
+              w.dispatch_attempts, w.received_at, t.rate_limit_per_minute
+)
+SELECT * FROM leased WHERE lease_token IS NOT NULL;
