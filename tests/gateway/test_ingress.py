@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -393,7 +394,7 @@ async def test_terminated_backends_and_an_exhausted_pool_are_503(db_url, server_
         admin = await asyncpg.connect(server_url)
         try:
             await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
-                                db_url.rsplit("/", 1)[1])
+                                urlsplit(db_url).path.lstrip("/"))
         finally:
             await admin.close()
         raw, headers = kit.github({"action": "closed"})

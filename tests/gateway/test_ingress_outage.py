@@ -1,5 +1,7 @@
 """A database that goes away mid-traffic: 503 with Retry-After, never a 2xx, and recovery after."""
 
+from urllib.parse import urlsplit
+
 import asyncpg
 
 from tests.chaos.proxy import TcpProxy
@@ -11,7 +13,7 @@ async def test_cut_database_connections_answer_503_then_recover(db_url, server_u
     host, port, parts = proxy_target(server_url)
     proxy = TcpProxy(host, port)
     local = proxy.start()
-    name = db_url.rsplit("/", 1)[1]
+    name = urlsplit(db_url).path.lstrip("/")
     proxied = parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{local}", path=f"/{name}").geturl()
     try:
         async with kit.app_client(proxied, pool_acquire_timeout=0.5) as (ctx, client):
