@@ -48,18 +48,6 @@ WHERE a.runtime_kind = 'http' AND a.archived_at IS NULL
   AND (SELECT count(*) FROM agent_task r WHERE r.agent_id = a.id AND r.status = 'running') < a.max_concurrency
 LIMIT $1;
 
--- name: task_context
--- What a holder needs to do task $1: the task, its autopilot, and (http agents) where and how to push.
-SELECT t.id, t.workspace_id, t.run_id, t.agent_id, t.attempt, t.max_attempts, t.payload, t.status,
-       t.lease_token, t.lease_expires_at,
-       ag.runtime_kind, ag.endpoint_url, ag.timeout_s, ag.signing_secret_ct,
-       ap.id AS autopilot_id, ap.title AS autopilot_title, ap.instructions AS autopilot_instructions
-FROM agent_task t
-JOIN agent ag ON ag.id = t.agent_id
-LEFT JOIN autopilot_run r ON r.id = t.run_id
-LEFT JOIN autopilot ap ON ap.id = r.autopilot_id
-WHERE t.id = $1;
-
 -- name: task_state
 -- The lease facts of task $1 (to tell a repeated report from a late one) and its agent's runtime kind.
 SELECT t.id, t.workspace_id, t.agent_id, t.run_id, t.status, t.lease_token, t.released_token, ag.runtime_kind

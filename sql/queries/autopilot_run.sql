@@ -109,12 +109,6 @@ SET status = $2, reason_code = coalesce($3, reason_code), reason = coalesce($4, 
 WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled', 'skipped')
 RETURNING id, status;
 
--- name: run_start
--- Run $1's task was claimed: queued/issue_created -> running.
-UPDATE autopilot_run SET status = 'running', updated_at = now()
-WHERE id = $1 AND status IN ('pending', 'issue_created', 'queued')
-RETURNING id;
-
 -- name: run_claim_undispatched
 -- Lock one run the worker must dispatch: admitted 'pending' without a delivery (manual, api, schedule),
 -- or any run left half-made (pending / issue_created without its task) for more than $1 seconds.
@@ -127,10 +121,6 @@ WHERE (status = 'pending' AND (webhook_delivery_id IS NULL
 ORDER BY updated_at
 LIMIT 1
 FOR UPDATE SKIP LOCKED;
-
--- name: run_get_any
--- One run by id, whatever its workspace (internal use).
-SELECT * FROM autopilot_run WHERE id = $1;
 
 -- name: run_touch
 -- Move run $1 to the back of the repair order after a failed dispatch attempt (so one broken run cannot

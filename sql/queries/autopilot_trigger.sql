@@ -32,10 +32,6 @@ SET previous_secret_ct = CASE WHEN $4 > 0 THEN signing_secret_ct END,
 WHERE id = $1 AND kind = 'webhook' AND deleted_at IS NULL
 RETURNING id;
 
--- name: trigger_pace_take
--- Take up to $2 dispatch slots from trigger $1's pacing window ($3 per minute). $4 = clock override
--- (nullable). Returns how many were granted and when the window ends.
-SELECT granted, window_end FROM hookgate_pace_take($1, $2, $3, coalesce($4::timestamptz, now()));
 -- name: trigger_due_schedules
 -- The schedule triggers due at $1 (now), at most $2, locked (SKIP LOCKED: two schedulers split the due
 -- set instead of both planning it), read in index order from autopilot_trigger_due_idx without a sort,
@@ -154,10 +150,6 @@ UPDATE autopilot_trigger
 SET token_digest = $2, token_ct = $3, token_hint = $4, updated_at = now()
 WHERE id = $1 AND kind = 'webhook' AND deleted_at IS NULL
 RETURNING *;
-
--- name: trigger_get_including_deleted
--- One trigger of workspace $1 by id $2, deleted or not (a delivery's trigger may be gone).
-SELECT * FROM autopilot_trigger WHERE workspace_id = $1 AND id = $2;
 
 -- name: trigger_schedule_ids
 -- Live schedule triggers of autopilot $1 (the schedulers are woken for each when the autopilot's status

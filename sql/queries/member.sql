@@ -8,14 +8,6 @@ RETURNING id, workspace_id, name, email, role, created_at;
 SELECT id, workspace_id, name, email, role, created_at, disabled_at
 FROM member WHERE workspace_id = $1 AND id = $2;
 
--- name: member_list
--- Members of workspace $1 after cursor id $2 (nullable), $3 at most, oldest first.
-SELECT id, workspace_id, name, email, role, created_at, disabled_at
-FROM member
-WHERE workspace_id = $1 AND ($2::uuid IS NULL OR id > $2)
-ORDER BY id
-LIMIT $3;
-
 -- name: member_list_page
 -- Members of workspace $1 after opaque cursor id $2 (nullable), $3 at most, oldest first (admin API).
 SELECT id, workspace_id, name, email, role, created_at, disabled_at
