@@ -3,7 +3,8 @@
 1 IP gates (:mod:`gateway.ratelimit`) · 2 token lookup by digest (:mod:`gateway.ingress_triggers`) ·
 3 256 KiB cap while streaming · 4 trigger/autopilot/workspace cross-check · 5 envelope
 (:mod:`gateway.envelope`) · 6 event, dedupe key and signature (:mod:`gateway.providers`) · 7-10, 12
-persist, reject, ignore, admit, answer (:mod:`gateway.ingress_store`) · 11 wake the worker
+persist, reject, ignore, admit, answer (:mod:`gateway.ingress_store`, written with concurrent requests
+in one commit by :mod:`gateway.ingress_batch`) · 11 wake the worker
 (:mod:`gateway.ingress_wake`).
 
 Every miss (malformed, unknown, rotated, schedule or deleted trigger, workspace mismatch) is the same
@@ -26,6 +27,7 @@ from starlette.routing import Route
 from gateway import ingress_store as store
 from gateway import ratelimit
 from gateway.envelope import BodyError, build_envelope, parse_body
+from gateway.ingress_batch import IngestBatcher
 from gateway.ingress_triggers import Trigger, TriggerCache, lookup
 from gateway.ingress_wake import Waker
 from gateway.providers import Inbound, get_preset, selected_headers, slack_challenge
@@ -54,12 +56,15 @@ class IngressState:
     gates: ratelimit.RateGates
     cache: TriggerCache
     waker: Waker
+    writer: IngestBatcher
 
     @classmethod
     def create(cls, ctx: Context) -> IngressState:
-        """Fresh gates, cache and waker for an app over ``ctx``."""
-        waker = Waker(ctx.pool, ctx.settings.pool_acquire_timeout)
-        return cls(ctx, ratelimit.RateGates(ctx.settings), TriggerCache(), waker)
+        """Fresh gates, cache, waker and batch writer for an app over ``ctx``."""
+        s = ctx.settings
+        waker = Waker(ctx.pool, s.pool_acquire_timeout)
+        writer = IngestBatcher(ctx.pool, s.pool_acquire_timeout, size=s.ingest_batch_max, inflight=s.ingest_inflight)
+        return cls(ctx, ratelimit.RateGates(s), TriggerCache(), waker, writer)
 
 
 def ingress_state(request: Request) -> IngressState:
@@ -148,8 +153,7 @@ async def _steps_4_to_12(request: Request, state: IngressState, ip: str, trigger
             if challenge is not None:
                 return JSONResponse({"challenge": challenge})
         try:
-            async with state.ctx.pool.acquire(timeout=state.ctx.settings.pool_acquire_timeout) as conn:
-                answer = await store.store(conn, trigger, delivery)  # steps 7-12
+            answer = await store.store(state.writer, trigger, delivery)  # steps 7-12
         except store.Stale:
             state.cache.drop(trigger.digest)
             if attempt:

@@ -13,7 +13,8 @@ A request that passed the token, size, body and signature steps becomes exactly 
   ``dispatched`` at once (its run is final: there is nothing left for a worker to do).
 
 Steps 7-10 are one statement (``delivery_ingest``), hence one atomic commit, and the 2xx is sent only
-after it; step 11 (the worker's wake-up) follows the commit (see :mod:`gateway.ingress_wake`).
+after it; concurrent requests share that statement and commit (``delivery_ingest_many``, see
+:mod:`gateway.ingress_batch`); step 11 (the worker's wake-up) follows the commit (see :mod:`gateway.ingress_wake`).
 If admitting the run fails on an internal error (a bug in the gate, a constraint the run violates), the
 delivery alone is committed ``queued`` with no run, the same state a crash leaves, and the worker admits
 it later; the answer is then ``accepted`` with ``run_id`` null. (A single statement is its own
@@ -33,15 +34,17 @@ import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import asyncpg
 
 from autopilot import admission, replays
 from gateway.ingress_triggers import Trigger
-from hookgate.database import Conn
 from sql import Q
+
+if TYPE_CHECKING:
+    from gateway.ingress_batch import IngestBatcher
 
 log = logging.getLogger("hookgate.ingress")
 
@@ -159,16 +162,20 @@ def unavailable(exc: BaseException) -> bool:
     return isinstance(exc, OSError | TimeoutError | asyncpg.InterfaceError | asyncpg.InternalClientError)
 
 
-async def _ingest(conn: Conn, trigger: Trigger, d: Delivery, p: Plan) -> asyncpg.Record:
+def params(trigger: Trigger, d: Delivery, p: Plan) -> tuple[Any, ...]:
+    """The parameters of ``delivery_ingest`` for this request and plan (new UUIDv7 ids included)."""
     ts = d.received_at.timestamp()  # the database clock (see Trigger.now), so ids sort like received_at
-    row = await conn.fetchrow(
-        Q.delivery_ingest, trigger.id, trigger.digest, trigger.fingerprint, d.received_at, d.raw, d.content_type,
+    return (
+        trigger.id, trigger.digest, trigger.fingerprint, d.received_at, d.raw, d.content_type,
         d.headers, d.envelope, trigger.provider, d.event, d.dedupe_key, d.dedupe_source, d.signature,
         p.status, p.reason_code, p.response_status, p.response, p.run_status, p.rule_version_id,
         p.accountable_id, p.run_reason_code, p.run_reason, uuid7(ts),
         None if p.run_status is None else uuid7(ts), _REASON_TEXT.get(p.reason_code or "", p.run_reason),
     )
-    assert row is not None
+
+
+async def _ingest(writer: IngestBatcher, trigger: Trigger, d: Delivery, p: Plan) -> asyncpg.Record:
+    row = await writer.ingest(params(trigger, d, p))
     if not row["live"]:
         raise Stale
     return row
@@ -183,8 +190,9 @@ def _answer(p: Plan, delivery_id: UUID, run_id: UUID | None) -> Answer:
     return Answer(p.response_status, body, charge=p.status == "rejected", wake=wake)
 
 
-async def _duplicate(conn: Conn, trigger: Trigger, d: Delivery) -> Answer | None:
-    row = await conn.fetchrow(Q.delivery_duplicate, trigger.id, d.dedupe_key)
+async def _duplicate(writer: IngestBatcher, trigger: Trigger, d: Delivery) -> Answer | None:
+    async with writer.connection() as conn:
+        row = await conn.fetchrow(Q.delivery_duplicate, trigger.id, d.dedupe_key)
     if row is None:
         return None  # the holder vanished (failed) between our insert and this update: insert again
     run_id, delivery_id = row["run_id"], str(row["delivery_id"])
@@ -192,12 +200,15 @@ async def _duplicate(conn: Conn, trigger: Trigger, d: Delivery) -> Answer | None
     return Answer(200, body, wake=delivery_id if row["status"] == "queued" else None)
 
 
-async def store(conn: Conn, trigger: Trigger, d: Delivery) -> Answer:
-    """Steps 7-12 for a verified delivery; raises :class:`Stale` if the trigger changed since lookup."""
+async def store(writer: IngestBatcher, trigger: Trigger, d: Delivery) -> Answer:
+    """Steps 7-12 for a verified delivery, written in ``writer``'s next batch (group commit).
+
+    Raises :class:`Stale` if the trigger changed since lookup.
+    """
     for _ in range(3):
         try:
             p = plan(trigger, d)
-            row = await _ingest(conn, trigger, d, p)
+            row = await _ingest(writer, trigger, d, p)
         except Stale:
             raise
         except Exception as exc:  # the gate's own bugs included: the delivery is kept for the worker
@@ -206,10 +217,10 @@ async def store(conn: Conn, trigger: Trigger, d: Delivery) -> Answer:
             log.error("admission failed at ingress; delivery left queued for the worker", exc_info=exc,
                       extra={"trigger_id": str(trigger.id)})
             p = queued_plan(trigger)
-            row = await _ingest(conn, trigger, d, p)
+            row = await _ingest(writer, trigger, d, p)
         if row["delivery_id"] is not None:
             return _answer(p, row["delivery_id"], row["run_id"])
-        duplicate = await _duplicate(conn, trigger, d)
+        duplicate = await _duplicate(writer, trigger, d)
         if duplicate is not None:
             return duplicate
     raise RuntimeError("dedupe key kept flapping between insert and duplicate paths")

@@ -41,6 +41,10 @@ INGRESS_LATENCY = Histogram(
     "hookgate_ingress_latency_seconds", "Time from request start to response for POST /hooks/…",
     ["outcome"], buckets=_LATENCY, registry=REGISTRY,
 )
+INGEST_BATCH = Histogram(
+    "hookgate_ingress_batch_size", "Deliveries written per ingress statement (group commit of concurrent requests)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=REGISTRY,
+)
 RATE_REJECTIONS = Counter(
     "hookgate_rate_gate_rejections", "Requests refused with 429, by gate (ip_cap, bad_credentials, trigger)",
     ["gate"], registry=REGISTRY,

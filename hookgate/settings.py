@@ -75,6 +75,12 @@ class Settings(BaseSettings):
     )
     rate_window_s: float = Field(default=60.0, gt=0, description="Length of the per-IP rate windows")
     rate_table_size: int = Field(default=100_000, ge=100, description="Most IPs tracked per gate (memory bound)")
+    ingest_batch_max: int = Field(
+        default=64, ge=1, le=1000, description="Most concurrent webhook deliveries written in one ingress statement"
+    )
+    ingest_inflight: int = Field(
+        default=4, ge=1, le=64, description="Ingress write statements in flight at once per gateway process"
+    )
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod

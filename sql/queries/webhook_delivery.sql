@@ -155,6 +155,62 @@ SELECT (SELECT count(*) FROM live) AS live, delivery.id AS delivery_id, delivery
        (SELECT id FROM run) AS run_id
 FROM (SELECT 1) AS one LEFT JOIN delivery ON true;
 
+-- name: delivery_ingest_many
+-- delivery_ingest for many requests in one statement: the ingress's group commit (gateway/ingress_batch.py),
+-- so concurrent requests share one round trip and one commit. $1..$25 are arrays, one element per request,
+-- of the parameters of delivery_ingest in the same order ($1 trigger ids, $2 token digests, $3 fingerprints,
+-- $4 received_at, …, $23 delivery ids, $24 run ids (NULL elements: no run), $25 reasons). Each request is
+-- checked and inserted exactly as delivery_ingest would alone; requests of one batch that share a dedupe
+-- key are inserted in array order, so the first one wins and the others take the duplicate path. Returns
+-- one row per request: n (its 1-based position), live (0 = its trigger changed: look up again),
+-- delivery_id (NULL: a dedupe-key collision), status, run_id.
+WITH x AS (
+    SELECT * FROM unnest($1::uuid[], $2::bytea[], $3::text[], $4::timestamptz[], $5::bytea[], $6::text[],
+                         $7::jsonb[], $8::jsonb[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
+                         $14::text[], $15::text[], $16::integer[], $17::jsonb[], $18::text[], $19::uuid[],
+                         $20::uuid[], $21::text[], $22::text[], $23::uuid[], $24::uuid[], $25::text[])
+        WITH ORDINALITY AS x(trigger_id, digest, fingerprint, received_at, body, content_type, headers, envelope,
+                             provider, event, dedupe_key, dedupe_source, signature_status, status, reason_code,
+                             response_status, response, run_status, rule_version_id, accountable_id,
+                             run_reason_code, run_reason, delivery_id, run_id, reason, n)
+), live AS (
+    -- The re-check of delivery_ingest, per request (a batch may span triggers and a change between them).
+    SELECT x.n, t.workspace_id, t.autopilot_id
+    FROM x JOIN autopilot_trigger t ON t.id = x.trigger_id AND t.token_digest = x.digest AND t.deleted_at IS NULL
+    JOIN autopilot a ON a.id = t.autopilot_id
+    WHERE md5(row(t.enabled, t.provider, t.event_filters, t.signing_secret_ct, t.previous_secret_ct,
+                  t.previous_secret_expires_at > now(), a.status, a.execution_mode, a.assignee_type,
+                  a.assignee_id, a.workspace_id)::text) = x.fingerprint
+), delivery AS (
+    INSERT INTO webhook_delivery (id, workspace_id, trigger_id, autopilot_id, received_at, body, content_type,
+                                  headers, envelope, provider, event, dedupe_key, dedupe_source,
+                                  signature_status, status, reason_code, reason, response_status, response_body,
+                                  run_id)
+    SELECT x.delivery_id, live.workspace_id, x.trigger_id, live.autopilot_id, x.received_at, x.body,
+           x.content_type, x.headers, x.envelope, x.provider, x.event, x.dedupe_key, x.dedupe_source,
+           x.signature_status, x.status, x.reason_code, x.reason, x.response_status,
+           x.response || jsonb_build_object('delivery_id', x.delivery_id)
+               || CASE WHEN x.run_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('run_id', x.run_id) END,
+           x.run_id
+    FROM x JOIN live USING (n)
+    ORDER BY x.n
+    ON CONFLICT (trigger_id, dedupe_key) WHERE dedupe_key IS NOT NULL AND status NOT IN ('rejected', 'failed')
+    DO NOTHING
+    RETURNING id, status, run_id
+), run AS (
+    INSERT INTO autopilot_run (id, workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source, status,
+                               rule_version_id, payload, accountable_id, reason_code, reason, finished_at)
+    SELECT d.run_id, live.workspace_id, live.autopilot_id, x.trigger_id, d.id, 'webhook', x.run_status,
+           x.rule_version_id, x.envelope, x.accountable_id, x.run_reason_code, x.run_reason,
+           CASE WHEN x.run_status = 'skipped' THEN now() END
+    FROM delivery d JOIN x ON x.delivery_id = d.id JOIN live USING (n)
+    WHERE d.run_id IS NOT NULL
+    RETURNING id
+)
+SELECT x.n, (live.n IS NOT NULL)::integer AS live, d.id AS delivery_id, d.status, r.id AS run_id
+FROM x LEFT JOIN live USING (n) LEFT JOIN delivery d ON d.id = x.delivery_id LEFT JOIN run r ON r.id = d.run_id
+ORDER BY x.n;
+
 -- name: delivery_duplicate
 -- Ingress step 7, duplicate path: a correctly signed request whose dedupe key $2 collided on trigger $1.
 -- Count the provider's retry on the original and return its ids and status (the caller wakes the
