@@ -11,8 +11,8 @@ from hookgate.context import Context
 
 
 def all_routes() -> list[BaseRoute]:
-    """Routes of every area of the HTTP edge."""
-    return [*health.routes, *admin.routes, *ingress.routes, *runtime.routes, *metrics_endpoint.routes,
+    """Routes of every area of the HTTP edge; the ingress first, since routes are matched in order."""
+    return [*ingress.routes, *health.routes, *admin.routes, *runtime.routes, *metrics_endpoint.routes,
             *dashboard.routes]
 
 
