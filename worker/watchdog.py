@@ -44,8 +44,10 @@ async def sweep(conn: Conn, *, heartbeat_timeout_s: float = 120.0, now: datetime
         metrics.LEASE_EXPIRIES.labels("tasks").inc(len(rows))
         for row in failed:
             await lifecycle.task_finished(conn, row["run_id"], "failed", "lease expired")
-        if len(rows) > len(failed):
-            await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(rows[0]["id"]))
+        # One wake-up per agent with requeued work: claim long-polls are routed by the task id's agent.
+        requeued = {r["agent_id"]: r["id"] for r in rows if r["status"] == "queued"}
+        for task_id in requeued.values():
+            await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(task_id))
     return Sweep(len(rows) - len(failed), len(failed), len(offline))
 
 
