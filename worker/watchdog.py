@@ -30,7 +30,7 @@ class Sweep:
     offline: int
 
 
-async def sweep(conn: Conn, *, heartbeat_timeout_s: float = 120.0, now: datetime | None = None) -> Sweep:
+async def sweep(conn: Conn, *, heartbeat_timeout_s: float, now: datetime | None = None) -> Sweep:
     """Mark silent runtime instances offline, then requeue (EXPIRE) tasks whose lease ended.
 
     Tasks held by an instance that just went offline are expired too; a task with no attempt left fails,
@@ -51,7 +51,7 @@ async def sweep(conn: Conn, *, heartbeat_timeout_s: float = 120.0, now: datetime
     return Sweep(len(rows) - len(failed), len(failed), len(offline))
 
 
-def sweep_job(heartbeat_timeout_s: float = 120.0) -> Callable[[Conn], Awaitable[dict[str, Any]]]:
+def sweep_job(heartbeat_timeout_s: float) -> Callable[[Conn], Awaitable[dict[str, Any]]]:
     """The sweep as the scheduler's maintenance work (``scheduler.jobs.maintenance``): JSON-able result."""
 
     async def work(conn: Conn) -> dict[str, Any]:
