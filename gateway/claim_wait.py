@@ -162,14 +162,16 @@ class ClaimWaits:
 
     def _on_notify(self, payload: str) -> None:
         if self._agents:
-            self._payloads.append(payload)
+            if len(self._payloads) <= ROUTE_MAX:  # past that the burst wakes every agent: keep no more
+                self._payloads.append(payload)
             self._notified.set()
 
     async def _tick(self) -> None:
         """The fallback: every ``poll_s`` every waiting agent gets a turn, and a dropped listener is reopened."""
         while True:
             await asyncio.sleep(self.poll_s)
-            self._listen()
+            if self._agents:  # an idle gateway does not retry a dead listener every tick
+                self._listen()
             for agent in list(self._agents.values()):
                 agent.kick()
 

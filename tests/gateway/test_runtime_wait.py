@@ -245,3 +245,23 @@ async def test_a_report_that_frees_the_agents_slot_wakes_a_waiting_runtime(db_ur
         answer = await waiting
         elapsed = time.monotonic() - started
     assert answer.status_code == 200 and answer.json()["task"]["id"] == str(second_id) and elapsed < 1.0
+
+
+async def test_a_dropped_listener_costs_only_the_poll_interval_and_is_reopened(db_url):
+    async with served(db_url, runtime_claim_poll_s=0.3) as s, httpx.AsyncClient() as http:
+        first = asyncio.create_task(claim(http, s, wait_s=10, instance="w0"))
+        await s.until_waiting(1)
+        second = asyncio.create_task(claim(http, s, wait_s=10, instance="w1"))
+        await s.until_waiting(2)
+        async with s.ctx.pool.acquire() as conn:
+            pid = s.waits.wake._conn.get_server_pid()  # type: ignore[union-attr]
+            assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
+        await until(lambda: not s.waits.wake.connected, timeout=2.0)
+        task_id = await s.make_task()  # its NOTIFY most likely reaches nobody in this process
+        started = time.monotonic()
+        answer = await first
+        elapsed = time.monotonic() - started
+        await until(lambda: s.waits.wake.connected, timeout=2.0)  # the poll tick reopened it
+        await s.server.stop()
+        assert (await second).status_code == 204
+    assert answer.status_code == 200 and answer.json()["task"]["id"] == str(task_id) and elapsed < 1.0
