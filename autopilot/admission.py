@@ -3,6 +3,9 @@
 A run that cannot proceed is still a run: it is inserted as ``skipped`` with a ``reason_code``, never
 silently dropped. Admission is idempotent by the database: one run per delivery, one per
 ``(trigger, planned_at)``; a second admission returns the run that already exists.
+
+A pull runtime is ready when one of its instances heartbeated within ``heartbeat_timeout_s``: every caller
+passes ``settings.heartbeat_timeout_s`` (``HOOKGATE_HEARTBEAT_TIMEOUT_S``); there is no default to forget.
 """
 
 from __future__ import annotations
@@ -16,9 +19,6 @@ import asyncpg
 
 from hookgate.database import Conn
 from sql import Q
-
-#: A pull runtime is ready when one of its instances heartbeated within this many seconds (DESIGN §11).
-RUNTIME_HEARTBEAT_TIMEOUT_S = 120.0
 
 
 class AdmissionError(Exception):
@@ -94,8 +94,8 @@ def evaluate(facts: asyncpg.Record | dict[str, Any], source: str) -> str | None:
 
 
 async def decide(
-    conn: Conn, *, autopilot_id: UUID, trigger_id: UUID | None, source: str,
-    clicker_id: UUID | None = None, heartbeat_timeout_s: float = RUNTIME_HEARTBEAT_TIMEOUT_S,
+    conn: Conn, *, autopilot_id: UUID, trigger_id: UUID | None, source: str, heartbeat_timeout_s: float,
+    clicker_id: UUID | None = None,
 ) -> Decision:
     """Read the facts (one round trip) and evaluate the gate."""
     facts = await conn.fetchrow(Q.admission_facts, autopilot_id, trigger_id, clicker_id, heartbeat_timeout_s)
@@ -109,9 +109,9 @@ async def decide(
 
 
 async def admit(
-    conn: Conn, *, autopilot_id: UUID, source: str, payload: dict[str, Any],
+    conn: Conn, *, autopilot_id: UUID, source: str, payload: dict[str, Any], heartbeat_timeout_s: float,
     trigger_id: UUID | None = None, delivery_id: UUID | None = None, planned_at: datetime | None = None,
-    clicker_id: UUID | None = None, heartbeat_timeout_s: float = RUNTIME_HEARTBEAT_TIMEOUT_S,
+    clicker_id: UUID | None = None,
 ) -> Admission:
     """Run the gate and insert the run (``pending`` or ``skipped``), or return the one already admitted."""
     decision = await decide(

@@ -39,9 +39,12 @@ class ClaimFor:
 
 @dataclass(frozen=True)
 class Options:
-    """How dispatch builds tasks: runtime readiness window, attempts per task, optional immediate claim."""
+    """How dispatch builds tasks: runtime readiness window, attempts per task, optional immediate claim.
 
-    heartbeat_timeout_s: float = 120.0
+    ``heartbeat_timeout_s`` has no default: callers pass ``settings.heartbeat_timeout_s``.
+    """
+
+    heartbeat_timeout_s: float
     task_max_attempts: int = 5
     claim: ClaimFor | None = None
 
@@ -70,12 +73,11 @@ def task_key(run_id: UUID, attempt: int = 1) -> str:
     return f"run:{run_id}:{attempt}"
 
 
-async def dispatch_run(conn: Conn, run_id: UUID, options: Options | None = None) -> Dispatched:
+async def dispatch_run(conn: Conn, run_id: UUID, options: Options) -> Dispatched:
     """Create the run's issue (create_issue) and task, or mark it skipped; idempotent and repairing."""
-    opts = options or Options()
     # Inside the caller's transaction (the delivery worker's) no savepoint is needed: any error rolls back all.
     async with contextlib.nullcontext() if conn.is_in_transaction() else conn.transaction():
-        run = await conn.fetchrow(Q.run_lock_for_dispatch, run_id, opts.heartbeat_timeout_s)
+        run = await conn.fetchrow(Q.run_lock_for_dispatch, run_id, options.heartbeat_timeout_s)
         if run is None:
             raise DispatchError(str(run_id))
         if run["status"] not in ("pending", "issue_created"):
@@ -87,9 +89,9 @@ async def dispatch_run(conn: Conn, run_id: UUID, options: Options | None = None)
         if reason is not None:
             await conn.execute(Q.run_skip, run_id, reason[0], reason[1])
             return Dispatched(run_id, "skipped", issue_id, None)
-        task_id = await _ensure_task(conn, run, issue_id, opts.task_max_attempts)
+        task_id = await _ensure_task(conn, run, issue_id, options.task_max_attempts)
         status = await conn.fetchval(Q.run_set_task, run_id, task_id)
-        claimed = await _claim_now(conn, run, task_id, opts.claim)
+        claimed = await _claim_now(conn, run, task_id, options.claim)
         if claimed is None:
             await conn.execute(Q.notify_send, TASKS_CHANNEL, str(task_id))
             return Dispatched(run_id, status, issue_id, task_id)

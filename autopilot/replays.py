@@ -68,8 +68,11 @@ def ignore_reason(trigger: asyncpg.Record, autopilot_status: str, event: str) ->
     return None
 
 
-async def replay(conn: Conn, original: asyncpg.Record, actor_id: UUID) -> Replay:
-    """Create the replay delivery, admit its run (or ignore it), wake a worker, audit REPLAY."""
+async def replay(conn: Conn, original: asyncpg.Record, actor_id: UUID, *, heartbeat_timeout_s: float) -> Replay:
+    """Create the replay delivery, admit its run (or ignore it), wake a worker, audit REPLAY.
+
+    ``heartbeat_timeout_s`` is the setting the gate judges a pull runtime ready by.
+    """
     if original["status"] == "rejected":
         raise NotReplayable("rejected_delivery", "a delivery with a bad signature cannot be replayed")
     async with conn.transaction():
@@ -82,19 +85,19 @@ async def replay(conn: Conn, original: asyncpg.Record, actor_id: UUID) -> Replay
         row = one(await conn.fetchrow(Q.delivery_insert_replay, original["id"], status, code, _IGNORED.get(code or "")))
         run_id = None
         if code is None:
-            run_id, status, code = await _admit(conn, row)
+            run_id, status, code = await _admit(conn, row, heartbeat_timeout_s)
         await audit.record(conn, "REPLAY", actor_type="member", actor_id=actor_id, subject_type="delivery",
                            subject_id=original["id"], workspace_id=original["workspace_id"],
                            detail={"delivery_id": str(row["id"]), "status": status, "reason_code": code})
     return Replay(row["id"], status, run_id, code)
 
 
-async def _admit(conn: Conn, delivery: asyncpg.Record) -> tuple[UUID, str, str | None]:
+async def _admit(conn: Conn, delivery: asyncpg.Record, heartbeat_timeout_s: float) -> tuple[UUID, str, str | None]:
     """Ingress step 10-11 for the copy: its run through the gate; wake a worker when there is work."""
     payload: dict[str, Any] = delivery["envelope"] or {}
     admitted = await admission.admit(
         conn, autopilot_id=delivery["autopilot_id"], source="webhook", payload=payload,
-        trigger_id=delivery["trigger_id"], delivery_id=delivery["id"],
+        trigger_id=delivery["trigger_id"], delivery_id=delivery["id"], heartbeat_timeout_s=heartbeat_timeout_s,
     )
     status = "dispatched" if admitted.status == "skipped" else "queued"
     await conn.fetchrow(Q.delivery_set_run, delivery["id"], admitted.run_id, status, admitted.reason_code)

@@ -1,4 +1,9 @@
-"""Assemble the ASGI application from each area's routes; the context is opened by the caller."""
+"""Assemble the ASGI application from each area's routes; the context is opened by the caller.
+
+The app holds one piece of state of its own, the runtime claims' waits (a LISTEN connection once a claim
+long-polls), which :func:`shutdown` ends: the HTTP server calls it before draining, so no long-poll holds
+the shutdown.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
 from gateway import access, admin, dashboard, errors, health, ingress, metrics_endpoint, overload, runtime
+from gateway.claim_wait import ClaimWaits
 from hookgate.context import Context
 
 
@@ -21,4 +27,13 @@ def create_app(ctx: Context) -> Starlette:
     app = Starlette(routes=all_routes(), exception_handlers={**overload.HANDLERS, **errors.HANDLERS},
                     middleware=[Middleware(access.RequestContext)])
     app.state.ctx = ctx
+    app.state.claim_waits = ClaimWaits(ctx.pool, ctx.dsn, poll_s=ctx.settings.runtime_claim_poll_s,
+                                       acquire_timeout=ctx.settings.pool_acquire_timeout)
     return app
+
+
+async def shutdown(app: Starlette) -> None:
+    """End every waiting runtime claim (204) and close the app's listening connection, if it opened one."""
+    waits: ClaimWaits | None = getattr(app.state, "claim_waits", None)
+    if waits is not None:
+        await waits.close()

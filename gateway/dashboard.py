@@ -21,7 +21,6 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from autopilot import replays, workspaces
-from autopilot.admission import RUNTIME_HEARTBEAT_TIMEOUT_S
 from autopilot.workspaces import Principal
 from gateway import overload, sessions
 from gateway.admin import auth
@@ -180,7 +179,7 @@ async def overview(request: Request) -> Response:
     ws = principal.workspace_id
     async with overload.connection(_ctx(request)) as conn:
         values = {
-            "runtimes": await conn.fetch(Q.dashboard_runtimes_online, ws, RUNTIME_HEARTBEAT_TIMEOUT_S),
+            "runtimes": await conn.fetch(Q.dashboard_runtimes_online, ws, _ctx(request).settings.heartbeat_timeout_s),
             "runs": await conn.fetch(Q.dashboard_runs_today, ws),
             "deliveries": await conn.fetch(Q.dashboard_deliveries_today, ws),
             "expired": await conn.fetchval(Q.dashboard_expired_leases_today, ws),
@@ -226,7 +225,8 @@ async def replay(request: Request) -> Response:
             return render(request, "error.html", 403,
                           message="only the autopilot's creator, collaborators, owners and admins may replay")
         try:
-            made = await replays.replay(conn, original, principal.member_id)
+            made = await replays.replay(conn, original, principal.member_id,
+                                        heartbeat_timeout_s=_ctx(request).settings.heartbeat_timeout_s)
         except replays.NotReplayable as exc:
             return RedirectResponse(f"/dashboard/deliveries?problem={exc.code}", status_code=303)
     log.info("dashboard replay", extra={"delivery_id": str(delivery_id), "new_delivery_id": str(made.delivery_id)})

@@ -109,7 +109,8 @@ async def _lookup(state: IngressState, digest: bytes, cached: bool) -> Trigger |
     if cached and (hit := state.cache.get(digest)) is not None:
         return hit  # no connection taken at all
     async with state.ctx.pool.acquire(timeout=state.ctx.settings.pool_acquire_timeout) as conn:
-        return await lookup(conn, state.ctx.keyring, digest, state.cache)
+        return await lookup(conn, state.ctx.keyring, digest, state.cache,
+                            heartbeat_timeout_s=state.ctx.settings.heartbeat_timeout_s)
 
 
 def _verify(request: Request, trigger: Trigger, raw: bytes, headers: dict[str, str],

@@ -21,7 +21,7 @@ from uuid import UUID
 
 import asyncpg
 
-from autopilot import admission, rules
+from autopilot import rules
 from hookgate import crypto
 from hookgate.database import Conn
 from sql import Q
@@ -107,9 +107,12 @@ class TriggerCache:
 
 
 async def lookup(conn: Conn, keyring: crypto.Keyring, digest: bytes, cache: TriggerCache | None = None,
-                 now: datetime | None = None) -> Trigger | None:
-    """The live webhook trigger with this token digest, or None for a miss; a hit is put in ``cache``."""
-    row = await conn.fetchrow(Q.ingress_trigger_lookup, digest, admission.RUNTIME_HEARTBEAT_TIMEOUT_S, now)
+                 now: datetime | None = None, *, heartbeat_timeout_s: float) -> Trigger | None:
+    """The live webhook trigger with this token digest, or None for a miss; a hit is put in ``cache``.
+
+    The admission facts read with it judge the runtime ready by ``heartbeat_timeout_s`` (the setting).
+    """
+    row = await conn.fetchrow(Q.ingress_trigger_lookup, digest, heartbeat_timeout_s, now)
     if row is None:
         return None
     trigger = _trigger(row, digest, keyring)

@@ -6,13 +6,18 @@ task of an HTTP agent the request may carry no bearer and the lease token in the
 (a random UUID given only to the current holder, in the push body). A stale or foreign lease token gets
 409 ``{"error":"lease_lost"}``, is recorded as LATE_RESULT and changes nothing; the same report repeated
 by the holder gets 200 again. The runtime instance is named by the optional ``instance`` body field.
+
+A claim with ``wait_s`` waits in the process's :class:`gateway.claim_wait.ClaimWaits` (woken by NOTIFY
+``hookgate_tasks``, with a poll fallback). A task won for a runtime that hung up meanwhile is handed back
+at once, its attempt not counted, so it is not stuck until the lease or the heartbeat timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
@@ -21,7 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from autopilot import agents, tasks
+from autopilot import agents, dispatch, tasks
+from gateway.claim_wait import ClaimWaits
 from gateway.errors import ApiError
 from hookgate import crypto
 from hookgate.context import Context
@@ -109,20 +115,58 @@ async def claim(request: Request) -> Response:
     wait_s = body.get("wait_s", 0)
     if not isinstance(wait_s, int | float) or isinstance(wait_s, bool) or wait_s < 0:
         raise ApiError(422, "invalid_request", "wait_s must be a non-negative number")
-    deadline = time.monotonic() + min(float(wait_s), ctx.settings.runtime_claim_max_wait_s)
+    wait = min(float(wait_s), ctx.settings.runtime_claim_max_wait_s)
     instance = _instance(body)
     async with ctx.pool.acquire() as conn:
         agent = await _agent_for(conn, _bearer(request))
         await conn.execute(Q.instance_heartbeat, agent["id"], instance)
-    while True:
+
+    async def attempt() -> tasks.Claimed | None:
         async with ctx.pool.acquire() as conn:
             won = await tasks.claim(conn, agent_id=agent["id"], lease_s=ctx.settings.task_lease_s,
                                     holder=instance, actor_type="runtime")
-            if won:
-                return JSONResponse(_claim_body(won[0]))
-        if time.monotonic() >= deadline or await request.is_disconnected():
-            return Response(status_code=204)
-        await asyncio.sleep(min(ctx.settings.runtime_claim_poll_s, max(0.0, deadline - time.monotonic())))
+        return won[0] if won else None
+
+    async def undo(won: tasks.Claimed) -> None:
+        async with ctx.pool.acquire() as conn:
+            if await conn.fetchval(Q.task_unclaim, won.id, won.lease_token, str(agent["id"])) is not None:
+                await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(won.id))
+
+    if wait <= 0:
+        found = await attempt()
+    else:
+        found = await _wait_for_task(request, agent["id"], attempt, undo, wait)
+    return Response(status_code=204) if found is None else JSONResponse(_claim_body(found))
+
+
+async def _wait_for_task(
+    request: Request, agent_id: UUID, attempt: Callable[[], Awaitable[tasks.Claimed | None]],
+    undo: Callable[[tasks.Claimed], Awaitable[None]], wait: float,
+) -> tasks.Claimed | None:
+    """Long-poll in the process's claim waits, ending early when the client hangs up."""
+    gone = asyncio.Event()
+    watcher = asyncio.ensure_future(_watch_disconnect(request, gone))
+    try:
+        found: tasks.Claimed | None = await claim_waits(request).claim(
+            agent_id, attempt, undo, timeout=wait, gone=gone)
+        return found
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+
+async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
+    """The body is read, so the next ASGI message is the client's hang-up: set ``gone`` then."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
+
+
+def claim_waits(request: Request) -> ClaimWaits:
+    """The app's claim waits (see :func:`gateway.app.create_app`)."""
+    waits: ClaimWaits = request.app.state.claim_waits
+    return waits
 
 
 def _claim_body(won: tasks.Claimed) -> dict[str, Any]:
@@ -188,6 +232,10 @@ async def report(request: Request) -> Response:
             outcome = await tasks.report(conn, task_id, token, rep, actor_type=actor_type, actor_id=actor_id)
         except tasks.LeaseLost:
             raise ApiError(409, "lease_lost", "this lease token no longer holds the task") from None
+        if outcome == "applied":
+            # The report freed one of the agent's concurrency slots (and a retry requeued the task): a runtime
+            # of the agent waiting in a claim may now win one. After the commit, never inside it.
+            await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(task_id))
         state = await conn.fetchrow(Q.task_state, task_id)
     assert state is not None
     return JSONResponse({"task_id": str(task_id), "status": state["status"], "applied": outcome == "applied"})

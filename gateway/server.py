@@ -7,10 +7,11 @@ import contextlib
 from collections.abc import Generator
 
 import uvicorn
+from starlette.applications import Starlette
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-from gateway.app import create_app
+from gateway.app import create_app, shutdown
 from gateway.http_limits import guarded
 from hookgate.context import Context
 
@@ -31,8 +32,9 @@ class HttpServer:
     def __init__(self, ctx: Context, *, host: str | None = None, port: int | None = None,
                  app: ASGIApp | None = None) -> None:
         settings = ctx.settings
+        self.app = app or create_app(ctx)
         config = uvicorn.Config(
-            app or create_app(ctx), host=host or settings.host, port=settings.port if port is None else port,
+            self.app, host=host or settings.host, port=settings.port if port is None else port,
             lifespan="off", access_log=False, log_config=None, server_header=False,
             timeout_keep_alive=5, timeout_graceful_shutdown=max(1, int(settings.shutdown_deadline) - 1),
             h11_max_incomplete_event_size=64 * 1024,
@@ -45,8 +47,13 @@ class HttpServer:
         await self.server.serve()
 
     async def stop(self) -> None:
-        """Stop accepting connections; uvicorn lets in-flight requests finish within its grace period."""
+        """Stop accepting connections; uvicorn lets in-flight requests finish within its grace period.
+
+        Long-polling runtime claims are ended first (they answer 204), or each would hold the drain.
+        """
         self.server.should_exit = True
+        if isinstance(self.app, Starlette):
+            await shutdown(self.app)
         while self.server.started and not self.server.force_exit and self.server.servers:
             await asyncio.sleep(0.05)
             if all(not s.is_serving() for s in self.server.servers):

@@ -176,7 +176,10 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="Lease watchdog period of the worker's own loop (until the scheduler runs it)"
     )
     runtime_claim_max_wait_s: float = Field(default=30.0, ge=0, description="Longest runtime claim long-poll")
-    runtime_claim_poll_s: float = Field(default=0.2, gt=0, description="Re-check period of a waiting runtime claim")
+    runtime_claim_poll_s: float = Field(
+        default=1.0, gt=0, description="Fallback re-check of waiting runtime claims (NOTIFY wakes them at once; "
+        "this finds retries that came due by time and covers a lost notification)"
+    )
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -159,7 +159,7 @@ def _payload(state: asyncpg.Record, plan: datetime) -> dict[str, Any]:
 Todo = list[tuple[JobRun, asyncpg.Record]]
 
 
-async def _admit_pending(conn: Conn, todo: Todo) -> dict[int, admission.Admission]:
+async def _admit_pending(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> dict[int, admission.Admission]:
     """The hot path: the gate's facts pipelined (one round trip), the pending runs in one INSERT.
 
     Mirrors ``admission.admit`` for runs the gate lets through (same facts, same accountable member and
@@ -167,7 +167,7 @@ async def _admit_pending(conn: Conn, todo: Todo) -> dict[int, admission.Admissio
     a run an earlier attempt already admitted) through ``admission.admit`` itself.
     """
     facts = await conn.fetchmany(
-        Q.admission_facts, [(s["autopilot_id"], s["id"], None, admission.RUNTIME_HEARTBEAT_TIMEOUT_S) for _, s in todo])
+        Q.admission_facts, [(s["autopilot_id"], s["id"], None, heartbeat_timeout_s) for _, s in todo])
     if len(facts) != len(todo):
         return {}
     ready = [(run, s, f) for (run, s), f in zip(todo, facts, strict=True) if admission.evaluate(f, "schedule") is None]
@@ -188,14 +188,14 @@ async def _admit_pending(conn: Conn, todo: Todo) -> dict[int, admission.Admissio
     return found
 
 
-async def _admit_all(conn: Conn, todo: Todo) -> dict[int, dict[str, Any]]:
+async def _admit_all(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> dict[int, dict[str, Any]]:
     """Admit every occurrence's run (or find the one a crashed attempt admitted), then apply overlap."""
-    fast = await _admit_pending(conn, todo)
+    fast = await _admit_pending(conn, todo, heartbeat_timeout_s)
     found: dict[int, admission.Admission] = {}
     for run, state in todo:
         found[run.id] = fast.get(run.id) or await admission.admit(
             conn, autopilot_id=state["autopilot_id"], source="schedule", payload=_payload(state, run.plan_time),
-            trigger_id=state["id"], planned_at=run.plan_time,
+            trigger_id=state["id"], planned_at=run.plan_time, heartbeat_timeout_s=heartbeat_timeout_s,
         )
     skipped = await _apply_overlap(conn, todo, found)
     results = {}
@@ -223,8 +223,11 @@ async def _apply_overlap(
     return {row["id"]: (row["status"], row["reason_code"]) for row in rows}
 
 
-async def dispatch(batch: Batch) -> None:
-    """Handle claimed occurrences in ONE transaction with their SUCCESS rows: all or nothing."""
+async def dispatch(batch: Batch, *, heartbeat_timeout_s: float) -> None:
+    """Handle claimed occurrences in ONE transaction with their SUCCESS rows: all or nothing.
+
+    ``heartbeat_timeout_s`` (the setting) is how recent a pull runtime's heartbeat must be for the gate.
+    """
     async with batch.pool.acquire() as conn, conn.transaction():
         runs = await hold(conn, batch.runs, batch.spec.stale_timeout)
         if not runs:
@@ -242,7 +245,7 @@ async def dispatch(batch: Batch) -> None:
                 todo.append((run, state))
             if state is not None and reason not in ("trigger_missing", "schedule_invalid"):
                 fired.append((state, run.plan_time))
-        results = await _admit_all(conn, todo) if todo else {}
+        results = await _admit_all(conn, todo, heartbeat_timeout_s) if todo else {}
         for run, _ in todo:
             run.result = results[run.id]
         await _mark_fired(conn, fired)
@@ -271,10 +274,14 @@ async def reconsider(conn: Conn, runs: list[JobRun], now: datetime) -> None:
     await conn.execute(Q.trigger_defer, [UUID(r.scope_id) for r in runs], [now] * len(runs), [None] * len(runs))
 
 
-def autopilot_schedule_job(batch_size: int = 100) -> JobSpec:
-    """``autopilot_schedule_dispatch`` with the parameters of DESIGN §8."""
+def autopilot_schedule_job(batch_size: int = 100, *, heartbeat_timeout_s: float) -> JobSpec:
+    """``autopilot_schedule_dispatch`` with the parameters of DESIGN §8; the gate uses ``heartbeat_timeout_s``."""
+
+    async def handler(batch: Batch) -> None:
+        await dispatch(batch, heartbeat_timeout_s=heartbeat_timeout_s)
+
     return JobSpec(
-        name=SCHEDULE_JOB, handler=dispatch, catch_up=CustomPlans(plans=plan_due, next_due=next_due),
+        name=SCHEDULE_JOB, handler=handler, catch_up=CustomPlans(plans=plan_due, next_due=next_due),
         scope_kind="trigger", max_plans_per_tick=5, run_timeout=timedelta(minutes=2),
         stale_timeout=timedelta(minutes=5), heartbeat=timedelta(seconds=30), stale_reentry=True,
         max_attempts=3, retry_backoff=(timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15)),

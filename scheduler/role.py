@@ -17,7 +17,7 @@ from worker import watchdog
 def default_jobs(settings: Settings) -> list[JobSpec]:
     """Every job the scheduler runs. A maintenance job is one line: ``maintenance(name, every, work)``."""
     return [
-        autopilot_schedule_job(),
+        autopilot_schedule_job(heartbeat_timeout_s=settings.heartbeat_timeout_s),
         retention_job(timedelta(days=settings.retention_age_days), settings.retention_batch_size),
         auto_pause_job(),
         maintenance("lease_watchdog", timedelta(seconds=60), watchdog.sweep_job(settings.heartbeat_timeout_s)),

@@ -21,7 +21,7 @@ import asyncpg
 import httpx
 import pytest
 
-from gateway.app import create_app
+from gateway.app import create_app, shutdown
 from gateway.server import HttpServer
 from hookgate import database, migrations
 from hookgate.context import Context, open_context, with_database
@@ -114,9 +114,11 @@ async def conn(ctx: Context) -> AsyncIterator[asyncpg.Connection]:
 @pytest.fixture
 async def client(ctx: Context) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client talking to the app in-process over ASGI."""
-    transport = httpx.ASGITransport(app=create_app(ctx), client=("203.0.113.7", 40000))
+    app = create_app(ctx)
+    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 40000))
     async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
         yield http
+    await shutdown(app)
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
-"""Wake-ups from LISTEN/NOTIFY: one listening connection per worker process, one event per channel.
+"""Wake-ups from LISTEN/NOTIFY: one listening connection per process role, one event per channel.
 
 A notification is only a hint: every loop also polls, so a lost notification (or a dropped listening
-connection, or a transaction-mode pooler in between) costs latency, never work.
+connection, or a transaction-mode pooler in between) costs latency, never work. The worker's loops wait on
+the per-channel events; the gateway's long-polling runtime claims subscribe to the payloads instead
+(:mod:`gateway.claim_wait`).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -31,16 +34,28 @@ class Wakeup:
         self._conn: asyncpg.Connection | None = None
         self._lock = asyncio.Lock()
         self._stopped = asyncio.Event()
+        self._subscribers: dict[str, list[Callable[[str], None]]] = {ch: [] for ch in channels}
 
-    def _on_notify(self, _conn: Any, _pid: int, channel: str, _payload: object) -> None:
+    def _on_notify(self, _conn: Any, _pid: int, channel: str, payload: object) -> None:
         event = self.events.get(channel)
         if event is not None:
             event.set()
+        for callback in self._subscribers.get(channel, ()):
+            callback(str(payload))
+
+    def subscribe(self, channel: str, callback: Callable[[str], None]) -> None:
+        """Also call ``callback(payload)`` (synchronously, in the event loop) for each notification."""
+        self._subscribers[channel].append(callback)
+
+    @property
+    def connected(self) -> bool:
+        """True while the listening connection is open (notifications can arrive)."""
+        return self._conn is not None and not self._conn.is_closed()
 
     async def ensure(self) -> None:
         """(Re)open the listening connection if it is not there; failures are logged, polling goes on."""
         async with self._lock:
-            if self._conn is not None and not self._conn.is_closed():
+            if self.connected:
                 return
             try:
                 conn = await database.connect(self.dsn)

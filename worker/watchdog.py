@@ -30,7 +30,7 @@ class Sweep:
     offline: int
 
 
-async def sweep(conn: Conn, *, heartbeat_timeout_s: float = 120.0, now: datetime | None = None) -> Sweep:
+async def sweep(conn: Conn, *, heartbeat_timeout_s: float, now: datetime | None = None) -> Sweep:
     """Mark silent runtime instances offline, then requeue (EXPIRE) tasks whose lease ended.
 
     Tasks held by an instance that just went offline are expired too; a task with no attempt left fails,
@@ -44,12 +44,14 @@ async def sweep(conn: Conn, *, heartbeat_timeout_s: float = 120.0, now: datetime
         metrics.LEASE_EXPIRIES.labels("tasks").inc(len(rows))
         for row in failed:
             await lifecycle.task_finished(conn, row["run_id"], "failed", "lease expired")
-        if len(rows) > len(failed):
-            await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(rows[0]["id"]))
+        # One wake-up per agent with requeued work: claim long-polls are routed by the task id's agent.
+        requeued = {r["agent_id"]: r["id"] for r in rows if r["status"] == "queued"}
+        for task_id in requeued.values():
+            await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(task_id))
     return Sweep(len(rows) - len(failed), len(failed), len(offline))
 
 
-def sweep_job(heartbeat_timeout_s: float = 120.0) -> Callable[[Conn], Awaitable[dict[str, Any]]]:
+def sweep_job(heartbeat_timeout_s: float) -> Callable[[Conn], Awaitable[dict[str, Any]]]:
     """The sweep as the scheduler's maintenance work (``scheduler.jobs.maintenance``): JSON-able result."""
 
     async def work(conn: Conn) -> dict[str, Any]:

@@ -122,7 +122,8 @@ async def replay_delivery(call: Call) -> ReplayOut:
     autopilot = await auth.autopilot_of(call.conn, call.principal, original["autopilot_id"])
     await auth.require_writer(call.conn, call.principal, autopilot)
     try:
-        made = await replays.replay(call.conn, original, call.principal.member_id)
+        made = await replays.replay(call.conn, original, call.principal.member_id,
+                                    heartbeat_timeout_s=call.ctx.settings.heartbeat_timeout_s)
     except replays.NotReplayable as exc:
         raise ApiError(409, exc.code, str(exc)) from None
     return ReplayOut(delivery_id=made.delivery_id, run_id=made.run_id, status=made.status,  # type: ignore[arg-type]

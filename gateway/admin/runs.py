@@ -155,7 +155,8 @@ async def create_run(call: Call) -> RunCreated:
     async with call.conn.transaction():
         now = await call.conn.fetchval(Q.server_now, None)
         admitted = await admission.admit(call.conn, autopilot_id=autopilot["id"], source=body.source,
-                                         payload=_envelope(body.source, body.payload, now), clicker_id=clicker)
+                                         payload=_envelope(body.source, body.payload, now), clicker_id=clicker,
+                                         heartbeat_timeout_s=call.ctx.settings.heartbeat_timeout_s)
         if admitted.status == "pending":
             await call.conn.execute(Q.notify_send, "hookgate_runs", str(admitted.run_id))
         row = one(await call.conn.fetchrow(Q.run_get, call.principal.workspace_id, admitted.run_id))

@@ -127,6 +127,7 @@ SELECT id FROM back;
 -- Watchdog: running tasks whose lease ended before $1 (clock override, nullable = now()), or whose holder
 -- instance went offline ($2 agents / $3 instance names, parallel arrays), go back to queued (or fail,
 -- lease_expired, when no attempt is left), each with an EXPIRE audit entry. The next holder sees attempt.
+-- Each row names its agent, so the watchdog can wake the runtimes waiting for each one.
 WITH due AS (
     SELECT id, holder_instance FROM agent_task
     WHERE status = 'running'
@@ -142,14 +143,14 @@ WITH due AS (
         lease_token = NULL, lease_expires_at = NULL, holder_instance = NULL, available_at = now(),
         updated_at = now()
     FROM due WHERE t.id = due.id
-    RETURNING t.id, t.workspace_id, t.run_id, t.status, t.attempt, due.holder_instance
+    RETURNING t.id, t.workspace_id, t.run_id, t.agent_id, t.status, t.attempt, due.holder_instance
 ), audited AS (
     INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
     SELECT workspace_id, 'EXPIRE', 'system', 'watchdog', 'agent_task', id::text,
            jsonb_build_object('attempt', attempt, 'status', status, 'holder', holder_instance)
     FROM expired
 )
-SELECT id, workspace_id, run_id, status, attempt FROM expired;
+SELECT id, workspace_id, run_id, agent_id, status, attempt FROM expired;
 
 -- name: task_cancel_for_run
 -- Cancel run $1's unfinished tasks (its issue was cancelled or done); a holder's later report gets 409.
@@ -204,3 +205,26 @@ WITH done AS (
     WHERE r.id = done.run_id AND r.status NOT IN ('completed', 'failed', 'cancelled', 'skipped')
 )
 SELECT id FROM done;
+
+-- name: task_agents_among
+-- Which of agents $2 own any of tasks $1 (routing a burst of hookgate_tasks notifications, whose payload is a
+-- task id, to the runtimes waiting for those agents).
+SELECT DISTINCT agent_id FROM agent_task WHERE id = ANY($1::uuid[]) AND agent_id = ANY($2::uuid[]);
+
+-- name: task_unclaim
+-- Undo a claim nobody received: the runtime hung up before task $1 (lease token $2) could be answered, so it
+-- never saw the lease. Back to queued, due now, with the attempt given back (none was made); audited as
+-- RELEASE by actor type 'runtime' / id $3 with reason 'client_gone'. Zero rows: that lease is gone already.
+WITH back AS (
+    UPDATE agent_task
+    SET status = 'queued', attempt = attempt - 1, lease_token = NULL, lease_expires_at = NULL,
+        holder_instance = NULL, available_at = now(), updated_at = now()
+    WHERE id = $1 AND lease_token = $2 AND status = 'running'
+    RETURNING id, workspace_id, attempt
+), audited AS (
+    INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
+    SELECT workspace_id, 'RELEASE', 'runtime', $3, 'agent_task', id::text,
+           jsonb_build_object('status', 'queued', 'attempt', attempt, 'reason', 'client_gone')
+    FROM back
+)
+SELECT id FROM back;

@@ -15,7 +15,7 @@ async def _setup(ctx, mode="run_only", pull=False):
 async def test_admitted_run_is_pending_and_accountable_to_the_trigger_publisher(ctx, conn):
     w, _, ap, trigger = await _setup(ctx)
     result = await admission.admit(conn, autopilot_id=ap["id"], trigger_id=trigger["id"], source="webhook",
-                                   payload={"event": "x"})
+                                   payload={"event": "x"}, heartbeat_timeout_s=120.0)
     run = await conn.fetchrow("SELECT * FROM autopilot_run WHERE id = $1", result.run_id)
     assert result.created and run["status"] == "pending"
     assert run["accountable_id"] == w.owner_id and run["originator_id"] is None
@@ -26,18 +26,18 @@ async def test_paused_autopilot_gives_a_skipped_run_with_reason(ctx, conn):
     _, _, ap, trigger = await _setup(ctx)
     await conn.execute("UPDATE autopilot SET status = 'paused' WHERE id = $1", ap["id"])
     result = await admission.admit(conn, autopilot_id=ap["id"], trigger_id=trigger["id"], source="webhook",
-                                   payload={})
+                                   payload={}, heartbeat_timeout_s=120.0)
     assert (result.status, result.reason_code) == ("skipped", "autopilot_paused")
 
 
 async def test_run_only_with_an_offline_pull_runtime_is_skipped_but_create_issue_is_admitted(ctx, conn):
     _, _, ap, trigger = await _setup(ctx, pull=True)
     skipped = await admission.admit(conn, autopilot_id=ap["id"], trigger_id=trigger["id"], source="webhook",
-                                    payload={})
+                                    payload={}, heartbeat_timeout_s=120.0)
     assert skipped.reason_code == "runtime_offline"
     await conn.execute("UPDATE autopilot SET execution_mode = 'create_issue' WHERE id = $1", ap["id"])
     admitted = await admission.admit(conn, autopilot_id=ap["id"], trigger_id=trigger["id"], source="webhook",
-                                     payload={})
+                                     payload={}, heartbeat_timeout_s=120.0)
     assert admitted.status == "pending"
 
 
@@ -47,9 +47,10 @@ async def test_manual_run_records_the_clicker_and_refuses_a_non_writer(ctx, conn
     w, _, ap, _ = await _setup(ctx)
     outsider, _ = await workspaces.add_member(conn, w.workspace_id, "bob", "member")
     refused = await admission.admit(conn, autopilot_id=ap["id"], source="manual", payload={},
-                                    clicker_id=outsider["id"])
+                                    clicker_id=outsider["id"], heartbeat_timeout_s=120.0)
     assert refused.reason_code == "actor_forbidden"
-    ok = await admission.admit(conn, autopilot_id=ap["id"], source="manual", payload={}, clicker_id=w.owner_id)
+    ok = await admission.admit(conn, autopilot_id=ap["id"], source="manual", payload={}, clicker_id=w.owner_id,
+                               heartbeat_timeout_s=120.0)
     run = await conn.fetchrow("SELECT * FROM autopilot_run WHERE id = $1", ok.run_id)
     assert run["originator_id"] == w.owner_id == run["accountable_id"]
 
@@ -62,10 +63,12 @@ async def test_squad_assignee_resolves_to_its_leader(ctx, conn):
     squad = await agents.create_squad(conn, workspace_id=w.workspace_id, name="sq", leader_id=leader.row["id"],
                                       member_ids=[])
     ap = await factories.autopilot(w, squad["id"], assignee_type="squad")
-    facts = await admission.decide(conn, autopilot_id=ap["id"], trigger_id=None, source="api")
+    facts = await admission.decide(conn, autopilot_id=ap["id"], trigger_id=None, source="api",
+                                   heartbeat_timeout_s=120.0)
     assert facts.reason_code is None
     await conn.execute("UPDATE agent SET archived_at = now() WHERE id = $1", leader.row["id"])
-    facts = await admission.decide(conn, autopilot_id=ap["id"], trigger_id=None, source="api")
+    facts = await admission.decide(conn, autopilot_id=ap["id"], trigger_id=None, source="api",
+                                   heartbeat_timeout_s=120.0)
     assert facts.reason_code == "agent_archived"
 
 
@@ -80,7 +83,7 @@ async def test_concurrent_admissions_of_one_delivery_make_one_run(ctx):
     async def one_admission():
         async with ctx.pool.acquire() as conn:
             return await admission.admit(conn, autopilot_id=ap["id"], trigger_id=trigger["id"], source="webhook",
-                                         payload={}, delivery_id=delivery)
+                                         payload={}, delivery_id=delivery, heartbeat_timeout_s=120.0)
 
     results = await asyncio.gather(*(one_admission() for _ in range(8)))
     assert len({r.run_id for r in results}) == 1

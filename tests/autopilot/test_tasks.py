@@ -14,8 +14,8 @@ async def _tasks(ctx, conn, n=1, **agent_kw):
     ap = await factories.autopilot(w, agent.row["id"])
     ids = []
     for _ in range(n):
-        adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={})
-        ids.append((await dispatch.dispatch_run(conn, adm.run_id)).task_id)
+        adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
+        ids.append((await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))).task_id)
     return agent.row["id"], ids
 
 
@@ -42,7 +42,7 @@ async def test_stale_holder_gets_lease_lost_changes_nothing_and_is_audited(ctx, 
     agent_id, [task_id] = await _tasks(ctx, conn)
     [old] = await _claim(conn, agent_id, holder="old")
     later = await conn.fetchval("SELECT now() + interval '2 minutes'")
-    swept = await watchdog.sweep(conn, now=later)
+    swept = await watchdog.sweep(conn, now=later, heartbeat_timeout_s=120.0)
     assert swept.requeued == 1
     [new] = await _claim(conn, agent_id, holder="new")
     assert new.attempt == 2 and new.lease_token != old.lease_token
@@ -107,7 +107,7 @@ async def test_watchdog_fails_a_task_with_no_attempt_left_and_marks_silent_runti
     await conn.execute("INSERT INTO agent_instance (agent_id, instance, heartbeat_at) "
                        "VALUES ($1, 'i1', now() - interval '3 minutes')", pull.row["id"])
     later = await conn.fetchval("SELECT now() + interval '2 minutes'")
-    swept = await watchdog.sweep(conn, now=later)
+    swept = await watchdog.sweep(conn, now=later, heartbeat_timeout_s=120.0)
     assert (swept.requeued, swept.failed, swept.offline) == (0, 1, 1)
     run = await conn.fetchrow("SELECT r.* FROM autopilot_run r JOIN agent_task t ON t.run_id = r.id "
                               "WHERE t.id = $1", task_id)

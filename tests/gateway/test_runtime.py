@@ -10,8 +10,9 @@ async def _pull(ctx, conn, n=1):
     ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
     runs = []
     for _ in range(n):
-        adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={"k": "v"})
-        await dispatch.dispatch_run(conn, adm.run_id)
+        adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={"k": "v"},
+                                    heartbeat_timeout_s=120.0)
+        await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
         runs.append(adm.run_id)
     return w, agent, ap, runs
 
@@ -55,8 +56,8 @@ async def test_claim_long_polls_until_work_arrives(ctx, conn, client):
     async def later():
         await asyncio.sleep(0.3)
         async with ctx.pool.acquire() as c:
-            adm = await admission.admit(c, autopilot_id=ap["id"], source="api", payload={})
-            await dispatch.dispatch_run(c, adm.run_id)
+            adm = await admission.admit(c, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
+            await dispatch.dispatch_run(c, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
 
     loop = asyncio.get_running_loop()
     start = loop.time()

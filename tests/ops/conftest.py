@@ -42,7 +42,8 @@ async def small(ctx: Context) -> Small:
 async def admit_runs(ctx: Context, small: Small, count: int) -> list[Any]:
     """Admit ``count`` api runs (pending: nobody dispatches them in these tests)."""
     async with ctx.pool.acquire() as conn:
-        return [(await admission.admit(conn, autopilot_id=small.autopilot["id"], source="api", payload={})).run_id
+        return [(await admission.admit(conn, autopilot_id=small.autopilot["id"], source="api", payload={},
+                                       heartbeat_timeout_s=120.0)).run_id
                 for _ in range(count)]
 
 

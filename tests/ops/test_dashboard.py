@@ -92,7 +92,8 @@ async def test_overview_shows_every_panel_for_the_workspace(client, ctx: Context
                            subject_id="t1", workspace_id=w.workspace_id)
         paused = await factories.autopilot(w, small.agent.row["id"], title="paused-pilot")
         await conn.execute("UPDATE autopilot SET status = 'paused' WHERE id = $1", paused["id"])
-        skipped = await admission.admit(conn, autopilot_id=paused["id"], source="api", payload={})
+        skipped = await admission.admit(conn, autopilot_id=paused["id"], source="api", payload={},
+                                        heartbeat_timeout_s=120.0)
     run_ids = await admit_runs(ctx, small, 2)
     async with ctx.pool.acquire() as conn:
         await conn.execute("INSERT INTO agent_task (workspace_id, run_id, agent_id, idempotency_key) "
@@ -145,7 +146,8 @@ async def test_run_chain_shows_delivery_run_task_and_result(client, ctx: Context
     delivery = await insert_delivery(ctx, small, event="issue.opened")
     async with ctx.pool.acquire() as conn:
         admitted = await admission.admit(conn, autopilot_id=small.autopilot["id"], source="webhook", payload={},
-                                         trigger_id=small.trigger["id"], delivery_id=delivery)
+                                         trigger_id=small.trigger["id"], delivery_id=delivery,
+                                         heartbeat_timeout_s=120.0)
         await conn.execute(
             "INSERT INTO agent_task (workspace_id, run_id, agent_id, idempotency_key, status, result) "
             "VALUES ($1, $2, $3, 'k2', 'succeeded', '{\"answer\": 42}')",

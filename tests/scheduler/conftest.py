@@ -35,7 +35,8 @@ class Setup:
 
     def scheduler(self, jobs: list[JobSpec] | None = None, **kw: Any) -> Scheduler:
         """An in-process scheduler over the test pool (time injected through run_once(now=…))."""
-        return Scheduler(self.ctx.pool, jobs if jobs is not None else [autopilot_schedule_job()], **kw)
+        default = [autopilot_schedule_job(heartbeat_timeout_s=120.0)]
+        return Scheduler(self.ctx.pool, jobs if jobs is not None else default, **kw)
 
     async def runs(self, trigger_id: Any) -> list[asyncpg.Record]:
         """The trigger's runs, by planned time."""

@@ -82,7 +82,7 @@ def test_retry_backoff_steps_with_bounded_jitter_and_stops_at_max_attempts():
 
 
 def test_autopilot_schedule_job_has_the_design_parameters():
-    job = autopilot_schedule_job()
+    job = autopilot_schedule_job(heartbeat_timeout_s=120.0)
     assert job.name == "autopilot_schedule_dispatch" and job.scope_kind == "trigger"
     assert (job.run_timeout, job.stale_timeout, job.heartbeat) == (2 * MIN, 5 * MIN, timedelta(seconds=30))
     assert job.stale_reentry and job.max_attempts == 3 and job.single_flight

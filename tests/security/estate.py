@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from autopilot.dispatch import dispatch_run
+from autopilot.dispatch import Options, dispatch_run
 from hookgate.context import Context
 from tests import factories
 
@@ -62,7 +62,7 @@ async def build(ctx: Context, client: httpx.AsyncClient, name: str) -> Estate:
     ids |= {"autopilot_id": ap["id"], "trigger_id": hook["id"]}
     ids["delivery_id"], run_id = await _deliver(client, hook["token"])
     async with ctx.pool.acquire() as conn:
-        done = await dispatch_run(conn, uuid.UUID(run_id))
+        done = await dispatch_run(conn, uuid.UUID(run_id), Options(heartbeat_timeout_s=120.0))
     ids |= {"run_id": run_id, "issue_id": str(done.issue_id), "task_id": str(done.task_id)}
     return estate
 

@@ -118,7 +118,7 @@ async def add_delivery(conn: Any, ap: Any, trigger: Any, *, event: str = "push",
     run_id = None
     if admit:
         result = await admission.admit(conn, autopilot_id=ap["id"], source="webhook", payload=envelope,
-                                       trigger_id=trigger["id"], delivery_id=delivery)
+                                       trigger_id=trigger["id"], delivery_id=delivery, heartbeat_timeout_s=120.0)
         run_id = result.run_id
         await conn.execute("UPDATE webhook_delivery SET run_id = $2 WHERE id = $1", delivery, run_id)
     return delivery, run_id

@@ -28,7 +28,7 @@ async def test_batch_dispatches_plain_pending_runs_within_the_cap_and_leaves_the
     worker = DeliveryWorker(wctx, holder="t1")
     batch = await worker.claim_batch(limit=10)
     assert len(batch) == 5
-    options = dispatch.Options(claim=dispatch.ClaimFor("t1"))
+    options = dispatch.Options(claim=dispatch.ClaimFor("t1"), heartbeat_timeout_s=120.0)
     async with wctx.pool.acquire() as conn:
         done = await fastpath.dispatch_pending(conn, batch, options, capacity=10)
         again = await fastpath.dispatch_pending(conn, batch, options, capacity=10)
@@ -74,10 +74,11 @@ async def test_a_push_success_after_the_lease_was_lost_is_recorded_not_applied(w
         _, run_id = await add_delivery(conn, ap, trigger)
     batch = await DeliveryWorker(wctx, holder="t1").claim_batch()
     async with wctx.pool.acquire() as conn:
-        done = await fastpath.dispatch_pending(conn, batch, dispatch.Options(claim=dispatch.ClaimFor("t1")), 1)
+        options = dispatch.Options(claim=dispatch.ClaimFor("t1"), heartbeat_timeout_s=120.0)
+        done = await fastpath.dispatch_pending(conn, batch, options, 1)
         [claimed] = done.claimed
         later = await conn.fetchval("SELECT now() + interval '1 hour'")
-        await watchdog.sweep(conn, now=later - timedelta(minutes=1))
+        await watchdog.sweep(conn, now=later - timedelta(minutes=1), heartbeat_timeout_s=120.0)
     pusher = Pusher(wctx, holder="t1")
     assert await pusher.push(claimed) == "done"
     await pusher.stop(deadline=5)

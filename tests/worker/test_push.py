@@ -225,7 +225,7 @@ async def test_dispatch_without_a_pusher_leaves_the_task_queued_and_notifies(wct
         await listener.add_listener("hookgate_tasks", lambda *a: heard.append(a[3]))
         async with wctx.pool.acquire() as conn:
             _, run_id = await add_delivery(conn, ap, trigger)
-            result = await dispatch.dispatch_run(conn, run_id)
+            result = await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
         await wait_for(lambda: _const(bool(heard)))
     finally:
         await listener.close()

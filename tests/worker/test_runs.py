@@ -8,7 +8,8 @@ async def test_pending_runs_without_a_delivery_are_dispatched_once(wctx):
     agent = await factories.http_agent(w)
     ap = await factories.autopilot(w, agent.row["id"], mode="create_issue")
     async with wctx.pool.acquire() as conn:
-        adm = await admission.admit(conn, autopilot_id=ap["id"], source="manual", payload={}, clicker_id=w.owner_id)
+        adm = await admission.admit(conn, autopilot_id=ap["id"], source="manual", payload={}, clicker_id=w.owner_id,
+                                    heartbeat_timeout_s=120.0)
     worker = RunWorker(wctx, holder="t")
     assert await worker.run_once() == 1
     assert await worker.run_once() == 0

@@ -73,7 +73,7 @@ async def test_a_collaborator_who_edits_becomes_accountable_for_later_schedule_r
     schedule = (await client.post(f"/v1/autopilots/{team.autopilot_id}/triggers", headers=team.h("owner"),
                                   json={"kind": "schedule", "cron": "*/5 * * * *"})).json()
     before = await admission.decide(conn, autopilot_id=team.autopilot_id, trigger_id=schedule["id"],
-                                    source="schedule")
+                                    source="schedule", heartbeat_timeout_s=120.0)
     assert before.accountable_id == team.ids["owner"]
 
     edited = await client.patch(f"/v1/autopilots/{team.autopilot_id}", headers=team.h("collaborator"),
@@ -82,11 +82,11 @@ async def test_a_collaborator_who_edits_becomes_accountable_for_later_schedule_r
     trigger = (await client.get(f"/v1/triggers/{schedule['id']}", headers=team.h("owner"))).json()
     assert trigger["published_by_id"] == str(team.ids["collaborator"])
     after = await admission.decide(conn, autopilot_id=team.autopilot_id, trigger_id=schedule["id"],
-                                   source="schedule")
+                                   source="schedule", heartbeat_timeout_s=120.0)
     assert after.accountable_id == team.ids["collaborator"] and after.reason_code is None
     planned = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=5)
     run = await admission.admit(conn, autopilot_id=team.autopilot_id, trigger_id=schedule["id"], source="schedule",
-                                payload={}, planned_at=planned)
+                                payload={}, planned_at=planned, heartbeat_timeout_s=120.0)
     got = (await client.get(f"/v1/runs/{run.run_id}", headers=team.h("owner"))).json()
     assert got["accountable_id"] == str(team.ids["collaborator"]) and got["originator_id"] is None
     assert got["rule_version_id"] == after.rule_version_id.__str__()

@@ -30,7 +30,7 @@ async def _delivery(conn, team, trigger, status="dispatched", event="github.push
         {"x-github-event": "push", "x-hub-signature-256": {"present": True}}, envelope, event, key, signature, status)
     if admit and status != "rejected":
         run = await admission.admit(conn, autopilot_id=team.autopilot_id, source="webhook", payload=envelope,
-                                    trigger_id=trigger["id"], delivery_id=delivery)
+                                    trigger_id=trigger["id"], delivery_id=delivery, heartbeat_timeout_s=120.0)
         await conn.execute("UPDATE webhook_delivery SET run_id = $2 WHERE id = $1", delivery, run.run_id)
     return str(delivery)
 
