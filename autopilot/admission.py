@@ -98,7 +98,7 @@ async def decide(
     clicker_id: UUID | None = None,
 ) -> Decision:
     """Read the facts (one round trip) and evaluate the gate."""
-    facts = await conn.fetchrow(Q.admission_facts, autopilot_id, trigger_id, clicker_id, heartbeat_timeout_s)
+    facts = await conn.fetchrow(Q.admission_facts, [autopilot_id], [trigger_id], [clicker_id], heartbeat_timeout_s)
     if facts is None:
         raise AdmissionError(f"autopilot {autopilot_id} does not exist")
     code = evaluate(facts, source)

@@ -160,14 +160,14 @@ Todo = list[tuple[JobRun, asyncpg.Record]]
 
 
 async def _admit_pending(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> dict[int, admission.Admission]:
-    """The hot path: the gate's facts pipelined (one round trip), the pending runs in one INSERT.
+    """The hot path: the gate's facts for the whole batch in one statement, the pending runs in one INSERT.
 
     Mirrors ``admission.admit`` for runs the gate lets through (same facts, same accountable member and
     rule version). Only runs inserted now are returned; the caller sends every other run (a skip reason,
     a run an earlier attempt already admitted) through ``admission.admit`` itself.
     """
-    facts = await conn.fetchmany(
-        Q.admission_facts, [(s["autopilot_id"], s["id"], None, heartbeat_timeout_s) for _, s in todo])
+    facts = await conn.fetch(Q.admission_facts, [s["autopilot_id"] for _, s in todo], [s["id"] for _, s in todo],
+                             [None] * len(todo), heartbeat_timeout_s)
     if len(facts) != len(todo):
         return {}
     ready = [(run, s, f) for (run, s), f in zip(todo, facts, strict=True) if admission.evaluate(f, "schedule") is None]

@@ -1,8 +1,10 @@
 -- name: admission_facts
--- Everything the admission gate (DESIGN §6) needs about autopilot $1 and trigger $2 (nullable), in one
--- round trip: statuses, the resolved agent (a squad resolves to its leader), its readiness, and who is
--- accountable. $3 = the manual clicker (nullable). $4 = runtime heartbeat timeout in seconds.
-SELECT a.id AS autopilot_id, a.workspace_id, a.status AS autopilot_status, a.execution_mode,
+-- Everything the admission gate (DESIGN §6) needs, for many admissions in one statement: statuses, the
+-- resolved agent (a squad resolves to its leader), its readiness, and who is accountable. Parallel arrays,
+-- one element per admission: $1 = autopilot ids, $2 = trigger ids (NULL elements: none), $3 = manual
+-- clickers (NULL elements: none). $4 = runtime heartbeat timeout in seconds. One row per admission whose
+-- autopilot exists, in array order (x.n); one admission passes one-element arrays.
+SELECT x.n, a.id AS autopilot_id, a.workspace_id, a.status AS autopilot_status, a.execution_mode,
        a.assignee_type, a.assignee_id, a.created_by,
        t.id AS trigger_id, t.enabled AS trigger_enabled, (t.deleted_at IS NOT NULL) AS trigger_deleted,
        t.published_by_id AS trigger_publisher_id,
@@ -21,18 +23,19 @@ SELECT a.id AS autopilot_id, a.workspace_id, a.status AS autopilot_status, a.exe
            OR EXISTS (SELECT 1 FROM autopilot_collaborator c
                       WHERE c.autopilot_id = a.id AND c.member_id = clicker.id))) AS clicker_can_write,
        publisher.id AS publisher_live_id
-FROM autopilot a
-LEFT JOIN autopilot_trigger t ON t.id = $2 AND t.autopilot_id = a.id
+FROM unnest($1::uuid[], $2::uuid[], $3::uuid[]) WITH ORDINALITY AS x(autopilot_id, trigger_id, clicker_id, n)
+JOIN autopilot a ON a.id = x.autopilot_id
+LEFT JOIN autopilot_trigger t ON t.id = x.trigger_id AND t.autopilot_id = a.id
 LEFT JOIN LATERAL (SELECT id, publisher_id FROM autopilot_rule_version v
                    WHERE v.autopilot_id = a.id ORDER BY v.version DESC LIMIT 1) rv ON true
 LEFT JOIN squad s ON a.assignee_type = 'squad' AND s.id = a.assignee_id
 LEFT JOIN agent ag ON ag.id = CASE WHEN a.assignee_type = 'agent' THEN a.assignee_id ELSE s.leader_agent_id END
                   AND ag.workspace_id = a.workspace_id
-LEFT JOIN member clicker ON clicker.id = $3 AND clicker.workspace_id = a.workspace_id
+LEFT JOIN member clicker ON clicker.id = x.clicker_id AND clicker.workspace_id = a.workspace_id
                         AND clicker.disabled_at IS NULL
 LEFT JOIN member publisher ON publisher.id = coalesce(t.published_by_id, rv.publisher_id)
                           AND publisher.disabled_at IS NULL
-WHERE a.id = $1;
+ORDER BY x.n;
 
 -- name: run_insert
 -- Admit a run, idempotently: a second admission of the same delivery or the same (trigger, planned_at)
