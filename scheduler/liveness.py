@@ -32,7 +32,10 @@ log = logging.getLogger("hookgate.scheduler")
 LOCK_SPACE = 0x68676C76
 #: How many random keys to try before giving up (another live session holding one is already unlikely).
 _KEY_TRIES = 8
-_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, SchedulerError)
+#: What a lost or unreachable session raises (InternalClientError: a FATAL the server sent unasked,
+#: e.g. after pg_terminate_backend, found while the next statement is being sent).
+_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+           SchedulerError)
 
 
 def new_key() -> int:
