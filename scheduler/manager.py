@@ -1,9 +1,11 @@
 """The scheduler service: every replica ticks, PostgreSQL decides who runs each occurrence (DESIGN §8).
 
-A tick, on the database clock: mark stale RUNNING rows FAILED; per job, take over due retries (one
-guarded UPDATE rotating the lease token) and claim new plans (``INSERT … ON CONFLICT DO NOTHING``); run
-the handlers with heartbeats; record SUCCESS or FAILED guarded by the token. Between ticks it sleeps
-until the next due time (bounded by ``max_tick``) and wakes early on NOTIFY ``hookgate_triggers``.
+A tick, on the database clock: make sure this runner holds its liveness lock (``scheduler.liveness``;
+without it, it claims nothing); mark FAILED the RUNNING rows whose runner's lock is gone, and those past
+``stale_after``; per job, take over due retries (one guarded UPDATE rotating the lease token) and claim
+new plans (``INSERT … ON CONFLICT DO NOTHING``); run the handlers with heartbeats; record SUCCESS or FAILED
+guarded by the token. Between ticks it sleeps until the next due time (bounded by ``max_tick``, and by
+``liveness_poll`` while another runner holds executions) and wakes early on NOTIFY ``hookgate_triggers``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncpg
 
 from hookgate import database, metrics
 from hookgate.database import Conn
+from scheduler.liveness import LOCK_SPACE, Liveness
 from scheduler.spec import Batch, CustomPlans, EveryPlan, JobRun, JobSpec, LatestOnly, LeaseLost, Plan
 from sql import Q
 
@@ -36,10 +39,15 @@ Clock = Callable[[], Awaitable[datetime]]
 
 @dataclass
 class TickReport:
-    """What one tick did: stale rows swept and executions claimed, per job."""
+    """What one tick did: rows swept (runner gone, or past stale_after) and executions claimed, per job."""
 
     now: datetime
+    #: RUNNING rows failed because they were past stale_after.
     swept: int = 0
+    #: RUNNING rows failed ``runner_gone`` because their runner's liveness lock was not held.
+    gone: int = 0
+    #: False when this runner did not hold its own liveness lock, so it claimed nothing.
+    live: bool = True
     claimed: dict[str, int] = field(default_factory=dict)
 
 
@@ -73,7 +81,11 @@ async def succeed_in(conn: Conn, runs: Sequence[JobRun], now: datetime) -> None:
 
 
 class Scheduler:
-    """The DB-backed scheduler service: ``run()`` until ``stop()``, or ``run_once()`` in tests."""
+    """The DB-backed scheduler service: ``run()`` until ``stop()``, or ``run_once()`` in tests.
+
+    ``liveness_poll``: while another runner holds RUNNING executions, look again at least this often (s),
+    so that if it dies its executions are retried within seconds.
+    """
 
     name = "scheduler"
 
@@ -81,6 +93,7 @@ class Scheduler:
         self, pool: asyncpg.Pool, jobs: Sequence[JobSpec], *, dsn: str | None = None,
         max_tick: float = 30.0, concurrency: int = 4, claim_batch: int = 500,
         clock_offset: float = 0.0, clock: Clock | None = None, runner_id: str | None = None,
+        liveness_poll: float = 2.0,
     ) -> None:
         names = [job.name for job in jobs]
         if len(set(names)) != len(names):
@@ -90,6 +103,8 @@ class Scheduler:
         self.clock_offset = timedelta(seconds=clock_offset)
         self._clock = clock
         self.runner_id = runner_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.liveness = Liveness(pool, dsn, name=f"hookgate scheduler {self.runner_id}")
+        self.liveness_poll = timedelta(seconds=liveness_poll)
         self._slots = asyncio.Semaphore(concurrency)
         self._inflight: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
@@ -117,6 +132,8 @@ class Scheduler:
                 try:
                     report = await self.tick()
                     delay = await self._sleep_for(await self.now())
+                    if not report.live:  # try to take the lock again soon: until then nothing is claimed
+                        delay = min(delay, self.liveness_poll.total_seconds())
                     log.debug("tick", extra={"claimed": report.claimed, "sleep_s": delay})
                     failures = 0
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
@@ -130,6 +147,8 @@ class Scheduler:
             if listener is not None:
                 with contextlib.suppress(Exception):
                     await listener.close()
+            if not self._inflight:  # else stop() releases the lock once they are done
+                await self.liveness.close()
 
     async def stop(self, deadline: float = 20.0) -> None:
         """Stop claiming; let running handlers finish within ``deadline`` seconds, then cancel them."""
@@ -142,12 +161,22 @@ class Scheduler:
             for task in late:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        # Only now: while handlers drain, their executions must not look abandoned to other runners.
+        await self.liveness.close()
 
     async def run_once(self, now: datetime | None = None) -> TickReport:
-        """One tick at ``now`` (default: the scheduler clock), waiting for every handler it started."""
-        report = await self.tick(now)
-        while self._inflight:
-            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        """One tick at ``now`` (default: the scheduler clock), waiting for every handler it started.
+
+        The liveness lock is released at the end unless it was already held (by ``run()`` or ``tick()``).
+        """
+        opened = not self.liveness.held
+        try:
+            report = await self.tick(now)
+            while self._inflight:
+                await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        finally:
+            if opened:
+                await self.liveness.close()
         return report
 
     async def _listen(self) -> asyncpg.Connection | None:
@@ -162,9 +191,14 @@ class Scheduler:
         return conn
 
     async def _sleep_for(self, now: datetime) -> float:
-        """Seconds until the earliest due work of any job (0 if already due), at most ``max_tick``."""
+        """Seconds until the earliest due work of any job (0 if already due), at most ``max_tick``.
+
+        At most ``liveness_poll`` while another runner holds executions.
+        """
+        poll = now + self.liveness_poll
         async with self.pool.acquire() as conn:
-            candidates = [await conn.fetchval(Q.cron_next_wake, [spec.name for spec in self.jobs])]
+            candidates = [await conn.fetchval(Q.cron_next_wake, [spec.name for spec in self.jobs],
+                                              self.liveness.key, poll)]
             for spec in self.jobs:
                 candidates.append(await self._job_next_due(conn, spec, now))
         due = [at for at in candidates if at is not None]
@@ -181,28 +215,50 @@ class Scheduler:
 
     # ---------------------------------------------------------------------------------- tick
     async def tick(self, now: datetime | None = None) -> TickReport:
-        """Sweep, claim and start handlers (without waiting for them); returns what was claimed."""
+        """Sweep, claim and start handlers (without waiting for them); returns what was claimed.
+
+        Claims nothing unless this runner holds its liveness lock: rows it claimed without it would look
+        abandoned to every other runner.
+        """
         at = now or await self.now()
-        report = TickReport(at)
+        report = TickReport(at, live=await self.liveness.ensure())
         async with self.pool.acquire() as conn:
-            for spec in self.jobs:
-                rows = await conn.fetch(Q.cron_sweep_stale, spec.name, at, spec.stale_reentry)
-                report.swept += len(rows)
-                for row in rows:
-                    log.warning("execution went stale", extra={"job": spec.name, "scope": row["scope_id"],
-                                                               "plan_time": row["plan_time"].isoformat()})
+            await self._sweep(conn, at, report)
+        if not report.live:
+            return report
         for spec in self.jobs:
             if self._stopping.is_set():
                 break
             report.claimed[spec.name] = await self._claim_job(spec, now)
         return report
 
+    async def _sweep(self, conn: Conn, at: datetime, report: TickReport) -> None:
+        """Fail the RUNNING rows whose runner is gone (at once), then those past stale_after (the fallback).
+
+        The fallback covers a dead runner whose session lingers (PostgreSQL has not noticed yet), and two
+        runners' keys colliding, which only makes a dead runner look alive.
+        """
+        gone = await conn.fetch(Q.cron_sweep_gone, [spec.name for spec in self.jobs],
+                                [spec.stale_reentry for spec in self.jobs], at, LOCK_SPACE)
+        report.gone = len(gone)
+        for row in gone:
+            log.warning("execution's runner is gone", extra={
+                "job": row["job_name"], "scope": row["scope_id"], "plan_time": row["plan_time"].isoformat(),
+                "runner": row["runner_id"]})
+        for spec in self.jobs:
+            rows = await conn.fetch(Q.cron_sweep_stale, spec.name, at, spec.stale_reentry)
+            report.swept += len(rows)
+            for row in rows:
+                log.warning("execution went stale", extra={"job": spec.name, "scope": row["scope_id"],
+                                                           "plan_time": row["plan_time"].isoformat()})
+
     async def _claim_job(self, spec: JobSpec, override: datetime | None) -> int:
         total = 0
         at = override or await self.now()
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(Q.cron_takeover, spec.name, at, self.runner_id,
-                                    spec.stale_timeout.total_seconds(), spec.stale_reentry, self.claim_batch)
+                                    spec.stale_timeout.total_seconds(), spec.stale_reentry, self.claim_batch,
+                                    self.liveness.key)
         fixed = override is not None
         total += self._start(spec, [JobRun.from_row(spec.name, r, at) for r in rows], fixed)
         while not self._stopping.is_set():
@@ -249,7 +305,7 @@ class Scheduler:
         return await conn.fetch(
             Q.cron_claim, spec.name, spec.scope_kind, [p.scope_id for p in ordered],
             [p.plan_time for p in ordered], spec.max_attempts, self.runner_id, now,
-            spec.stale_timeout.total_seconds(), spec.single_flight,
+            spec.stale_timeout.total_seconds(), spec.single_flight, self.liveness.key,
         )
 
     # ------------------------------------------------------------------------------ execute

@@ -16,16 +16,49 @@ WHERE e.id IN (SELECT c.id FROM sys_cron_executions c
                FOR UPDATE SKIP LOCKED)
 RETURNING e.id, e.scope_id, e.plan_time, e.attempt;
 
+-- name: cron_sweep_gone
+-- Mark RUNNING rows of jobs $1 FAILED 'runner_gone' when their runner's liveness lock is not held: its
+-- process died and PostgreSQL ended its session (or the row predates liveness locks: runner_lock NULL).
+-- $2[i] = whether job $1[i] allows stale re-entry (then, with attempts left, the retry is due at once, as
+-- the same plan), $3 = now, $4 = the liveness lock space (the first key of the two-int advisory locks;
+-- objsubid 2 keeps them apart from one-bigint locks such as the migration lock's).
+-- Only this database's locks count: advisory locks are per database. The lock table is read once, at
+-- the start of the statement, and a runner takes its lock before it claims anything, so a live runner's
+-- row is swept only if that runner (re)took its lock while this statement ran and took the row over in
+-- that instant; its lease token then refuses its writes, as for any lost lease. Rows locked by a live
+-- holder's transaction are skipped (SKIP LOCKED).
+WITH held AS MATERIALIZED (
+    SELECT l.objid
+    FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $4::integer::oid
+      AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+)
+UPDATE sys_cron_executions e
+SET status = 'FAILED', error_code = 'runner_gone',
+    error_message = 'the runner''s database session ended (its liveness lock is gone) before it finished',
+    finished_at = $3, duration_ms = greatest(0, (extract(epoch FROM $3::timestamptz - e.started_at) * 1000)::integer),
+    next_retry_at = CASE WHEN j.reentry AND e.attempt < e.max_attempts THEN $3 END
+FROM unnest($1::text[], $2::boolean[]) AS j(job_name, reentry)
+WHERE e.job_name = j.job_name
+  AND e.id IN (SELECT c.id FROM sys_cron_executions c
+               WHERE c.job_name = ANY($1::text[]) AND c.status = 'RUNNING'
+                 AND (c.runner_lock IS NULL
+                      OR NOT EXISTS (SELECT 1 FROM held WHERE held.objid = c.runner_lock::oid))
+               FOR UPDATE SKIP LOCKED)
+RETURNING e.id, e.job_name, e.scope_id, e.plan_time, e.attempt, e.runner_id;
+
 -- name: cron_claim
 -- Win fresh plans of job $1 (scope kind $2): one row per (scope $3[i], plan $4[i]); a plan another
 -- scheduler already holds conflicts and is skipped. $5 = max attempts, $6 = runner id, $7 = now,
 -- $8 = stale timeout (s), $9 = single flight: the scope's flight slot must be free (unique index) and no
 -- newer plan may exist, so a slow planner never fires an older occurrence after a newer one.
+-- $10 = the runner's liveness lock key (scheduler/liveness.py), so others can tell when it is gone.
 -- Rows are inserted in key order, so two schedulers racing on overlapping batches cannot deadlock.
 INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status, attempt, max_attempts,
-                                 runner_id, lease_token, heartbeat_at, stale_after, started_at, single_flight)
+                                 runner_id, lease_token, heartbeat_at, stale_after, started_at, single_flight,
+                                 runner_lock)
 SELECT $1, $2, p.scope_id, p.plan_time, 'RUNNING', 1, $5, $6, gen_random_uuid(), $7,
-       $7::timestamptz + make_interval(secs => $8), $7, $9
+       $7::timestamptz + make_interval(secs => $8), $7, $9, $10
 FROM unnest($3::text[], $4::timestamptz[]) AS p(scope_id, plan_time)
 WHERE NOT ($9 AND EXISTS (SELECT 1 FROM sys_cron_executions n
                           WHERE n.job_name = $1 AND n.scope_kind = $2 AND n.scope_id = p.scope_id
@@ -38,9 +71,9 @@ RETURNING id, scope_id, plan_time, attempt, max_attempts, lease_token;
 -- Take over up to $6 rows of job $1 in ONE guarded statement: a FAILED row whose retry is due
 -- (next_retry_at <= $2 = now), or, with stale re-entry ($5), a RUNNING row past stale_after; only while
 -- attempt < max_attempts. The lease token rotates, so the previous holder's writes no longer match.
--- $3 = runner id, $4 = stale timeout (s).
+-- $3 = runner id, $4 = stale timeout (s), $7 = the runner's liveness lock key.
 UPDATE sys_cron_executions e
-SET status = 'RUNNING', attempt = e.attempt + 1, lease_token = gen_random_uuid(), runner_id = $3,
+SET status = 'RUNNING', attempt = e.attempt + 1, lease_token = gen_random_uuid(), runner_id = $3, runner_lock = $7,
     heartbeat_at = $2, stale_after = $2::timestamptz + make_interval(secs => $4), started_at = $2,
     finished_at = NULL, duration_ms = NULL, next_retry_at = NULL, result = NULL
 WHERE e.id IN (SELECT c.id FROM sys_cron_executions c
@@ -108,12 +141,18 @@ FROM unnest($3::text[]) AS s(scope_id);
 
 -- name: cron_next_wake
 -- The earliest time generic work of jobs $1 (the jobs this scheduler runs) falls due: a retry
--- (next_retry_at) or a lease going stale (stale_after). Rows of other jobs (renamed, or not deployed on
--- this replica) must not keep this scheduler awake.
+-- (next_retry_at), a lease going stale (stale_after), or $3 (now + the liveness poll) while another
+-- runner (liveness key other than $2, this runner's) holds a RUNNING row: if that runner dies, its row
+-- is swept at the next tick, so this scheduler looks again soon. Rows of other jobs (renamed, or not
+-- deployed on this replica) must not keep this scheduler awake.
 SELECT least((SELECT min(next_retry_at) FROM sys_cron_executions
               WHERE status = 'FAILED' AND job_name = ANY($1::text[])),
              (SELECT min(stale_after) FROM sys_cron_executions
-              WHERE status = 'RUNNING' AND job_name = ANY($1::text[]))) AS at;
+              WHERE status = 'RUNNING' AND job_name = ANY($1::text[])),
+             (SELECT $3::timestamptz WHERE EXISTS (
+                  SELECT 1 FROM sys_cron_executions
+                  WHERE status = 'RUNNING' AND job_name = ANY($1::text[])
+                    AND runner_lock IS DISTINCT FROM $2::integer))) AS at;
 
 -- name: cron_delete_finished
 -- Retention: delete up to $2 finished executions (SUCCESS, or FAILED with no retry left) that finished
@@ -134,3 +173,13 @@ SELECT count(*) AS deleted FROM gone;
 -- than $1 (e.g. '300000ms', the stale timeout): a frozen holder then releases its row locks, so its
 -- executions can go stale and be taken over instead of staying locked forever.
 SELECT set_config('idle_in_transaction_session_timeout', $1, true);
+
+-- name: cron_runner_lock
+-- Take this runner's liveness lock, for the life of the session: $1 = the lock space, $2 = the runner's
+-- key. False if another session holds that key (the caller then picks another key). Never waits.
+SELECT pg_try_advisory_lock($1::integer, $2::integer) AS locked;
+
+-- name: cron_runner_unlock
+-- Release this runner's liveness lock before its pooled session goes back to the pool (the pool resets
+-- no session state): $1 = the lock space, $2 = the runner's key.
+SELECT pg_advisory_unlock($1::integer, $2::integer) AS unlocked;

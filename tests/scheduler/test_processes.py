@@ -1,13 +1,16 @@
-"""Several ``hookgate scheduler`` OS processes over one database: each occurrence fires exactly once."""
+"""``hookgate scheduler`` OS processes over one database: each occurrence fires once, a crash blocks nothing."""
 
 import asyncio
 import signal
+import socket
 import time
 from datetime import timedelta
 
 import pytest
 
+from hookgate import database
 from scheduler.jobs import SCHEDULE_JOB
+from scheduler.liveness import LOCK_SPACE
 
 TRIGGERS = 40
 
@@ -23,6 +26,27 @@ async def _wait_for_runs(ctx, planned_at, count, procs, timeout=30.0):
             assert proc.popen.poll() is None, proc.output()
         await asyncio.sleep(0.1)
     raise AssertionError(f"only {found} of {count} runs for {planned_at}:\n" + procs[0].output())
+
+
+async def _clock_offset(ctx, at):
+    """The test-only clock offset that puts a process started now 3 s before ``at`` on the database clock."""
+    async with ctx.pool.acquire() as conn:
+        db_now = await conn.fetchval("SELECT clock_timestamp()")
+    return {"HOOKGATE_SCHEDULER_CLOCK_OFFSET_S": str((at - db_now).total_seconds()), "HOOKGATE_POOL_MIN_SIZE": "1"}
+
+
+async def _poll(ctx, query, *args, procs=(), timeout=30.0):
+    """The first truthy value of ``query`` within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        async with ctx.pool.acquire() as conn:
+            found = await conn.fetchval(query, *args)
+        if found:
+            return found
+        for proc in procs:
+            assert proc.popen.poll() is None, proc.output()
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not seen within {timeout}s: {query}\n" + "".join(p.output() for p in procs))
 
 
 def _stop(procs):
@@ -61,3 +85,48 @@ async def test_scheduler_processes_racing_fire_each_occurrence_exactly_once(setu
         (t["id"], first + timedelta(minutes=m)) for t in triggers for m in range(2)}
     assert len(executions) == 2 * TRIGGERS
     assert {(e["status"], e["attempt"]) for e in executions} == {("SUCCESS", 1)}
+
+
+async def test_a_scheduler_killed_while_firing_does_not_block_the_triggers_next_occurrence(setup, ctx, spawn):
+    async with ctx.pool.acquire() as conn:
+        db_now = await conn.fetchval("SELECT clock_timestamp()")
+    planned = (db_now + timedelta(days=1)).replace(second=0, microsecond=0)
+    following = planned + timedelta(minutes=1)
+    trigger = await setup.trigger("* * * * *", planned, overlap_policy="allow")
+    scope = str(trigger["id"])
+    # Hold back every run insert, so the victim is caught mid-firing: its execution RUNNING and locked by
+    # its handler's transaction, which waits on this lock.
+    blocker = await database.connect(ctx.dsn)
+    held_back = blocker.transaction()
+    await held_back.start()
+    await blocker.execute("LOCK TABLE autopilot_run IN SHARE MODE")
+    victim = spawn.start("scheduler", extra_env=await _clock_offset(ctx, planned - timedelta(seconds=3)))
+    key = await _poll(ctx, "SELECT runner_lock FROM sys_cron_executions WHERE job_name = $1 AND scope_id = $2 "
+                           "AND status = 'RUNNING' AND runner_id = $3",
+                      SCHEDULE_JOB, scope, f"{socket.gethostname()}:{victim.popen.pid}", procs=[victim])
+    await _poll(ctx, "SELECT count(*) FROM pg_locks WHERE relation = 'autopilot_run'::regclass AND NOT granted",
+                procs=[victim])
+    victim.signal(signal.SIGKILL)
+    victim.wait(10)
+    # PostgreSQL ends the dead process's idle sessions at once, its liveness lock with them. The backend
+    # stuck in the insert finds its client gone, and rolls back, once the insert can go on.
+    await _poll(ctx, "SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::oid "
+                     "AND objid = $2::oid AND objsubid = 2)", LOCK_SPACE, key)
+    await held_back.rollback()
+    await blocker.close()
+    # Less than a minute after the crash (stale_after is five), a new scheduler retries the occurrence and
+    # fires the next one on time.
+    successor = spawn.start("scheduler", extra_env=await _clock_offset(ctx, following - timedelta(seconds=10)))
+    assert await _wait_for_runs(ctx, following, 1, [successor], timeout=60) == 1
+    _stop([successor])
+    async with ctx.pool.acquire() as conn:
+        runs = await conn.fetch("SELECT planned_at FROM autopilot_run WHERE trigger_id = $1 ORDER BY planned_at",
+                                trigger["id"])
+        executions = await conn.fetch("SELECT * FROM sys_cron_executions WHERE job_name = $1 AND scope_id = $2 "
+                                      "ORDER BY plan_time", SCHEDULE_JOB, scope)
+    assert [r["planned_at"] for r in runs] == [planned, following]
+    by = f"{socket.gethostname()}:{successor.popen.pid}"
+    assert [(e["plan_time"], e["status"], e["attempt"], e["runner_id"]) for e in executions] == [
+        (planned, "SUCCESS", 2, by), (following, "SUCCESS", 1, by)]
+    assert executions[1]["started_at"] - following < timedelta(seconds=2)  # fired on time, not deferred
+    assert "runner is gone" in successor.output()
