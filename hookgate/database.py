@@ -10,6 +10,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from hookgate.settings import ConfigError
+from sql import Q
 
 #: Any connection a store function accepts: a direct one or one borrowed from a pool.
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
@@ -31,9 +32,10 @@ def _dumps(value: Any) -> str:
 
 
 async def init_connection(conn: Conn) -> None:
-    """Decode json/jsonb to Python values and encode Python values as JSON on every connection."""
+    """JSON codecs for json/jsonb on every connection, and the array types of the batched statements learnt."""
     for name in ("json", "jsonb"):
         await conn.set_type_codec(name, encoder=_dumps, decoder=json.loads, schema="pg_catalog")
+    await conn.prepare(Q.connection_learn_types)
 
 
 async def keep_session(conn: Conn) -> None:
