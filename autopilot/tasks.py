@@ -148,9 +148,14 @@ async def accept(conn: Conn, task_id: UUID, lease_token: UUID, *, lease_s: float
     return expires
 
 
-async def release(conn: Conn, task_id: UUID, lease_token: UUID, *, holder: str) -> bool:
-    """A stopping holder gives an unfinished task back (queued, due now)."""
-    return await conn.fetchval(Q.task_release, task_id, lease_token, holder) is not None
+async def release(conn: Conn, task_id: UUID, lease_token: UUID, *, holder: str, actor_type: str = "worker",
+                  reason: str = "shutdown", unclaimed: bool = False) -> bool:
+    """A holder gives an unfinished task back (queued, due now); ``unclaimed``: nobody got the lease.
+
+    A stopping worker's push may have started, so its attempt counts; a claim nobody received gives it back.
+    """
+    return await conn.fetchval(Q.task_release, task_id, lease_token, actor_type, holder, reason,
+                               unclaimed) is not None
 
 
 async def _refuse(

@@ -129,7 +129,8 @@ async def claim(request: Request) -> Response:
 
     async def undo(won: tasks.Claimed) -> None:
         async with ctx.pool.acquire() as conn:
-            if await conn.fetchval(Q.task_unclaim, won.id, won.lease_token, str(agent["id"])) is not None:
+            if await tasks.release(conn, won.id, won.lease_token, holder=str(agent["id"]), actor_type="runtime",
+                                   reason="client_gone", unclaimed=True):
                 await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(won.id))
 
     if wait <= 0:

@@ -107,18 +107,20 @@ WITH back AS (
 SELECT * FROM back;
 
 -- name: task_release
--- A stopping worker hands task $1 (lease token $2) back untouched: queued, due now; audited as RELEASE
--- by actor id $3.
+-- Hand task $1 (lease token $2) back untouched: queued, due now; audited as RELEASE by actor type $3 / id $4
+-- with reason $5. $6 = give the attempt back: true when nobody ever received the lease (a runtime hung up
+-- before its claim could be answered: 'client_gone'), false when a push may have started (a stopping
+-- worker: 'shutdown'). Zero rows: that lease is gone already.
 WITH back AS (
     UPDATE agent_task
-    SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, holder_instance = NULL,
-        available_at = now(), updated_at = now()
+    SET status = 'queued', attempt = attempt - CASE WHEN $6 THEN 1 ELSE 0 END, lease_token = NULL,
+        lease_expires_at = NULL, holder_instance = NULL, available_at = now(), updated_at = now()
     WHERE id = $1 AND lease_token = $2 AND status = 'running'
     RETURNING id, workspace_id, attempt
 ), audited AS (
     INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
-    SELECT workspace_id, 'RELEASE', 'worker', $3, 'agent_task', id::text,
-           jsonb_build_object('status', 'queued', 'attempt', attempt, 'reason', 'shutdown')
+    SELECT workspace_id, 'RELEASE', $3, $4, 'agent_task', id::text,
+           jsonb_build_object('status', 'queued', 'attempt', attempt, 'reason', $5::text)
     FROM back
 )
 SELECT id FROM back;
@@ -211,20 +213,3 @@ SELECT id FROM done;
 -- task id, to the runtimes waiting for those agents).
 SELECT DISTINCT agent_id FROM agent_task WHERE id = ANY($1::uuid[]) AND agent_id = ANY($2::uuid[]);
 
--- name: task_unclaim
--- Undo a claim nobody received: the runtime hung up before task $1 (lease token $2) could be answered, so it
--- never saw the lease. Back to queued, due now, with the attempt given back (none was made); audited as
--- RELEASE by actor type 'runtime' / id $3 with reason 'client_gone'. Zero rows: that lease is gone already.
-WITH back AS (
-    UPDATE agent_task
-    SET status = 'queued', attempt = attempt - 1, lease_token = NULL, lease_expires_at = NULL,
-        holder_instance = NULL, available_at = now(), updated_at = now()
-    WHERE id = $1 AND lease_token = $2 AND status = 'running'
-    RETURNING id, workspace_id, attempt
-), audited AS (
-    INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
-    SELECT workspace_id, 'RELEASE', 'runtime', $3, 'agent_task', id::text,
-           jsonb_build_object('status', 'queued', 'attempt', attempt, 'reason', 'client_gone')
-    FROM back
-)
-SELECT id FROM back;
