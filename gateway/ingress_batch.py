@@ -6,8 +6,8 @@ is one request and waits for nothing; under load one round trip and one commit s
 That is what bounded the gateway: per request, a statement cost it a socket write and asyncpg's
 protocol work, and PostgreSQL a commit (docs/BENCHMARKS.md). Each request is still answered only after
 the commit of its own batch. A batch that fails for any reason other than an unavailable database is
-written again request by request (``delivery_ingest``), so one bad row cannot fail its neighbours and its
-own error reaches its own caller.
+written again request by request (the same statement, one-element arrays), so one bad row cannot fail
+its neighbours and its own error reaches its own caller.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import asyncpg
 
 from gateway.ingress_store import unavailable
 from hookgate import metrics
-from hookgate.database import Conn, one
+from hookgate.database import Conn
 from sql import Q
 
-#: Parameters of ``delivery_ingest``: one tuple per request, in the statement's order.
+#: One request's elements of ``delivery_ingest``'s parameter arrays, in the statement's order.
 Params = tuple[Any, ...]
 _Pending = tuple[Params, "asyncio.Future[asyncpg.Record]"]
 
@@ -45,7 +45,7 @@ class IngestBatcher:
             yield conn
 
     async def ingest(self, params: Params) -> asyncpg.Record:
-        """Write one request's ``delivery_ingest`` in the next batch; its row once the batch committed."""
+        """Write one request in the next batch; its row of ``delivery_ingest`` once the batch committed."""
         done: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
         self._queue.append((params, done))
         if len(self._writers) < self.inflight:
@@ -76,8 +76,7 @@ class IngestBatcher:
         metrics.INGEST_BATCH.observe(len(batch))
         if len(batch) > 1:
             try:
-                rows = await conn.fetch(Q.delivery_ingest_many, *(list(col) for col in zip(*(p for p, _ in batch),
-                                                                                             strict=True)))
+                rows = await _ingest(conn, [params for params, _ in batch])
             except Exception as exc:
                 if unavailable(exc):
                     raise
@@ -88,7 +87,7 @@ class IngestBatcher:
                 return
         for params, done in batch:  # alone, or again one by one after the batch failed
             try:
-                row = one(await conn.fetchrow(Q.delivery_ingest, *params))
+                [row] = await _ingest(conn, [params])
             except Exception as exc:
                 if not done.done():
                     done.set_exception(exc)
@@ -97,3 +96,8 @@ class IngestBatcher:
                 continue
             if not done.done():
                 done.set_result(row)
+
+
+async def _ingest(conn: Conn, requests: Sequence[Params]) -> list[asyncpg.Record]:
+    """``delivery_ingest`` over requests' parameters, transposed into its parallel arrays."""
+    return await conn.fetch(Q.delivery_ingest, *(list(column) for column in zip(*requests, strict=True)))

@@ -13,8 +13,8 @@ A request that passed the token, size, body and signature steps becomes exactly 
   ``dispatched`` at once (its run is final: there is nothing left for a worker to do).
 
 Steps 7-10 are one statement (``delivery_ingest``), hence one atomic commit, and the 2xx is sent only
-after it; concurrent requests share that statement and commit (``delivery_ingest_many``, see
-:mod:`gateway.ingress_batch`); step 11 (the worker's wake-up) follows the commit (see :mod:`gateway.ingress_wake`).
+after it; concurrent requests share that statement and commit (see :mod:`gateway.ingress_batch`);
+step 11 (the worker's wake-up) follows the commit (see :mod:`gateway.ingress_wake`).
 If admitting the run fails on an internal error (a bug in the gate, a constraint the run violates), the
 delivery alone is committed ``queued`` with no run, the same state a crash leaves, and the worker admits
 it later; the answer is then ``accepted`` with ``run_id`` null. (A single statement is its own
@@ -163,7 +163,7 @@ def unavailable(exc: BaseException) -> bool:
 
 
 def params(trigger: Trigger, d: Delivery, p: Plan) -> tuple[Any, ...]:
-    """The parameters of ``delivery_ingest`` for this request and plan (new UUIDv7 ids included)."""
+    """One request's elements of ``delivery_ingest``'s parameter arrays (new UUIDv7 ids included)."""
     ts = d.received_at.timestamp()  # the database clock (see Trigger.now), so ids sort like received_at
     return (
         trigger.id, trigger.digest, trigger.fingerprint, d.received_at, d.raw, d.content_type,

@@ -101,69 +101,27 @@ LEFT JOIN member publisher ON publisher.id = coalesce(t.published_by_id, rv.publ
 WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 
 -- name: delivery_ingest
--- Ingress steps 7-11 in one statement (so one atomic commit): re-check that trigger $1 still has token
--- digest $2 and the fingerprint $3 of ingress_trigger_lookup (a rotated token, a new secret, an edited
--- trigger or autopilot persists nothing: live = 0 and the caller looks up again), insert the delivery
--- with its final status and the run if one is admitted. No NOTIFY here: a NOTIFY in a transaction takes
--- a database-wide lock at commit that serialises every notifying commit (and its WAL flush), which cut
--- ingress throughput by about half; the caller wakes the worker right after the commit instead
--- (gateway/ingress_wake.py), and the worker's poll covers a lost hint. A dedupe-key collision inserts nothing (delivery_id is NULL with live = 1; the caller takes the
--- duplicate path). Rejected rows are outside the dedupe index, so a forged request never collides.
--- $4 = received_at, $5 = raw body, $6 = content type, $7 = selected headers, $8 = envelope (also the
--- run payload), $9 = provider, $10 = event, $11 = dedupe key, $12 = dedupe source, $13 = signature
--- status, $14 = delivery status, $15 = delivery reason code, $16 = response status, $17 = response body
--- without ids (delivery_id, and run_id when a run is made, are added here), $18 = run status
--- ('pending', 'skipped', or NULL for no run), $19 = rule version, $20 = accountable member,
--- $21 = run reason code, $22 = run reason, $23 = the new delivery's id, $24 = the new run's id (NULL
--- when no run is made); both UUIDv7 made by the caller, because hookgate_uuid7() in SQL cost more than
--- all the rest of this statement's expressions together. $25 = the delivery's reason (text).
-WITH live AS (
-    SELECT t.id, t.workspace_id, t.autopilot_id
-    FROM autopilot_trigger t JOIN autopilot a ON a.id = t.autopilot_id
-    WHERE t.id = $1 AND t.token_digest = $2 AND t.deleted_at IS NULL
-      AND md5(row(t.enabled, t.provider, t.event_filters, t.signing_secret_ct, t.previous_secret_ct,
-                  t.previous_secret_expires_at > now(), a.status, a.execution_mode, a.assignee_type,
-                  a.assignee_id, a.workspace_id)::text) = $3
-), ids AS (
-    SELECT $23::uuid AS delivery_id, $24::uuid AS run_id
-), delivery AS (
-    INSERT INTO webhook_delivery (id, workspace_id, trigger_id, autopilot_id, received_at, body, content_type,
-                                  headers, envelope, provider, event, dedupe_key, dedupe_source,
-                                  signature_status, status, reason_code, reason, response_status, response_body,
-                                  run_id)
-    -- The envelope is kept on the delivery too (the run's payload is the same): the worker admits a
-    -- queued delivery that has no run yet from it, and a replay copies it.
-    SELECT ids.delivery_id, live.workspace_id, live.id, live.autopilot_id, $4, $5, $6, $7, $8, $9, $10, $11,
-           $12, $13, $14, $15, $25, $16,
-           $17::jsonb || jsonb_build_object('delivery_id', ids.delivery_id)
-               || CASE WHEN ids.run_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('run_id', ids.run_id) END,
-           ids.run_id
-    FROM live CROSS JOIN ids
-    ON CONFLICT (trigger_id, dedupe_key) WHERE dedupe_key IS NOT NULL AND status NOT IN ('rejected', 'failed')
-    DO NOTHING
-    RETURNING id, status, run_id
-), run AS (
-    INSERT INTO autopilot_run (id, workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source, status,
-                               rule_version_id, payload, accountable_id, reason_code, reason, finished_at)
-    SELECT delivery.run_id, live.workspace_id, live.autopilot_id, live.id, delivery.id, 'webhook', $18,
-           $19, $8, $20, $21, $22, CASE WHEN $18 = 'skipped' THEN now() END
-    FROM delivery CROSS JOIN live
-    WHERE delivery.run_id IS NOT NULL
-    RETURNING id
-)
-SELECT (SELECT count(*) FROM live) AS live, delivery.id AS delivery_id, delivery.status,
-       (SELECT id FROM run) AS run_id
-FROM (SELECT 1) AS one LEFT JOIN delivery ON true;
-
--- name: delivery_ingest_many
--- delivery_ingest for many requests in one statement: the ingress's group commit (gateway/ingress_batch.py),
--- so concurrent requests share one round trip and one commit. $1..$25 are arrays, one element per request,
--- of the parameters of delivery_ingest in the same order ($1 trigger ids, $2 token digests, $3 fingerprints,
--- $4 received_at, …, $23 delivery ids, $24 run ids (NULL elements: no run), $25 reasons). Each request is
--- checked and inserted exactly as delivery_ingest would alone; requests of one batch that share a dedupe
--- key are inserted in array order, so the first one wins and the others take the duplicate path. Returns
--- one row per request: n (its 1-based position), live (0 = its trigger changed: look up again),
--- delivery_id (NULL: a dedupe-key collision), status, run_id.
+-- Ingress steps 7-10 for one or many requests in one statement, so one atomic commit: the ingress's group
+-- commit (gateway/ingress_batch.py) has concurrent requests share one round trip and one commit; a request
+-- written alone passes one-element arrays. Per request: re-check that its trigger still has the token digest
+-- and the fingerprint of ingress_trigger_lookup (a rotated token, a new secret, an edited trigger or
+-- autopilot persists nothing: live = 0 and the caller looks up again), insert the delivery with its final
+-- status and the run if one is admitted. A dedupe-key collision inserts nothing (delivery_id NULL with
+-- live = 1: the caller takes the duplicate path); requests of one batch that share a key are inserted in
+-- array order, so the first wins. Rejected rows are outside the dedupe index, so a forged request never
+-- collides. No NOTIFY here: a NOTIFY in a transaction takes a database-wide lock at commit that serialises
+-- every notifying commit (and its WAL flush), which cut ingress throughput by about half; the caller wakes
+-- the worker right after the commit instead (gateway/ingress_wake.py), and the worker's poll covers a lost
+-- hint. Parallel arrays, one element per request: $1 = trigger ids, $2 = token digests, $3 = fingerprints,
+-- $4 = received_at, $5 = raw bodies, $6 = content types, $7 = selected headers, $8 = envelopes (also the
+-- run payloads), $9 = providers, $10 = events, $11 = dedupe keys, $12 = dedupe sources, $13 = signature
+-- statuses, $14 = delivery statuses, $15 = delivery reason codes, $16 = response statuses, $17 = response
+-- bodies without ids (delivery_id, and run_id when a run is made, are added here), $18 = run statuses
+-- ('pending', 'skipped', or NULL for no run), $19 = rule versions, $20 = accountable members, $21 = run
+-- reason codes, $22 = run reasons, $23 = the new deliveries' ids, $24 = the new runs' ids (NULL: no run),
+-- both UUIDv7 made by the caller (hookgate_uuid7() in SQL cost more than all the rest of the statement's
+-- expressions together), $25 = the deliveries' reasons (text). Returns one row per request: n (its 1-based
+-- position), live, delivery_id, status, run_id.
 WITH x AS (
     SELECT * FROM unnest($1::uuid[], $2::bytea[], $3::text[], $4::timestamptz[], $5::bytea[], $6::text[],
                          $7::jsonb[], $8::jsonb[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
@@ -174,7 +132,7 @@ WITH x AS (
                              response_status, response, run_status, rule_version_id, accountable_id,
                              run_reason_code, run_reason, delivery_id, run_id, reason, n)
 ), live AS (
-    -- The re-check of delivery_ingest, per request (a batch may span triggers and a change between them).
+    -- Per request: a batch may span triggers, and one may change between two requests' lookups.
     SELECT x.n, t.workspace_id, t.autopilot_id
     FROM x JOIN autopilot_trigger t ON t.id = x.trigger_id AND t.token_digest = x.digest AND t.deleted_at IS NULL
     JOIN autopilot a ON a.id = t.autopilot_id
@@ -182,6 +140,8 @@ WITH x AS (
                   t.previous_secret_expires_at > now(), a.status, a.execution_mode, a.assignee_type,
                   a.assignee_id, a.workspace_id)::text) = x.fingerprint
 ), delivery AS (
+    -- The envelope is kept on the delivery too (the run's payload is the same): the worker admits a
+    -- queued delivery that has no run yet from it, and a replay copies it.
     INSERT INTO webhook_delivery (id, workspace_id, trigger_id, autopilot_id, received_at, body, content_type,
                                   headers, envelope, provider, event, dedupe_key, dedupe_source,
                                   signature_status, status, reason_code, reason, response_status, response_body,
