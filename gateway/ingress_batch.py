@@ -36,7 +36,8 @@ class IngestBatcher:
     def __init__(self, pool: asyncpg.Pool, acquire_timeout: float, *, size: int = 64, inflight: int = 4) -> None:
         self.pool, self.acquire_timeout, self.size, self.inflight = pool, acquire_timeout, size, inflight
         self._queue: deque[_Pending] = deque()
-        self._writers: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.Task[None]] = set()  # references, so a running writer is never collected
+        self._running = 0
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Conn]:
@@ -48,7 +49,8 @@ class IngestBatcher:
         """Write one request in the next batch; its row of ``delivery_ingest`` once the batch committed."""
         done: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
         self._queue.append((params, done))
-        if len(self._writers) < self.inflight:
+        if self._running < self.inflight:
+            self._running += 1
             writer = asyncio.create_task(self._write_while_queued())
             self._writers.add(writer)
             writer.add_done_callback(self._writers.discard)
@@ -61,16 +63,22 @@ class IngestBatcher:
         return batch
 
     async def _write_while_queued(self) -> None:
-        while self._queue:
-            batch: list[_Pending] = []
-            try:
-                async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
-                    batch = self._take()  # taken once connected: what queued meanwhile joins too
-                    await self._write(conn, batch)
-            except Exception as exc:  # no connection (or it broke on release): these requests get a 503
-                for _, done in batch or self._take():
-                    if not done.done():
-                        done.set_exception(exc)
+        try:
+            while self._queue:
+                batch: list[_Pending] = []
+                try:
+                    async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
+                        batch = self._take()  # taken once connected: what queued meanwhile joins too
+                        await self._write(conn, batch)
+                except Exception as exc:  # no connection (or it broke on release): these requests get a 503
+                    for _, done in batch or self._take():
+                        if not done.done():
+                            done.set_exception(exc)
+        finally:
+            # Counted down in the same step as the empty-queue check, never in a done-callback: a callback
+            # runs a loop turn later, and a write queued in between would find no free writer and no writer
+            # left to take it (seen: a gateway with 64 requests queued and idle).
+            self._running -= 1
 
     async def _write(self, conn: Conn, batch: Sequence[_Pending]) -> None:
         metrics.INGEST_BATCH.observe(len(batch))

@@ -94,3 +94,40 @@ async def test_a_rotated_trigger_in_a_batch_is_404_and_its_neighbours_are_stored
         else:
             assert answer.json()["status"] == "accepted"
     assert (stored, kept_rows) == (1, 7)
+
+
+async def _keep_alive_client(port: int, requests: list[bytes]) -> list[int]:
+    """Send requests one after another on one keep-alive connection; the status codes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    statuses = []
+    try:
+        for request in requests:
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            at = head.lower().index(b"content-length:")
+            await reader.readexactly(int(head[at + 15:head.index(b"\r\n", at)]))
+            statuses.append(int(head[9:12]))
+    finally:
+        writer.close()
+    return statuses
+
+
+def _raw_request(path: str, raw: bytes, headers: dict[str, str]) -> bytes:
+    lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{lines}content-length: {len(raw)}\r\n\r\n".encode() + raw
+
+
+async def test_no_request_is_stranded_when_writers_finish_as_others_queue(ctx, conn, spawn):
+    # A real gateway under 64 keep-alive connections, two writers: a write queued in the very loop turn a
+    # writer finished in once found no writer to take it, and the whole gateway went idle with 64 queued.
+    h = await kit.hook(ctx)
+    gateway = spawn.start("gateway", gateway=True, extra_env={
+        "HOOKGATE_INGEST_INFLIGHT": "2", "HOOKGATE_IP_REQUEST_CAP": "1000000", "HOOKGATE_LOG_LEVEL": "warning"})
+    gateway.wait_ready()
+    assert gateway.port is not None
+    clients = [[_raw_request(h.path, *kit.github({"action": "opened", "c": c, "n": n})) for n in range(40)]
+               for c in range(64)]
+    answers = await asyncio.wait_for(asyncio.gather(*(_keep_alive_client(gateway.port, reqs) for reqs in clients)),
+                                     60)
+    assert {s for statuses in answers for s in statuses} == {200}
+    assert await conn.fetchval("SELECT count(*) FROM webhook_delivery") == 64 * 40
