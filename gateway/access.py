@@ -10,9 +10,10 @@ path replaced by ``/hooks/awt_[redacted]``: the token is the credential, so it n
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,6 +32,9 @@ _OUTCOME_BY_STATUS = {
     503: "unavailable",
 }
 
+# The ingress metrics' labelled series by (outcome, preset): ``labels()`` takes a lock and builds a key.
+_SERIES: dict[tuple[str, str], tuple[Any, Any]] = {}
+
 
 def redacted_path(path: str) -> str:
     """The path as it may be logged: anything after ``/hooks/`` is a credential, whatever its shape."""
@@ -46,7 +50,7 @@ def request_id_from(scope: Scope) -> str:
             text: str = value.decode("latin-1")
             if _REQUEST_ID.match(text) and logs.redact(text) == text:
                 return text
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 class RequestContext:
@@ -95,5 +99,10 @@ def _finish(scope: Scope, fields: dict[str, object], status: int, elapsed: float
         })
     if path.startswith(HOOKS_PREFIX):
         outcome = str(fields.get("outcome") or _OUTCOME_BY_STATUS.get(status, str(status)))
-        metrics.INGRESS_REQUESTS.labels(outcome, str(fields.get("preset") or "unknown")).inc()
-        metrics.INGRESS_LATENCY.labels(outcome).observe(elapsed)
+        preset = str(fields.get("preset") or "unknown")
+        series = _SERIES.get((outcome, preset))
+        if series is None:  # a few dozen pairs at most (outcomes x presets): looked up once, kept
+            series = _SERIES[outcome, preset] = (metrics.INGRESS_REQUESTS.labels(outcome, preset),
+                                                 metrics.INGRESS_LATENCY.labels(outcome))
+        series[0].inc()
+        series[1].observe(elapsed)

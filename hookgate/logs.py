@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import json
 import logging
 import re
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,16 +23,30 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 _bound: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("hookgate_log_context", default=None)
 
 
-@contextlib.contextmanager
-def scope(**fields: Any) -> Iterator[dict[str, Any]]:
-    """Open a log scope (one request, one claimed item): its fields go into every record logged inside."""
-    outer = _bound.get()
-    fields = {**(outer or {}), **{k: v for k, v in fields.items() if v is not None}}
-    token = _bound.set(fields)
-    try:
-        yield fields
-    finally:
-        _bound.reset(token)
+class Scope:
+    """A log scope (one request, one claimed item): its fields go into every record logged inside.
+
+    A plain class rather than a generator context manager: one is opened per HTTP request, and this is
+    several times cheaper.
+    """
+
+    __slots__ = ("_token", "fields")
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        outer = _bound.get()
+        self.fields = {**outer, **fields} if outer else fields
+
+    def __enter__(self) -> dict[str, Any]:
+        self._token = _bound.set(self.fields)
+        return self.fields
+
+    def __exit__(self, *exc: object) -> None:
+        _bound.reset(self._token)
+
+
+def scope(**fields: Any) -> Scope:
+    """Open a log scope with ``fields`` (``None`` values are left out); use it in a ``with``."""
+    return Scope({k: v for k, v in fields.items() if v is not None})
 
 
 def bind(**fields: Any) -> None:
