@@ -172,6 +172,8 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
     elapsed: float = 0.0
+    cpu_us: float = 0.0  # the server process's CPU time over the measured windows, in microseconds
+    db_cpu_us: float = 0.0  # the same for the PostgreSQL backends of the bench database
 
     @property
     def rate(self) -> float:
@@ -187,6 +189,8 @@ class Result:
         self.ok_keys += other.ok_keys
         self.latencies += other.latencies
         self.elapsed += other.elapsed
+        self.cpu_us += other.cpu_us
+        self.db_cpu_us += other.db_cpu_us
         for status, n in other.statuses.items():
             self.statuses[status] = self.statuses.get(status, 0) + n
 
@@ -240,17 +244,43 @@ async def wal_lsn(dsn: str) -> int:
         await conn.close()
 
 
-async def measure(label: str, port: int, path: str, args: argparse.Namespace, dsn: str) -> tuple[Result, float]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (``/proc``; 0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def database_cpu(dsn: str) -> float:
+    """CPU seconds so far of the PostgreSQL backends serving the bench database (a server on this host)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        pids = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+    finally:
+        await conn.close()
+    return sum(cpu_seconds(row["pid"]) for row in pids)
+
+
+async def measure(label: str, port: int, path: str, args: argparse.Namespace, dsn: str,
+                  pid: int) -> tuple[Result, float]:
     requests = build_requests(path, int((args.duration + args.warmup) * args.max_rate))
     await drive(port, requests, args.connections, args.warmup, None)
     result = Result()
-    before = await wal_lsn(dsn)
+    before, cpu_before, db_before = await wal_lsn(dsn), cpu_seconds(pid), await database_cpu(dsn)
     result.elapsed = await drive(port, requests, args.connections, args.duration, result)
-    wal = (await wal_lsn(dsn) - before) / max(1, sum(result.statuses.values()))
+    answered = max(1, sum(result.statuses.values()))
+    cpu = (cpu_seconds(pid) - cpu_before) / answered * 1e6
+    db_cpu = (await database_cpu(dsn) - db_before) / answered * 1e6
+    result.cpu_us += cpu * answered
+    result.db_cpu_us += db_cpu * answered
+    wal = (await wal_lsn(dsn) - before) / answered
     rate = result.rate
     print(f"{label:9s} {rate:8.0f} req/s accepted   p50 {percentile(result.latencies, 0.5) * 1000:6.2f} ms   "
-          f"p99 {percentile(result.latencies, 0.99) * 1000:6.2f} ms   WAL {wal:6.0f} B/req   "
-          f"statuses {result.statuses}", flush=True)
+          f"p99 {percentile(result.latencies, 0.99) * 1000:6.2f} ms   "
+          f"CPU server {cpu:4.0f} + PostgreSQL {db_cpu:4.0f} us/req   "
+          f"WAL {wal:6.0f} B/req   statuses {result.statuses}", flush=True)
     if not requests:
         print(f"  warning: {label} ran out of prebuilt requests; raise --max-rate", flush=True)
     return result, rate
@@ -273,6 +303,20 @@ async def check(dsn: str, gateway: Result, baseline: Result) -> bool:
           f"{orphans} deliveries without a run; baseline rows {base_rows} >= 2xx {len(baseline.ok_keys)}: "
           f"{'OK' if ok and base_rows >= len(baseline.ok_keys) else 'FAILED'}", flush=True)
     return ok and base_rows >= len(baseline.ok_keys)
+
+
+def batch_sizes(port: int) -> tuple[float, float]:
+    """The gateway's ``hookgate_ingress_batch_size`` so far: (requests written, statements)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
+        text = page.read().decode()
+    found = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("hookgate_ingress_batch_size_sum", "hookgate_ingress_batch_size_count"):
+            found[name] = float(value)
+    return found.get("hookgate_ingress_batch_size_sum", 0.0), found.get("hookgate_ingress_batch_size_count", 0.0)
 
 
 def start_profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
@@ -345,21 +389,26 @@ async def run(args: argparse.Namespace) -> int:
             rates = {}
             for label in order:
                 spy = None
+                pid = (base if label == "baseline" else gw).pid
                 if label == args.profile and round_no == 0:
-                    pid = (gw if label == "gateway" else base).pid
                     spy = start_profile(pid, args.duration + args.warmup, logs / "server.prof")
                 port, path = (base_port, "/hooks/x") if label == "baseline" else (gw_port, f"/hooks/{token}")
-                result, rates[label] = await measure(label, port, path, args, dsn)
+                result, rates[label] = await measure(label, port, path, args, dsn, pid)
                 (baseline if label == "baseline" else gateway).merge(result)
                 if spy is not None:
                     spy.wait(60)
             ratios.append(rates["gateway"] / rates["baseline"])
             print(f"ratio    {ratios[-1]:8.2f} (gateway / baseline), round {round_no + 1}", flush=True)
         for label, res in (("baseline", baseline), ("gateway", gateway)):
-            print(f"total    {label:9s}{res.rate:8.0f} req/s  p50 {res.p(0.5):.2f} ms  p99 {res.p(0.99):.2f} ms")
+            answered = max(1, sum(res.statuses.values()))
+            print(f"total    {label:9s}{res.rate:8.0f} req/s  p50 {res.p(0.5):.2f} ms  p99 {res.p(0.99):.2f} ms  "
+                  f"CPU server {res.cpu_us / answered:.0f} + PostgreSQL {res.db_cpu_us / answered:.0f} us/req")
         median = sorted(ratios)[len(ratios) // 2]
         print(f"summary  ratio {gateway.rate / baseline.rate:.2f} (median of rounds {median:.2f}); {args.connections} "
               f"connections, {args.rounds} x {args.duration:.0f} s per server, pool {args.pool}", flush=True)
+        written, statements = batch_sizes(gw_port)
+        print(f"batches  {written / max(statements, 1):.1f} deliveries per ingest statement on average "
+              f"({statements:.0f} statements)", flush=True)
         if args.profile:
             summarize_profile(logs / "server.prof")
         return 0 if await check(dsn, gateway, baseline) else 1

@@ -27,14 +27,32 @@ def one(row: asyncpg.Record | None) -> asyncpg.Record:
     return row
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _jsonb_dumps(value: Any) -> bytes:
+    return _JSONB_VERSION + json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _jsonb_loads(data: bytes) -> Any:
+    return json.loads(data[1:])  # after the version byte
+
+
+#: jsonb's binary wire format is a version byte (1) and the JSON text.
+_JSONB_VERSION = b"\x01"
 
 
 async def init_connection(conn: Conn) -> None:
-    """JSON codecs for json/jsonb on every connection, and the array types of the batched statements learnt."""
-    for name in ("json", "jsonb"):
-        await conn.set_type_codec(name, encoder=_dumps, decoder=json.loads, schema="pg_catalog")
+    """JSON codecs for json/jsonb on every connection, and the array types of the batched statements learnt.
+
+    The codecs use the binary wire format: with a text-format codec asyncpg sends a ``jsonb[]`` parameter
+    as an array literal, quoting and escaping every character of every document, which was the largest
+    single cost of the ingress batch statement (docs/BENCHMARKS.md).
+    """
+    await conn.set_type_codec("json", encoder=_dumps, decoder=json.loads, schema="pg_catalog", format="binary")
+    await conn.set_type_codec("jsonb", encoder=_jsonb_dumps, decoder=_jsonb_loads, schema="pg_catalog",
+                              format="binary")
     await conn.prepare(Q.connection_learn_types)
 
 
