@@ -15,9 +15,10 @@ is unreachable, a connection cannot be had in ``pool_acquire_timeout`` or the wr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import asyncpg
@@ -33,7 +34,7 @@ from gateway.ingress_batch import IngestBatcher
 from gateway.ingress_triggers import Trigger, TriggerCache, lookup
 from gateway.ingress_wake import Waker
 from gateway.providers import Inbound, get_preset, selected_headers, slack_challenge
-from hookgate import crypto, logs
+from hookgate import crypto, logs, metrics
 from hookgate.context import Context
 
 log = logging.getLogger("hookgate.ingress")
@@ -59,6 +60,8 @@ class IngressState:
     cache: TriggerCache
     waker: Waker
     writer: IngestBatcher
+    lookups: dict[bytes, asyncio.Task[Trigger | None]] = field(default_factory=dict)
+    """Lookups in flight by digest: concurrent requests for one token share one query."""
 
     @classmethod
     def create(cls, ctx: Context) -> IngressState:
@@ -128,8 +131,32 @@ async def _read_capped(receive: Receive, declared: str) -> bytes | None:
 
 
 async def _lookup(state: IngressState, digest: bytes, cached: bool) -> Trigger | None:
-    if cached and (hit := state.cache.get(digest)) is not None:
+    """Step 2: the trigger of ``digest``, from the cache if ``cached`` and fresh, else from the database.
+
+    A cache miss joins the lookup already in flight for the same digest, if there is one: when a busy
+    trigger's entry expires, every request that arrives before the first lookup returns would otherwise
+    send its own query (dozens per second under load, and as many pooled connections).
+    """
+    if not cached:
+        return await _fetch(state, digest)
+    if (hit := state.cache.get(digest)) is not None:
         return hit  # no connection taken at all
+    pending = state.lookups.get(digest)
+    if pending is None:
+        pending = state.lookups[digest] = asyncio.ensure_future(_fetch(state, digest))
+        pending.add_done_callback(lambda done: _lookup_done(state, digest, done))
+    return await asyncio.shield(pending)  # a waiter that goes away does not cancel the others' lookup
+
+
+def _lookup_done(state: IngressState, digest: bytes, done: asyncio.Task[Trigger | None]) -> None:
+    if state.lookups.get(digest) is done:
+        del state.lookups[digest]
+    if not done.cancelled():
+        done.exception()  # retrieved here: every waiter may be gone (their own errors are raised to them)
+
+
+async def _fetch(state: IngressState, digest: bytes) -> Trigger | None:
+    metrics.INGRESS_LOOKUPS.inc()
     async with state.ctx.pool.acquire(timeout=state.ctx.settings.pool_acquire_timeout) as conn:
         return await lookup(conn, state.ctx.keyring, digest, state.cache,
                             heartbeat_timeout_s=state.ctx.settings.heartbeat_timeout_s)

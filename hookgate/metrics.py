@@ -41,6 +41,10 @@ INGRESS_LATENCY = Histogram(
     "hookgate_ingress_latency_seconds", "Time from request start to response for POST /hooks/…",
     ["outcome"], buckets=_LATENCY, registry=REGISTRY,
 )
+INGRESS_LOOKUPS = Counter(
+    "hookgate_ingress_token_lookups", "Token lookups the ingress sent to the database (cache misses; concurrent "
+    "misses of one token share one lookup)", registry=REGISTRY,
+)
 INGEST_BATCH = Histogram(
     "hookgate_ingress_batch_size", "Deliveries written per ingress statement (group commit of concurrent requests)",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=REGISTRY,

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.ingress import BODY_CAP, NOT_FOUND
-from hookgate import crypto
+from hookgate import crypto, metrics
 from tests import factories
 from tests.gateway import ingress_kit as kit
 
@@ -306,6 +306,20 @@ async def test_rotated_token_is_404_at_once_even_with_a_warm_cache(ctx, client, 
     r = await client.post(h.path, content=raw, headers=headers)
     assert (r.status_code, r.content) == (404, NOT_FOUND)
     assert len(await kit.deliveries(conn)) == 1
+
+
+async def test_concurrent_requests_on_a_cold_cache_share_one_token_lookup(ctx, client, conn):
+    h = await kit.hook(ctx)
+    before = metrics.REGISTRY.get_sample_value("hookgate_ingress_token_lookups_total") or 0
+    signed = [kit.github({"action": "opened", "n": n}) for n in range(16)]
+    answers = await asyncio.gather(*(client.post(h.path, content=raw, headers=headers) for raw, headers in signed))
+    assert [r.json()["status"] for r in answers] == ["accepted"] * 16
+    assert metrics.REGISTRY.get_sample_value("hookgate_ingress_token_lookups_total") == before + 1
+    unknown = "awt_" + "x" * 43  # well-formed, unknown: misses are not cached, but concurrent ones share a query
+    misses = await asyncio.gather(*(client.post(f"/hooks/{unknown}", content=b"{}") for _ in range(8)))
+    assert {(r.status_code, r.content) for r in misses} == {(404, NOT_FOUND)}
+    assert metrics.REGISTRY.get_sample_value("hookgate_ingress_token_lookups_total") == before + 2
+    assert len(await kit.deliveries(conn)) == 16
 
 
 async def test_a_pause_and_a_new_secret_apply_at_once_even_with_a_warm_cache(ctx, client, conn):
