@@ -114,7 +114,7 @@ def rfc3339(moment: datetime) -> str:
     """An aware datetime as RFC 3339 UTC with microseconds, e.g. `2024-05-01T12:00:00.000000Z`."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("received_at must be timezone-aware")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def _decode(raw: bytes) -> str:

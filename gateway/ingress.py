@@ -91,8 +91,7 @@ class Reply:
     @classmethod
     def json(cls, status: int, content: object, headers: tuple[tuple[bytes, bytes], ...] = ()) -> Reply:
         """``content`` rendered as Starlette's ``JSONResponse`` renders it (compact UTF-8)."""
-        return cls(status, json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-                   .encode(), headers)
+        return cls(status, _ENCODER.encode(content).encode(), headers)
 
     async def __call__(self, send: Send) -> None:
         """Send the answer."""
@@ -101,6 +100,7 @@ class Reply:
         await send({"type": "http.response.body", "body": self.body})
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # made once, not per call
 _RETRY_AFTER = ((b"retry-after", str(RETRY_AFTER_UNAVAILABLE_S).encode()),)
 _NOT_FOUND = Reply(404, NOT_FOUND)
 _TOO_LARGE = Reply(413, TOO_LARGE)
