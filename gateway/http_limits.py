@@ -6,13 +6,16 @@ connection forever; and its httptools parser accumulates headers without a bound
 uvicorn's protocol class: a request must be fully received within ``read_timeout_s`` of the connection's
 start or of the previous response (else **408** ``{"error":"request_timeout"}`` and the connection is
 closed), and a request head larger than ``max_head_bytes`` gets **431** and a close. A request that was fully
-received is never cut, however long the application takes (a runtime claim long-polls).
+received is never cut, however long the application takes (a runtime claim long-polls). The protocol also
+sends each response in one write (:mod:`gateway.http_coalesce`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+
+from gateway.http_coalesce import CoalescingTransport
 
 TIMEOUT = b'{"error":"request_timeout","message":"the request was not received in time"}'
 TOO_LARGE = b'{"error":"headers_too_large","message":"the request head is too large"}'
@@ -33,7 +36,7 @@ def guarded(base: type[asyncio.Protocol], read_timeout_s: float, max_head_bytes:
         _head_bytes = 0
 
         def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
+            super().connection_made(CoalescingTransport(transport, self.loop))  # one send per response
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
