@@ -206,6 +206,21 @@ async def test_a_disabled_trigger_is_not_due_and_costs_nothing(setup, ctx):
     assert await setup.executions(trigger["id"]) == []
 
 
+async def test_the_newest_plan_of_a_scope_is_read_backwards_from_the_claims_unique_index(setup, ctx):
+    trigger = await setup.trigger("* * * * *", DAY0)
+    await setup.scheduler().run_once(DAY0 + SEC)
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in await conn.fetch(
+            "EXPLAIN SELECT plan_time FROM sys_cron_executions WHERE job_name = $1 AND scope_kind = 'trigger'"
+            " AND scope_id = $2 ORDER BY plan_time DESC LIMIT 1", SCHEDULE_JOB, str(trigger["id"])))
+        indexes = {r[0] for r in await conn.fetch(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'sys_cron_executions'")}
+    # One index on the claim's key serves the planner's watermark: every execution row maintains no second one.
+    assert "Scan Backward using sys_cron_executions_job_name_scope_kind_scope_id_plan_time_key" in plan
+    assert "sys_cron_executions_scope_idx" not in indexes
+
+
 async def _fire_through(setup, trigger_id, until):
     """Tick like the real service: at each stored next_fire_at (plus a second), until ``until``."""
     scheduler = setup.scheduler()
