@@ -352,7 +352,7 @@ class Scheduler:
             metrics.scheduler_started(spec.name, [(r.plan_time, r.now) for r in fused])
             total += len(fused) + self._start(spec, [JobRun.from_row(spec.name, r, at) for r in rows],
                                               override is not None)
-            if planned < spec.batch_size:
+            if planned < spec.batch_size or not (fused or rows):  # as _claim_job: nothing claimed, stop
                 break
             at = override or await self.now()
         return total

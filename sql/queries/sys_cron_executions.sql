@@ -83,11 +83,15 @@ SELECT $1, $2, p.scope_id, p.plan_time, 'SUCCESS', 1, $5, $6, gen_random_uuid(),
        $7::timestamptz + make_interval(secs => $8), $7, $9, $10, $11,
        greatest(0, (extract(epoch FROM $11::timestamptz - $7::timestamptz) * 1000)::integer), p.result::jsonb
 FROM unnest($3::text[], $4::timestamptz[], $12::text[]) AS p(scope_id, plan_time, result)
-WHERE NOT ($9 AND EXISTS (SELECT 1 FROM sys_cron_executions n
-                          WHERE n.job_name = $1 AND n.scope_kind = $2 AND n.scope_id = p.scope_id
-                            AND (n.plan_time > p.plan_time
-                                 OR (n.single_flight AND (n.status = 'RUNNING'
-                                                          OR (n.status = 'FAILED' AND n.next_retry_at IS NOT NULL))))))
+-- Two probes, each by its own index (the unique key's range; the flight index), never a scan of the scope's
+-- whole history.
+WHERE NOT ($9 AND (EXISTS (SELECT 1 FROM sys_cron_executions n
+                           WHERE n.job_name = $1 AND n.scope_kind = $2 AND n.scope_id = p.scope_id
+                             AND n.plan_time > p.plan_time)
+                   OR EXISTS (SELECT 1 FROM sys_cron_executions f
+                              WHERE f.job_name = $1 AND f.scope_kind = $2 AND f.scope_id = p.scope_id
+                                AND f.single_flight
+                                AND (f.status = 'RUNNING' OR (f.status = 'FAILED' AND f.next_retry_at IS NOT NULL)))))
 ORDER BY p.scope_id, p.plan_time
 ON CONFLICT DO NOTHING
 RETURNING id, scope_id, plan_time, lease_token;

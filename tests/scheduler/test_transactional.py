@@ -154,3 +154,25 @@ async def test_a_transactional_attempt_that_waits_on_a_lock_falls_back_to_a_dura
     rows = await executions(ctx)
     assert [(r["status"], r["attempt"], r["result"]) for r in rows] == [("SUCCESS", 1, {"by": "ordinary"})] * 3
     assert len(await written(ctx)) == 3 and fused.calls == 1
+
+
+async def test_a_transactional_plan_is_refused_while_its_scope_has_an_occurrence_in_flight(ctx, work):
+    from scheduler.spec import CustomPlans, Plan
+
+    async def careless(conn, now, limit):  # a planner that forgets single flight: the database must not
+        return [Plan("a", PLAN + MIN)]
+
+    async def never(conn, now):
+        return None
+
+    async with ctx.pool.acquire() as conn:  # an older occurrence failed and waits for its retry
+        await conn.execute("""INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status,
+                                  lease_token, stale_after, next_retry_at, single_flight)
+                              VALUES ('fused', 'global', 'a', $1, 'FAILED', gen_random_uuid(), $1, $2, true)""",
+                           PLAN, T0 + 10 * MIN)
+    ordinary, fused = Ordinary(), InTransaction()
+    spec = JobSpec(name="fused", handler=ordinary, transactional=fused, single_flight=True,
+                   catch_up=CustomPlans(careless, never))
+    assert (await Scheduler(ctx.pool, [spec], concurrency=1).run_once(T0)).claimed["fused"] == 0
+    assert fused.calls == 1 and await written(ctx) == [] and ordinary.calls == []
+    assert [(r["plan_time"], r["status"]) for r in await executions(ctx)] == [(PLAN, "FAILED")]
