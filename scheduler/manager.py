@@ -403,7 +403,7 @@ class Scheduler:
                     raise _Contended(f"{len(runs) - len(rows)} plan(s) of the batch are claimed elsewhere")
         except Exception as exc:
             log.warning("transactional attempt rolled back; claiming its plans the ordinary way",
-                     extra={"job": spec.name, "plans": len(plans), "error": f"{exc.__class__.__name__}: {exc}"})
+                        extra={"job": spec.name, "plans": len(plans), "error": f"{exc.__class__.__name__}: {exc}"})
             return None
         won = {(row["scope_id"], row["plan_time"]): row for row in rows}
         for run in runs:
