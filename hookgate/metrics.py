@@ -103,9 +103,13 @@ def observe_fire_lag(job: str, plan_time: datetime, started: datetime) -> None:
 
 def scheduler_started(job: str, plans: Iterable[tuple[datetime, datetime]]) -> None:
     """Count claimed plans ``(plan_time, claimed_at)`` of a job and observe each one's fire lag."""
-    for plan_time, claimed_at in plans:
-        SCHEDULER_PLANS.labels(job, "claimed").inc()
-        observe_fire_lag(job, plan_time, claimed_at)
+    lags = [max(0.0, (claimed_at - plan_time).total_seconds()) for plan_time, claimed_at in plans]
+    if not lags:
+        return
+    SCHEDULER_PLANS.labels(job, "claimed").inc(len(lags))
+    histogram = FIRE_LAG.labels(job)  # one label lookup per batch, not per plan (a herd is 10,000 plans)
+    for lag in lags:
+        histogram.observe(lag)
 
 
 @dataclass(frozen=True)

@@ -159,7 +159,7 @@ def _payload(state: asyncpg.Record, plan: datetime) -> dict[str, Any]:
 Todo = list[tuple[JobRun, asyncpg.Record]]
 
 
-async def _admit_pending(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> dict[int, admission.Admission]:
+async def _admit_pending(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> dict[JobRun, admission.Admission]:
     """The hot path: the gate's facts for the whole batch in one statement, the pending runs in one INSERT.
 
     Mirrors ``admission.admit`` for runs the gate lets through (same facts, same accountable member and
@@ -184,36 +184,36 @@ async def _admit_pending(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> 
     for run, state, _ in ready:
         row = inserted.get((state["id"], run.plan_time))
         if row is not None:
-            found[run.id] = admission.Admission(row["id"], row["status"], row["reason_code"], created=True)
+            found[run] = admission.Admission(row["id"], row["status"], row["reason_code"], created=True)
     return found
 
 
-async def _admit_all(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> dict[int, dict[str, Any]]:
+async def _admit_all(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> dict[JobRun, dict[str, Any]]:
     """Admit every occurrence's run (or find the one a crashed attempt admitted), then apply overlap."""
     fast = await _admit_pending(conn, todo, heartbeat_timeout_s)
-    found: dict[int, admission.Admission] = {}
+    found: dict[JobRun, admission.Admission] = {}
     for run, state in todo:
-        found[run.id] = fast.get(run.id) or await admission.admit(
+        found[run] = fast.get(run) or await admission.admit(
             conn, autopilot_id=state["autopilot_id"], source="schedule", payload=_payload(state, run.plan_time),
             trigger_id=state["id"], planned_at=run.plan_time, heartbeat_timeout_s=heartbeat_timeout_s,
         )
     skipped = await _apply_overlap(conn, todo, found)
     results = {}
     for run, _ in todo:
-        adm = found[run.id]
+        adm = found[run]
         status, reason = skipped.get(adm.run_id, (adm.status, adm.reason_code))
-        results[run.id] = {"run_id": str(adm.run_id), "status": status, "reason_code": reason,
+        results[run] = {"run_id": str(adm.run_id), "status": status, "reason_code": reason,
                            "reused": not adm.created}
     return results
 
 
 async def _apply_overlap(
-    conn: Conn, todo: Todo, found: dict[int, admission.Admission]
+    conn: Conn, todo: Todo, found: dict[JobRun, admission.Admission]
 ) -> dict[UUID, tuple[str, str]]:
     """Skip newly admitted pending runs whose trigger already has too many active runs (overlap policy)."""
     overlapping = []
     for run, state in todo:
-        adm, limit = found[run.id], _ACTIVE_LIMIT.get(state["overlap_policy"])
+        adm, limit = found[run], _ACTIVE_LIMIT.get(state["overlap_policy"])
         if adm.created and adm.status == "pending" and limit is not None and state["active_runs"] >= limit:
             why = f"a previous run of this trigger is still active (overlap policy {state['overlap_policy']})"
             overlapping.append((adm.run_id, why))
@@ -232,27 +232,42 @@ async def dispatch(batch: Batch, *, heartbeat_timeout_s: float) -> None:
         runs = await hold(conn, batch.runs, batch.spec.stale_timeout)
         if not runs:
             return
-        rows = await conn.fetch(Q.trigger_schedule_state, [UUID(r.scope_id) for r in runs])
-        states = {str(row["id"]): row for row in rows}
-        todo: Todo = []
-        fired: list[tuple[asyncpg.Record, datetime]] = []
-        for run in runs:
-            state = states.get(run.scope_id)
-            reason = _noop_reason(state, run)
-            if reason is not None:
-                run.result = {"noop": True, "reason": reason}
-            elif state is not None:
-                todo.append((run, state))
-            if state is not None and reason not in ("trigger_missing", "schedule_invalid"):
-                fired.append((state, run.plan_time))
-        results = await _admit_all(conn, todo, heartbeat_timeout_s) if todo else {}
-        for run, _ in todo:
-            run.result = results[run.id]
-        await _mark_fired(conn, fired)
-        wake = [UUID(r["run_id"]) for r in results.values() if r["status"] == "pending"]
-        if wake:
-            await conn.execute(Q.run_notify_pending, wake)
+        await _handle(conn, runs, heartbeat_timeout_s, mark_fired=True)
         await succeed_in(conn, runs, await batch.clock())
+
+
+async def dispatch_fresh(conn: Conn, batch: Batch, *, heartbeat_timeout_s: float) -> None:
+    """The transactional handler: fresh occurrences, handled in the transaction that planned and claims them.
+
+    The planner locked their triggers and set ``last_fired_at`` and ``next_fire_at`` in this transaction,
+    from the schedule as it is now, so the handler's own trigger rewrite would change nothing: it is left out.
+    """
+    await _handle(conn, batch.runs, heartbeat_timeout_s, mark_fired=False)
+
+
+async def _handle(conn: Conn, runs: list[JobRun], heartbeat_timeout_s: float, *, mark_fired: bool) -> None:
+    """Re-check each occurrence's trigger, admit its run (or record a no-op), wake workers; sets results."""
+    rows = await conn.fetch(Q.trigger_schedule_state, [UUID(r.scope_id) for r in runs])
+    states = {str(row["id"]): row for row in rows}
+    todo: Todo = []
+    fired: list[tuple[asyncpg.Record, datetime]] = []
+    for run in runs:
+        state = states.get(run.scope_id)
+        reason = _noop_reason(state, run)
+        if reason is not None:
+            run.result = {"noop": True, "reason": reason}
+        elif state is not None:
+            todo.append((run, state))
+        if state is not None and reason not in ("trigger_missing", "schedule_invalid"):
+            fired.append((state, run.plan_time))
+    results = await _admit_all(conn, todo, heartbeat_timeout_s) if todo else {}
+    for run, _ in todo:
+        run.result = results[run]
+    if mark_fired:
+        await _mark_fired(conn, fired)
+    wake = [UUID(r["run_id"]) for r in results.values() if r["status"] == "pending"]
+    if wake:
+        await conn.execute(Q.run_notify_pending, wake)
 
 
 async def _mark_fired(conn: Conn, fired: list[tuple[asyncpg.Record, datetime]]) -> None:
@@ -280,12 +295,15 @@ def autopilot_schedule_job(batch_size: int = 100, *, heartbeat_timeout_s: float)
     async def handler(batch: Batch) -> None:
         await dispatch(batch, heartbeat_timeout_s=heartbeat_timeout_s)
 
+    async def fresh(conn: Conn, batch: Batch) -> None:
+        await dispatch_fresh(conn, batch, heartbeat_timeout_s=heartbeat_timeout_s)
+
     return JobSpec(
         name=SCHEDULE_JOB, handler=handler, catch_up=CustomPlans(plans=plan_due, next_due=next_due),
         scope_kind="trigger", max_plans_per_tick=5, run_timeout=timedelta(minutes=2),
         stale_timeout=timedelta(minutes=5), heartbeat=timedelta(seconds=30), stale_reentry=True,
         max_attempts=3, retry_backoff=(timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15)),
-        retry_jitter=0.1, single_flight=True, batch_size=batch_size, on_failure=reconsider,
+        retry_jitter=0.1, single_flight=True, batch_size=batch_size, on_failure=reconsider, transactional=fresh,
     )
 
 

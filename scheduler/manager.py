@@ -19,19 +19,24 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from uuid import UUID
 
 import asyncpg
 
 from hookgate import database, metrics
 from hookgate.database import Conn
 from scheduler.liveness import LOCK_SPACE, Liveness
-from scheduler.spec import Batch, CustomPlans, EveryPlan, JobRun, JobSpec, LatestOnly, LeaseLost, Plan
+from scheduler.spec import Batch, CustomPlans, EveryPlan, JobRun, JobSpec, LatestOnly, LeaseLost, Plan, SchedulerError
 from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
 
 TRIGGERS_CHANNEL = "hookgate_triggers"
 _FAR_PAST = timedelta(days=366)
+#: How long a transactional attempt may wait for one lock before it gives up and its plans are claimed the
+#: ordinary way (a RUNNING row, heartbeats, liveness): an attempt is meant to take milliseconds, and its
+#: plans are not durably claimed until it commits.
+FUSE_LOCK_TIMEOUT = timedelta(seconds=1)
 
 #: A clock override for tests: returns "now" (timezone-aware UTC) instead of the database clock.
 Clock = Callable[[], Awaitable[datetime]]
@@ -51,6 +56,18 @@ class TickReport:
     claimed: dict[str, int] = field(default_factory=dict)
 
 
+class _Contended(SchedulerError):
+    """A transactional attempt found some of its plans claimed by another scheduler: it must roll back."""
+
+
+#: The lease token of a transactional run until its row exists (it is never written).
+_NO_LEASE = UUID(int=0)
+
+
+def _ms(delay: timedelta) -> str:
+    return f"{int(delay.total_seconds() * 1000)}ms"
+
+
 def _ids_tokens(runs: Sequence[JobRun]) -> tuple[list[int], list[object]]:
     return [r.id for r in runs], [r.lease_token for r in runs]
 
@@ -60,7 +77,7 @@ async def hold(conn: Conn, runs: Sequence[JobRun], stale_timeout: timedelta) -> 
 
     The transaction may not sit idle longer than ``stale_timeout``, or PostgreSQL ends the session.
     """
-    await conn.execute(Q.cron_hold_guard, f"{int(stale_timeout.total_seconds() * 1000)}ms")
+    await conn.execute(Q.cron_hold_guard, _ms(stale_timeout))
     held = {row["id"] for row in await conn.fetch(Q.cron_hold, *_ids_tokens(runs))}
     for run in runs:
         if run.id not in held:
@@ -105,6 +122,7 @@ class Scheduler:
         self.runner_id = runner_id or f"{socket.gethostname()}:{os.getpid()}"
         self.liveness = Liveness(pool, dsn, name=f"hookgate scheduler {self.runner_id}")
         self.liveness_poll = timedelta(seconds=liveness_poll)
+        self.concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
         self._inflight: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
@@ -261,6 +279,8 @@ class Scheduler:
                                     self.liveness.key)
         fixed = override is not None
         total += self._start(spec, [JobRun.from_row(spec.name, r, at) for r in rows], fixed)
+        if spec.transactional is not None:
+            return total + await self._fuse_job(spec, override, at)
         while not self._stopping.is_set():
             limit = self.claim_batch
             async with self.pool.acquire() as conn, conn.transaction():
@@ -307,6 +327,89 @@ class Scheduler:
             [p.plan_time for p in ordered], spec.max_attempts, self.runner_id, now,
             spec.stale_timeout.total_seconds(), spec.single_flight, self.liveness.key,
         )
+
+    # ------------------------------------------------------------------------ transactional
+    async def _fuse_job(self, spec: JobSpec, override: datetime | None, at: datetime) -> int:
+        """Plan, handle and record fresh plans of a transactional job, ``batch_size`` per transaction.
+
+        A custom planner locks what it plans (the autopilot planner: its triggers, SKIP LOCKED), so
+        ``concurrency`` workers split the due plans; a cadence job's planner locks nothing, so one worker.
+        Waits for them, so that the next tick does not find their scopes still due.
+        """
+        count = self.concurrency if isinstance(spec.catch_up, CustomPlans) else 1
+        workers = [self._fuse_worker(spec, override, at) for _ in range(count)]
+        outcomes = await asyncio.gather(*workers, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return sum(o for o in outcomes if isinstance(o, int))
+
+    async def _fuse_worker(self, spec: JobSpec, override: datetime | None, at: datetime) -> int:
+        total = 0
+        while not self._stopping.is_set():
+            async with self._slots:
+                planned, fused, rows = await self._fuse_batch(spec, at, override is not None)
+            metrics.scheduler_started(spec.name, [(r.plan_time, r.now) for r in fused])
+            total += len(fused) + self._start(spec, [JobRun.from_row(spec.name, r, at) for r in rows],
+                                              override is not None)
+            if planned < spec.batch_size or not (fused or rows):  # as _claim_job: nothing claimed, stop
+                break
+            at = override or await self.now()
+        return total
+
+    async def _fuse_batch(
+        self, spec: JobSpec, at: datetime, fixed: bool
+    ) -> tuple[int, list[JobRun], list[asyncpg.Record]]:
+        """One transaction: plan up to ``batch_size``, then handle and record them, or claim them RUNNING.
+
+        Returns how many were planned, the runs finished here, and the claim rows of an ordinary claim
+        (when the transactional attempt failed: they are handed to the ordinary handler).
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            # A frozen holder must not keep its scopes locked (and unclaimed) for long: within run_timeout
+            # its session ends, the transaction rolls back and the plans are due again, on time.
+            await conn.execute(Q.cron_hold_guard, _ms(spec.run_timeout))
+            plans = await self._plans(conn, spec, at, spec.batch_size)
+            if not plans:
+                return 0, [], []
+            plans.sort(key=lambda p: (p.scope_id, p.plan_time))
+            fused = await self._fuse(conn, spec, plans, at, fixed)
+            if fused is not None:
+                return len(plans), fused, []
+            return len(plans), [], await self._claim(conn, spec, plans, at)
+
+    async def _fuse(
+        self, conn: Conn, spec: JobSpec, plans: list[Plan], at: datetime, fixed: bool
+    ) -> list[JobRun] | None:
+        """The transactional attempt, in a savepoint: the handler's writes and the SUCCESS rows, or nothing.
+
+        None when it failed (the handler raised, a lock wait or statement ran too long, or another
+        scheduler won a plan): everything it wrote is rolled back and the caller claims the plans.
+        """
+        assert spec.transactional is not None
+        runs = [JobRun(0, spec.name, p.scope_id, p.plan_time, 1, spec.max_attempts, _NO_LEASE, at) for p in plans]
+        batch = Batch(spec, runs, self.pool, at, clock=lambda: self._time(runs, fixed))
+        try:
+            async with conn.transaction():
+                await conn.execute(Q.cron_fuse_limits, _ms(FUSE_LOCK_TIMEOUT), _ms(spec.run_timeout))
+                await spec.transactional(conn, batch)
+                rows = await conn.fetch(
+                    Q.cron_claim_done, spec.name, spec.scope_kind, [r.scope_id for r in runs],
+                    [r.plan_time for r in runs], spec.max_attempts, self.runner_id, at,
+                    spec.stale_timeout.total_seconds(), spec.single_flight, self.liveness.key,
+                    await self._time(runs, fixed),
+                    [None if r.result is None else json.dumps(r.result) for r in runs])
+                if len(rows) != len(runs):
+                    raise _Contended(f"{len(runs) - len(rows)} plan(s) of the batch are claimed elsewhere")
+        except Exception as exc:
+            log.warning("transactional attempt rolled back; claiming its plans the ordinary way",
+                        extra={"job": spec.name, "plans": len(plans), "error": f"{exc.__class__.__name__}: {exc}"})
+            return None
+        won = {(row["scope_id"], row["plan_time"]): row for row in rows}
+        for run in runs:
+            row = won[(run.scope_id, run.plan_time)]
+            run.id, run.lease_token, run.finished = row["id"], row["lease_token"], True
+        return runs
 
     # ------------------------------------------------------------------------------ execute
     def _start(self, spec: JobSpec, runs: list[JobRun], fixed: bool) -> int:

@@ -105,7 +105,8 @@ class EveryPlan:
 
 
 #: A custom planner: ``(conn, now, limit) -> plans`` (new plans only; due retries are generic). It runs in
-#: the claiming transaction, so row locks it takes last until its plans are claimed.
+#: the claiming transaction, so row locks it takes last until its plans are claimed (for a transactional job:
+#: until they are handled and recorded; a single-flight transactional job's planner must lock its scopes).
 Planner = Callable[[Conn, datetime, int], Awaitable[list[Plan]]]
 #: When a custom planner will next have something due: ``(conn, now) -> time or None``.
 NextDue = Callable[[Conn, datetime], Awaitable[datetime | None]]
@@ -169,6 +170,13 @@ FailureHook = Callable[[Conn, list[JobRun], datetime], Awaitable[None]]
 #: returns. An exception fails every unfinished run of the batch with ``handler_error``.
 Handler = Callable[[Batch], Awaitable[None]]
 
+#: A transactional handler does all of a batch's work on ``conn``, inside the transaction that plans and
+#: claims the batch, and sets ``run.result`` per run; the manager then records the executions SUCCESS in
+#: that same transaction. Only for work that is purely writes to this database: nothing outside it may
+#: happen, since the transaction can still roll back (then the plans are claimed the ordinary way and
+#: handed to ``handler``). ``run.id`` is not known yet while it runs.
+TransactionalHandler = Callable[[Conn, Batch], Awaitable[None]]
+
 
 def _positive(name: str, value: timedelta) -> None:
     if value <= timedelta(0):
@@ -201,6 +209,9 @@ class JobSpec:
     single_flight: bool = False
     batch_size: int = 1
     on_failure: FailureHook | None = None
+    #: Opt-in: fresh plans are claimed, handled and recorded SUCCESS in one transaction by this handler
+    #: (``docs/SCHEDULER.md``, "Transactional jobs"); retries, takeovers and failures use ``handler``.
+    transactional: TransactionalHandler | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -229,6 +240,10 @@ class JobSpec:
             raise InvalidJobSpec("max_plans_per_tick and batch_size must be at least 1")
 
     def _check_catch_up(self) -> None:
+        if self.transactional is not None and self.single_flight and not isinstance(self.catch_up, CustomPlans):
+            # Nothing locks a cadence job's scope while its plan is handled, so two fused transactions of
+            # one scope (an occurrence and the next) could overlap before either commits.
+            raise InvalidJobSpec("a transactional single-flight job needs a custom planner that locks its scopes")
         if isinstance(self.catch_up, CustomPlans):
             if self.cadence is not None or self.scopes is not None:
                 raise InvalidJobSpec("a custom planner replaces cadence and scopes; give neither")

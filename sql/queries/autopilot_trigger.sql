@@ -72,11 +72,14 @@ WHERE t.id = d.id AND t.kind = 'schedule';
 
 -- name: trigger_schedule_state
 -- What the schedule handler re-checks for triggers $1 at fire time: trigger and autopilot state, the
--- schedule as it is now, and how many runs of the trigger are still active (overlap policy).
+-- schedule as it is now, and how many runs of the trigger are still active (overlap policy; NULL, not
+-- counted, under 'allow', which never looks at it).
 SELECT t.id, t.autopilot_id, t.kind, t.enabled, (t.deleted_at IS NOT NULL) AS deleted, t.cron, t.timezone,
        t.overlap_policy, a.status AS autopilot_status,
-       (SELECT count(*) FROM autopilot_run r
-        WHERE r.trigger_id = t.id AND r.status IN ('pending', 'issue_created', 'queued', 'running')) AS active_runs
+       CASE WHEN t.overlap_policy IS DISTINCT FROM 'allow' THEN
+           (SELECT count(*) FROM autopilot_run r
+            WHERE r.trigger_id = t.id AND r.status IN ('pending', 'issue_created', 'queued', 'running'))
+       END AS active_runs
 FROM autopilot_trigger t
 JOIN autopilot a ON a.id = t.autopilot_id
 WHERE t.id = ANY($1::uuid[]);

@@ -1,6 +1,7 @@
 """autopilot_schedule_dispatch end to end through the job, with injected database time."""
 
 import asyncio
+import contextlib
 from datetime import timedelta
 
 import asyncpg
@@ -205,6 +206,21 @@ async def test_a_disabled_trigger_is_not_due_and_costs_nothing(setup, ctx):
     assert await setup.executions(trigger["id"]) == []
 
 
+async def test_the_newest_plan_of_a_scope_is_read_backwards_from_the_claims_unique_index(setup, ctx):
+    trigger = await setup.trigger("* * * * *", DAY0)
+    await setup.scheduler().run_once(DAY0 + SEC)
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in await conn.fetch(
+            "EXPLAIN SELECT plan_time FROM sys_cron_executions WHERE job_name = $1 AND scope_kind = 'trigger'"
+            " AND scope_id = $2 ORDER BY plan_time DESC LIMIT 1", SCHEDULE_JOB, str(trigger["id"])))
+        indexes = {r[0] for r in await conn.fetch(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'sys_cron_executions'")}
+    # One index on the claim's key serves the planner's watermark: every execution row maintains no second one.
+    assert "Scan Backward using sys_cron_executions_job_name_scope_kind_scope_id_plan_time_key" in plan
+    assert "sys_cron_executions_scope_idx" not in indexes
+
+
 async def _fire_through(setup, trigger_id, until):
     """Tick like the real service: at each stored next_fire_at (plus a second), until ``until``."""
     scheduler = setup.scheduler()
@@ -305,3 +321,56 @@ async def test_one_failing_trigger_fails_alone_when_its_batch_is_split(setup, ct
     assert (failed["status"], failed["error_code"]) == ("FAILED", "handler_error")
     assert "bad trigger" in failed["error_message"]
     assert (await setup.executions(good["id"]))[0]["status"] == "SUCCESS"
+
+
+async def _tx(ctx, table, key, value):
+    async with ctx.pool.acquire() as conn:
+        return await conn.fetchval(f"SELECT xmin::text FROM {table} WHERE {key} = $1", value)
+
+
+async def test_an_on_time_occurrence_is_claimed_handled_and_recorded_in_one_transaction(setup, ctx):
+    trigger = await setup.trigger("0 9 * * *", DAY0)
+    await setup.scheduler().run_once(DAY0 + SEC)
+    (run,) = await setup.runs(trigger["id"])
+    (execution,) = await setup.executions(trigger["id"])
+    assert (execution["status"], execution["attempt"], execution["result"]["run_id"]) == ("SUCCESS", 1, str(run["id"]))
+    # The run and the execution row (inserted SUCCESS: never RUNNING, never updated) were written by one
+    # (sub)transaction, which committed with the planner's trigger update.
+    tx = await _tx(ctx, "sys_cron_executions", "id", execution["id"])
+    assert await _tx(ctx, "autopilot_run", "id", run["id"]) == tx
+    assert (execution["started_at"], execution["finished_at"]) == (DAY0 + SEC, DAY0 + SEC)
+
+
+async def test_a_session_ending_inside_the_transaction_leaves_the_occurrence_due_and_it_fires_once(setup, ctx):
+    from hookgate import database
+
+    trigger = await setup.trigger("0 9 * * *", DAY0)
+    blocker = await database.connect(ctx.dsn)
+    held = blocker.transaction()
+    await held.start()
+    await blocker.execute("LOCK TABLE autopilot_run IN SHARE MODE")  # the run insert waits here
+    try:
+        dying = asyncio.create_task(setup.scheduler(concurrency=1).run_once(DAY0 + SEC))
+        waiting = None
+        for _ in range(200):
+            async with ctx.pool.acquire() as conn:
+                waiting = await conn.fetchval("SELECT pid FROM pg_locks WHERE relation = 'autopilot_run'::regclass "
+                                              "AND NOT granted")
+            if waiting:
+                break
+            await asyncio.sleep(0.01)
+        # Its session ends (as when its process dies) before the attempt gave up on the lock: nothing of it
+        # was committed.
+        async with ctx.pool.acquire() as conn:
+            assert await conn.fetchval("SELECT pg_terminate_backend($1)", waiting)
+        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            await asyncio.wait_for(dying, 10)
+    finally:
+        await held.rollback()
+        await blocker.close()
+    assert await setup.executions(trigger["id"]) == [] and await setup.runs(trigger["id"]) == []
+    assert (await setup.trigger_row(trigger["id"]))["next_fire_at"] == DAY0  # still due
+    await setup.scheduler().run_once(DAY0 + 30 * SEC)
+    (run,) = await setup.runs(trigger["id"])
+    (execution,) = await setup.executions(trigger["id"])
+    assert (run["planned_at"], execution["status"], execution["attempt"]) == (DAY0, "SUCCESS", 1)

@@ -69,6 +69,20 @@ def test_catch_up_modes_are_validated():
     assert spec(cadence=Schedule.parse("*/5 * * * *")).cadence is not None
 
 
+async def _in_transaction(conn, batch):
+    return None
+
+
+def test_a_transactional_single_flight_job_needs_a_planner_that_locks_its_scopes():
+    with pytest.raises(InvalidJobSpec, match="custom planner that locks its scopes"):
+        spec(transactional=_in_transaction, single_flight=True)
+    assert spec(transactional=_in_transaction).transactional is _in_transaction
+    locked = JobSpec(name="custom", handler=_noop, catch_up=CustomPlans(_plans, _due), single_flight=True,
+                     transactional=_in_transaction)
+    assert locked.single_flight and locked.transactional is not None
+    assert autopilot_schedule_job(heartbeat_timeout_s=120.0).transactional is not None
+
+
 def test_retry_backoff_steps_with_bounded_jitter_and_stops_at_max_attempts():
     job = spec(max_attempts=4, retry_jitter=0.1)
     now = utc(2027, 1, 1)
