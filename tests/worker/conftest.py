@@ -125,7 +125,16 @@ async def add_delivery(conn: Any, ap: Any, trigger: Any, *, event: str = "push",
 
 
 async def bulk_deliveries(conn: Any, ap: Any, trigger: Any, count: int) -> None:
-    """``count`` queued deliveries with admitted pending runs, inserted in two statements (race tests)."""
+    """``count`` queued deliveries with admitted pending runs, inserted in two statements (race tests).
+
+    One transaction, as ingress stores a delivery and its run atomically: a worker polling between the two
+    statements would otherwise take the deliveries as crash-window ones and admit runs the second one inserts.
+    """
+    async with conn.transaction():
+        await _bulk_deliveries(conn, ap, trigger, count)
+
+
+async def _bulk_deliveries(conn: Any, ap: Any, trigger: Any, count: int) -> None:
     await conn.execute(
         """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope,
                                          signature_status, dedupe_key)
