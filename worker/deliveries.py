@@ -73,6 +73,43 @@ class DeliveryWorker:
         self._busy = 0
         self._cursor: UUID | None = None
 
+    async def take_batch(self, limit: int | None = None, now: datetime | None = None) -> fastpath.Taken:
+        """Claim up to ``limit`` due deliveries and dispatch the plain ones in one round trip; push what it claimed.
+
+        ``leased`` of the result: the deliveries left for the one-by-one path (crash window, create_issue, ...).
+        """
+        s = self.settings
+        options = options_for(self.ctx, self.holder, self.pusher)
+        capacity = self.pusher.capacity() if self.pusher is not None else 0
+        async with self.ctx.pool.acquire() as conn:
+            taken = await fastpath.take(conn, limit=limit or s.delivery_batch, lease_s=s.delivery_lease_s,
+                                        cursor=self._cursor, fanout=TRIGGER_FANOUT, options=options,
+                                        capacity=capacity, now=now)
+        self._cursor = max(taken.triggers) if len(taken.triggers) >= TRIGGER_FANOUT else None
+        metrics.CLAIMS.labels("deliveries").inc(taken.dispatched + len(taken.leased))
+        metrics.CLAIMS.labels("tasks").inc(len(taken.claimed))
+        metrics.count_outcomes("deliveries", ["dispatched"] * taken.dispatched)
+        if self.pusher is not None:
+            for claimed in taken.claimed:
+                self.pusher.submit(claimed)
+        return taken
+
+    async def _take(self, limit: int, now: datetime | None = None) -> tuple[int, list[asyncpg.Record]]:
+        """Claim and dispatch one batch; returns how many were claimed and those left for the one-by-one path.
+
+        If the one statement fails (it then wrote nothing), the two-step path takes over for this batch: claim
+        with leases, then dispatch set-based what it can.
+        """
+        try:
+            taken = await self.take_batch(limit, now)
+        except asyncpg.PostgresError as exc:
+            log.warning("claim and dispatch failed; two steps", extra={"error": str(exc)})
+            leased = await self.claim_batch(limit, now)
+            rest = await self.fast(leased) if leased else []
+            metrics.count_outcomes("deliveries", ["dispatched"] * (len(leased) - len(rest)))
+            return len(leased), rest
+        return taken.dispatched + len(taken.leased), taken.leased
+
     async def claim_batch(self, limit: int | None = None, now: datetime | None = None) -> list[asyncpg.Record]:
         """Lease up to ``limit`` due deliveries (fairly across triggers) and apply per-trigger pacing."""
         s = self.settings
@@ -194,9 +231,7 @@ class DeliveryWorker:
 
     async def run_once(self, now: datetime | None = None) -> int:
         """Claim one batch and dispatch all of it (tests, bench); returns how many were claimed."""
-        claimed = await self.claim_batch(now=now)
-        batch = await self.fast(claimed) if claimed else []
-        metrics.count_outcomes("deliveries", ["dispatched"] * (len(claimed) - len(batch)))
+        claimed, batch = await self._take(self.settings.delivery_batch, now)
         gate = asyncio.Semaphore(self.settings.delivery_concurrency)
 
         async def one(d: asyncpg.Record) -> None:
@@ -204,7 +239,7 @@ class DeliveryWorker:
                 metrics.count_outcomes("deliveries", [await self.process(d)])
 
         await asyncio.gather(*(one(d) for d in batch))
-        return len(claimed)
+        return claimed
 
     async def run(self) -> None:
         """Claim and dispatch until stopped."""
@@ -223,13 +258,13 @@ class DeliveryWorker:
                 await self._pause(self._taken.wait(), self.settings.worker_poll_s)
                 continue
             try:
-                got = await self.claim_batch(limit=room)
+                got, rest = await self._take(room)
             except _DB_ERRORS as exc:
                 log.warning("delivery claim failed", extra={"error": str(exc)})
-                got = []
-            for row in got:
+                got, rest = 0, []
+            for row in rest:
                 self._queue.put_nowait(row)
-            if len(got) < room:
+            if got < room:
                 await self._pause(self._wake(), self.settings.worker_poll_s)
 
     async def _wake(self) -> None:
@@ -250,12 +285,13 @@ class DeliveryWorker:
         while True:
             batch = [await self._queue.get()]
             self._busy += 1
-            # The fast path is one statement per batch whatever its size: take what is there.
+            # Take what is there: the one-by-one path commits up to COMMIT_GROUP per transaction.
             while len(batch) < self._buffer and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             self._taken.set()
             try:
-                metrics.count_outcomes("deliveries", await self.process_many(batch))
+                # What is queued is what the set-based dispatch left: the one-by-one path.
+                metrics.count_outcomes("deliveries", await self._process_rest(batch))
             finally:
                 self._busy -= 1
 

@@ -1,16 +1,20 @@
-"""Set-based dispatch of a claimed batch of deliveries (the common case), in one statement.
+"""Set-based dispatch of deliveries (the common case): claimed and dispatched in one statement.
 
-Deliveries whose admitted run is still plain ``pending`` (what ingress stores) get their tasks, their runs
-queued and themselves completed, and the tasks of HTTP agents are claimed for pushing at once, all in one
-round trip (``delivery_dispatch_batch``, see ``hookgate_dispatch_pending`` in ``0005_perf.sql``): the same
-guards and per-agent slot claim as :func:`autopilot.dispatch.dispatch_run` one by one. Whatever is unusual
-(crash window, create_issue, skipped, half-made, lost lease) is left untouched for the one-by-one path.
+:func:`take` is the worker's hot path (``delivery_take``, ``hookgate_delivery_take`` in
+``0007_dispatch_take.sql``): claim a batch with pacing and, in the same round trip, give every delivery whose
+admitted run is still plain ``pending`` (what ingress stores) its task, born claimed for pushing when its HTTP
+agent has a free slot. :func:`dispatch_pending` does the dispatch part for a batch already leased
+(``delivery_dispatch_batch``, ``hookgate_dispatch_pending`` in ``0005_perf.sql``), the fallback when the
+one-statement take fails. Both keep the guards and per-agent slot claim of
+:func:`autopilot.dispatch.dispatch_run`; whatever is unusual (crash window, create_issue, skipped, half-made,
+lost lease) is left to the one-by-one path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from uuid import UUID
 
 import asyncpg
@@ -42,3 +46,50 @@ async def dispatch_pending(
         capacity if options.claim is not None else 0, claim.push_timeout_cap_s, claim.push_lease_margin_s,
     )
     return Batch({r["delivery_id"] for r in rows}, [tasks.Claimed.from_row(r) for r in rows if r["claimed"]])
+
+
+@dataclass
+class Taken:
+    """What one claim-and-dispatch statement did: dispatched, claimed to push now, and leased for the slow path."""
+
+    dispatched: int = 0
+    claimed: list[tasks.Claimed] = field(default_factory=list)
+    leased: list[asyncpg.Record] = field(default_factory=list)
+    triggers: set[UUID] = field(default_factory=set)
+
+
+async def take(
+    conn: Conn, *, limit: int, lease_s: float, cursor: UUID | None, fanout: int, options: dispatch.Options,
+    capacity: int, now: datetime | None = None,
+) -> Taken:
+    """Claim up to ``limit`` due deliveries, dispatch the plain-pending ones and claim up to ``capacity`` pushes.
+
+    One round trip (``delivery_take``): the claim, its pacing and the dispatch of what ingress stores; the
+    rest comes back leased, for the one-by-one path.
+    """
+    claim = options.claim or dispatch.ClaimFor("")
+    rows = await conn.fetch(
+        Q.delivery_take, limit, lease_s, cursor, fanout, now, options.task_max_attempts, options.heartbeat_timeout_s,
+        claim.holder, capacity if options.claim is not None else 0, claim.push_timeout_cap_s,
+        claim.push_lease_margin_s,
+    )
+    taken = Taken(triggers={r["trigger_id"] for r in rows})
+    for r in rows:
+        if r["kind"] == "leased":
+            taken.leased.append(r)
+            continue
+        taken.dispatched += 1
+        if r["claimed"]:
+            taken.claimed.append(_claimed(r))
+    return taken
+
+
+def _claimed(row: asyncpg.Record) -> tasks.Claimed:
+    return tasks.Claimed(
+        id=row["task_id"], workspace_id=row["workspace_id"], run_id=row["run_id"], agent_id=row["agent_id"],
+        payload=row["payload"], attempt=row["attempt"], max_attempts=row["max_attempts"],
+        lease_token=row["task_lease_token"], lease_expires_at=row["lease_expires_at"],
+        autopilot_id=row["autopilot_id"], autopilot_title=row["autopilot_title"],
+        autopilot_instructions=row["autopilot_instructions"], endpoint_url=row["endpoint_url"],
+        timeout_s=row["timeout_s"], signing_secret_ct=row["signing_secret_ct"],
+    )

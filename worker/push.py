@@ -134,6 +134,12 @@ class Pusher:
         self._flusher: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self.stopping = False
+        #: Queued tasks of HTTP agents may be waiting for a slot or for push capacity: only then does a
+        #: finished push wake the ``pushes`` loop (a lookup per burst otherwise spent for nothing). Set by any
+        #: ``hookgate_tasks`` notification (a task was queued somewhere) and by a pass that saw waiting tasks.
+        self.backlog = True
+        if wake is not None:
+            wake.subscribe("hookgate_tasks", self._on_task_notice)
 
     def capacity(self) -> int:
         """How many more pushes this process may start now."""
@@ -145,9 +151,12 @@ class Pusher:
         self._inflight[task] = claimed
         task.add_done_callback(self._done)
 
+    def _on_task_notice(self, _payload: str) -> None:
+        self.backlog = True
+
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.pop(task, None)
-        if self.wake is not None:
+        if self.wake is not None and self.backlog:
             self.wake.poke("hookgate_tasks")
 
     async def _guarded(self, claimed: tasks.Claimed) -> None:
@@ -317,10 +326,14 @@ class PushWorker(PollingService):
         """Claim for every agent with due work and a free slot, within this process's push capacity."""
         s = self.ctx.settings
         started = 0
+        # Cleared before the lookup: a notification during this pass sets it again.
+        self.pusher.backlog = False
         async with self.ctx.pool.acquire() as conn:
             for agent in await conn.fetch(Q.task_agents_due, 64, now):
+                # Tasks are waiting (for a slot, or for this process's capacity): finished pushes look again.
+                self.pusher.backlog = True
                 free = self.pusher.capacity()
-                if free <= 0:
+                if free <= 0 or not agent["free"]:
                     break
                 lease = tasks.push_lease_s(agent["timeout_s"], s.push_timeout_cap_s, s.push_lease_margin_s)
                 for claimed in await tasks.claim(conn, agent_id=agent["id"], limit=min(free, 32), lease_s=lease,

@@ -38,14 +38,17 @@ LEFT JOIN autopilot_run r ON r.id = c.run_id
 LEFT JOIN autopilot ap ON ap.id = r.autopilot_id;
 
 -- name: task_agents_due
--- HTTP agents that have due queued tasks and a free concurrency slot (the push worker claims for them),
--- with their push timeout. $1 = at most this many agents, $2 = clock override (nullable).
-SELECT a.id, a.timeout_s
+-- HTTP agents that have due queued tasks, with their push timeout and whether a concurrency slot is free (the
+-- push worker claims for those; the others' tasks wait for a slot, so a finished push should look again).
+-- $1 = at most this many agents, $2 = clock override (nullable). Agents with a free slot come first.
+SELECT a.id, a.timeout_s,
+       (SELECT count(*) FROM agent_task r WHERE r.agent_id = a.id AND r.status = 'running') < a.max_concurrency
+           AS free
 FROM agent a
 WHERE a.runtime_kind = 'http' AND a.archived_at IS NULL
   AND EXISTS (SELECT 1 FROM agent_task t WHERE t.agent_id = a.id AND t.status = 'queued'
                 AND t.available_at <= coalesce($2::timestamptz, now()))
-  AND (SELECT count(*) FROM agent_task r WHERE r.agent_id = a.id AND r.status = 'running') < a.max_concurrency
+ORDER BY free DESC
 LIMIT $1;
 
 -- name: task_state

@@ -280,3 +280,11 @@ WITH RECURSIVE heads AS (
               w.dispatch_attempts, w.received_at, t.rate_limit_per_minute
 )
 SELECT * FROM leased WHERE lease_token IS NOT NULL;
+
+-- name: delivery_take
+-- The worker's hot path, one round trip (hookgate_delivery_take in 0007_dispatch_take.sql): claim up to $1 due
+-- deliveries like delivery_claim_paced ($2 lease seconds, $3 trigger cursor, $4 triggers at most, $5 clock
+-- override, nullable), dispatch the plain-pending ones ($6 max task attempts, $7 runtime heartbeat timeout)
+-- and claim up to $9 of their HTTP agents' tasks for holder $8 (leased least(agent timeout, $10) + $11 s).
+-- Rows: kind 'dispatched' (task columns) or 'leased' (for the one-by-one path).
+SELECT * FROM hookgate_delivery_take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);

@@ -127,27 +127,31 @@ async def add_delivery(conn: Any, ap: Any, trigger: Any, *, event: str = "push",
 async def bulk_deliveries(conn: Any, ap: Any, trigger: Any, count: int) -> None:
     """``count`` queued deliveries with admitted pending runs, inserted in one transaction (race tests).
 
-    One transaction, or a worker's recovery poll could claim the deliveries before their runs exist
-    (admitting them itself) and deadlock with the second statement's update of the same rows.
+    One transaction, as ingress stores a delivery and its run atomically: a worker polling between the two
+    statements would otherwise take the deliveries as crash-window ones and admit runs the second one inserts.
     """
     async with conn.transaction():
-        await conn.execute(
-            """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope,
-                                             signature_status, dedupe_key)
-               SELECT $1, $2, $3, 'generic', 'push', jsonb_build_object('event', 'push', 'payload',
-                      jsonb_build_object('n', g)), 'valid', 'k' || g
-               FROM generate_series(1, $4) g""", ap["workspace_id"], trigger["id"], ap["id"], count)
-        await conn.execute(
-            """WITH runs AS (
-                   INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source,
-                                              rule_version_id, payload, accountable_id)
-                   SELECT d.workspace_id, d.autopilot_id, d.trigger_id, d.id, 'webhook',
-                          (SELECT id FROM autopilot_rule_version WHERE autopilot_id = d.autopilot_id
-                           ORDER BY version DESC LIMIT 1), d.envelope, $2
-                   FROM webhook_delivery d WHERE d.trigger_id = $1 AND d.run_id IS NULL
-                   RETURNING id, webhook_delivery_id)
-               UPDATE webhook_delivery d SET run_id = runs.id FROM runs WHERE d.id = runs.webhook_delivery_id""",
-            trigger["id"], trigger["published_by_id"])
+        await _bulk_deliveries(conn, ap, trigger, count)
+
+
+async def _bulk_deliveries(conn: Any, ap: Any, trigger: Any, count: int) -> None:
+    await conn.execute(
+        """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope,
+                                         signature_status, dedupe_key)
+           SELECT $1, $2, $3, 'generic', 'push', jsonb_build_object('event', 'push', 'payload',
+                  jsonb_build_object('n', g)), 'valid', 'k' || g
+           FROM generate_series(1, $4) g""", ap["workspace_id"], trigger["id"], ap["id"], count)
+    await conn.execute(
+        """WITH runs AS (
+               INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source,
+                                          rule_version_id, payload, accountable_id)
+               SELECT d.workspace_id, d.autopilot_id, d.trigger_id, d.id, 'webhook',
+                      (SELECT id FROM autopilot_rule_version WHERE autopilot_id = d.autopilot_id
+                       ORDER BY version DESC LIMIT 1), d.envelope, $2
+               FROM webhook_delivery d WHERE d.trigger_id = $1 AND d.run_id IS NULL
+               RETURNING id, webhook_delivery_id)
+           UPDATE webhook_delivery d SET run_id = runs.id FROM runs WHERE d.id = runs.webhook_delivery_id""",
+        trigger["id"], trigger["published_by_id"])
 
 
 async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 20.0, every: float = 0.05) -> None:

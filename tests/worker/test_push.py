@@ -10,10 +10,13 @@ from starlette.responses import JSONResponse, Response
 from autopilot import dispatch
 from gateway.app import create_app
 from hookgate import database
+from hookgate.context import open_context
 from tests import factories
-from tests.worker.conftest import add_delivery, wait_for
+from tests.conftest import make_settings
+from tests.worker.conftest import FAST, add_delivery, wait_for
 from worker.deliveries import DeliveryWorker
 from worker.push import Pusher, PushWorker, classify, retry_after_s, sign
+from worker.wake import Wakeup
 
 
 async def _world(ctx, agent_server, name="a", **agent_kw):
@@ -231,3 +234,63 @@ async def test_dispatch_without_a_pusher_leaves_the_task_queued_and_notifies(wct
         await listener.close()
     assert result.status == "queued" and result.claimed is None
     assert heard == [str(result.task_id)]
+
+
+async def test_a_finished_push_wakes_the_pushes_loop_only_while_tasks_wait(db_url, agent_server):
+    # A poll far longer than the test: only a wake-up can push the waiting task in time.
+    async with open_context(make_settings(db_url, **(FAST | {"worker_poll_s": 30.0})), migrate=False) as ctx:
+        release = asyncio.Event()
+
+        async def first_waits(n, hit):
+            if n == 0:
+                await release.wait()
+            return JSONResponse({"ok": True})
+
+        agent_server.behaviours["a"] = first_waits
+        _w, _agent, ap, trigger = await _world(ctx, agent_server, max_concurrency=1)
+        wake = Wakeup(ctx.dsn)
+        pusher = Pusher(ctx, holder="t1", wake=wake)
+        pushes = _CountingPushWorker(ctx, holder="t1", pusher=pusher, wake=wake)
+        deliveries = DeliveryWorker(ctx, holder="t1", pusher=pusher, wake=wake)
+        await wake.ensure()
+        loop = asyncio.create_task(pushes.run())
+        try:
+            async with ctx.pool.acquire() as conn:
+                for _ in range(2):
+                    await add_delivery(conn, ap, trigger)
+            await deliveries.run_once()  # one pushed (the cap), one queued and announced
+            await wait_for(lambda: _const(len(agent_server.of("a")) == 1 and pusher.backlog))
+            release.set()  # the slot frees: the waiting task is pushed at once, not at the next poll
+            await wait_for(lambda: _const(len(agent_server.of("a")) == 2), timeout=5)
+            async with ctx.pool.acquire() as conn:
+                await wait_for(lambda: _succeeded(conn, 2), timeout=5)
+            await asyncio.sleep(0.2)  # the last completion's wake-up pass found nothing waiting
+            assert not pusher.backlog
+            async with ctx.pool.acquire() as conn:
+                await add_delivery(conn, ap, trigger)
+            passes = pushes.passes
+            await deliveries.run_once()  # pushed at once: nothing waits
+            async with ctx.pool.acquire() as conn:
+                await wait_for(lambda: _succeeded(conn, 3), timeout=5)
+            await asyncio.sleep(0.2)
+            assert pushes.passes == passes  # the finished push cost no lookup
+        finally:
+            await pushes.stop()
+            wake.poke("hookgate_tasks")
+            await asyncio.wait_for(loop, 5)
+            await pusher.stop(deadline=5)
+            await wake.close()
+
+
+class _CountingPushWorker(PushWorker):
+    """The real push loop, counting its passes."""
+
+    passes = 0
+
+    async def run_once(self, now=None):
+        self.passes += 1
+        return await super().run_once(now)
+
+
+async def _succeeded(conn, count):
+    return await conn.fetchval("SELECT count(*) FROM agent_task WHERE status = 'succeeded'") == count

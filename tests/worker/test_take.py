@@ -1,0 +1,154 @@
+"""Claim and dispatch in one statement (``delivery_take``): what the worker's hot path must keep guaranteeing."""
+
+import asyncio
+
+from starlette.responses import JSONResponse
+
+from hookgate import database
+from tests import factories
+from tests.worker.conftest import add_delivery, bulk_deliveries
+from worker.deliveries import DeliveryWorker
+from worker.push import Pusher
+
+
+async def _setup(wctx, agent_server, **agent_kw):
+    w = await factories.world(wctx)
+    agent = await factories.http_agent(w, url=agent_server.url("a"), name="a", **agent_kw)
+    ap = await factories.autopilot(w, agent.row["id"], title="plain")
+    trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
+    return w, agent, ap, trigger
+
+
+async def test_one_statement_dispatches_plain_runs_with_tasks_born_claimed_within_the_cap(wctx, agent_server):
+    w, agent, ap, trigger = await _setup(wctx, agent_server, max_concurrency=2)
+    with_issue = await factories.autopilot(w, agent.row["id"], mode="create_issue", title="issue")
+    t_issue, _ = await factories.webhook_trigger(w, with_issue, rate_limit_per_minute=100000)
+    async with wctx.pool.acquire() as conn:
+        fast = [await add_delivery(conn, ap, trigger) for _ in range(3)]
+        unusual = [await add_delivery(conn, with_issue, t_issue), await add_delivery(conn, ap, trigger, admit=False)]
+    release = asyncio.Event()
+
+    async def hold(_n, _hit):
+        await release.wait()
+        return JSONResponse({"ok": True})
+
+    agent_server.behaviours["a"] = hold  # the pushes wait, so the state right after the take can be read
+    pusher = Pusher(wctx, holder="t1")
+    worker = DeliveryWorker(wctx, holder="t1", pusher=pusher)
+    listener = await database.connect(wctx.dsn)
+    listener_hits: list[str] = []
+    await listener.add_listener("hookgate_tasks", lambda *a: listener_hits.append(a[3]))
+    try:
+        taken = await worker.take_batch(limit=10)
+        await asyncio.sleep(0.2)
+    finally:
+        await listener.close()
+    async with wctx.pool.acquire() as conn:
+        fast_runs = [run for _, run in fast]
+        tasks = await conn.fetch("SELECT id, run_id, status, attempt, lease_token, holder_instance, idempotency_key "
+                                 "FROM agent_task WHERE run_id = ANY($1)", fast_runs)
+        runs = {r["id"]: r for r in await conn.fetch("SELECT id, status, task_id FROM autopilot_run "
+                                                     "WHERE id = ANY($1)", fast_runs)}
+        claims = await conn.fetch("SELECT subject_id, actor_id, detail FROM audit_log WHERE action = 'CLAIM'")
+        delivered = await conn.fetch("SELECT status, lease_token, lease_expires_at FROM webhook_delivery "
+                                     "WHERE id = ANY($1)", [d for d, _ in fast])
+        left = await conn.fetch("SELECT id, status, lease_token FROM webhook_delivery WHERE id = ANY($1)",
+                                [d for d, _ in unusual])
+    assert taken.dispatched == 3 and len(taken.claimed) == 2  # the agent's cap: two slots
+    assert sorted(t["idempotency_key"] for t in tasks) == sorted(f"run:{r}:1" for r in fast_runs)  # one per run
+    running = [t for t in tasks if t["status"] == "running"]
+    queued = [t for t in tasks if t["status"] == "queued"]
+    assert len(running) == 2 and len(queued) == 1
+    assert all(t["attempt"] == 1 and t["holder_instance"] == "t1" and t["lease_token"] for t in running)
+    assert queued[0]["attempt"] == 0 and queued[0]["lease_token"] is None
+    assert {c.lease_token for c in taken.claimed} == {t["lease_token"] for t in running}
+    assert all(runs[t["run_id"]]["task_id"] == t["id"] for t in tasks)
+    assert sorted(runs[t["run_id"]]["status"] for t in tasks) == ["queued", "running", "running"]
+    assert sorted(c["subject_id"] for c in claims) == sorted(str(t["id"]) for t in running)
+    assert all(c["actor_id"] == "t1" and c["detail"]["attempt"] == 1 for c in claims)
+    assert all(d["status"] == "dispatched" and d["lease_token"] is None and d["lease_expires_at"] is None
+               for d in delivered)
+    assert listener_hits == [str(queued[0]["id"])]  # the task left queued is announced
+    # The unusual ones come back leased (guarded by their token) for the one-by-one path.
+    assert {r["id"] for r in taken.leased} == {d for d, _ in unusual}
+    tokens = {r["id"]: r["lease_token"] for r in taken.leased}
+    assert all(r["status"] == "queued" and r["lease_token"] == tokens[r["id"]] for r in left)
+    assert await worker._process_rest(taken.leased) == ["dispatched", "dispatched"]
+    release.set()
+    await asyncio.gather(*pusher._inflight)
+    await pusher.stop(deadline=5)
+    async with wctx.pool.acquire() as conn:
+        done = await conn.fetch("SELECT t.status, r.status AS run FROM agent_task t "
+                                "JOIN autopilot_run r ON r.id = t.run_id WHERE t.id = ANY($1)",
+                                [c.id for c in taken.claimed])
+    assert {(r["status"], r["run"]) for r in done} == {("succeeded", "completed")}
+    assert len(agent_server.of("a")) == 2
+
+
+async def test_a_run_held_by_another_dispatcher_is_leased_not_dispatched_twice(wctx, agent_server):
+    _, _, ap, trigger = await _setup(wctx, agent_server)
+    async with wctx.pool.acquire() as conn:
+        delivery_id, run_id = await add_delivery(conn, ap, trigger)
+    worker = DeliveryWorker(wctx, holder="t1")
+    async with wctx.pool.acquire() as holder, holder.transaction():
+        await holder.execute("SELECT 1 FROM autopilot_run WHERE id = $1 FOR UPDATE", run_id)
+        taken = await worker.take_batch()
+    assert taken.dispatched == 0 and [r["id"] for r in taken.leased] == [delivery_id]
+    assert await worker._process_rest(taken.leased) == ["dispatched"]
+    async with wctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1
+
+
+async def test_an_existing_task_for_the_run_attempt_is_not_made_again(wctx, agent_server):
+    _, agent, ap, trigger = await _setup(wctx, agent_server)
+    async with wctx.pool.acquire() as conn:
+        delivery_id, run_id = await add_delivery(conn, ap, trigger)
+        # A task for the run's first attempt exists although the run does not point at it (made elsewhere).
+        existing = await conn.fetchval(
+            "INSERT INTO agent_task (workspace_id, run_id, agent_id, payload, idempotency_key) "
+            "VALUES ($1, $2, $3, '{}', $4) RETURNING id", ap["workspace_id"], run_id, agent.row["id"],
+            f"run:{run_id}:1")
+    worker = DeliveryWorker(wctx, holder="t1", pusher=Pusher(wctx, holder="t1"))
+    taken = await worker.take_batch()
+    assert taken.dispatched == 0 and taken.claimed == [] and [r["id"] for r in taken.leased] == [delivery_id]
+    async with wctx.pool.acquire() as conn:
+        slots = await conn.fetchval("SELECT count(*) FROM agent_slot WHERE lease_token IS NOT NULL")
+        claims = await conn.fetchval("SELECT count(*) FROM audit_log WHERE action = 'CLAIM'")
+    assert slots == 0 and claims == 0  # the slot it locked for that task was not given away
+    assert await worker._process_rest(taken.leased) == ["dispatched"]
+    async with wctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT task_id FROM autopilot_run WHERE id = $1", run_id) == existing
+        assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1
+    await worker.pusher.stop(deadline=5)
+
+
+async def test_the_take_keeps_a_quiet_trigger_from_being_starved(wctx, agent_server):
+    w, agent, noisy_ap, noisy = await _setup(wctx, agent_server)
+    quiet_ap = await factories.autopilot(w, agent.row["id"], title="quiet")
+    quiet, _ = await factories.webhook_trigger(w, quiet_ap)
+    async with wctx.pool.acquire() as conn:
+        await bulk_deliveries(conn, noisy_ap, noisy, 500)
+        quiet_delivery, _ = await add_delivery(conn, quiet_ap, quiet)
+        worker = DeliveryWorker(wctx, holder="t")
+        taken = await worker.take_batch(limit=4)
+        status = await conn.fetchval("SELECT status FROM webhook_delivery WHERE id = $1", quiet_delivery)
+    assert taken.dispatched == 4 and status == "dispatched"
+
+
+async def test_if_the_one_statement_fails_the_two_step_path_dispatches(wctx, agent_server):
+    _, _, ap, trigger = await _setup(wctx, agent_server)
+    async with wctx.pool.acquire() as conn:
+        _, run_id = await add_delivery(conn, ap, trigger)
+        await add_delivery(conn, ap, trigger, admit=False)  # crash window: the one-by-one path
+        # A real failure of the statement (as a bug or a deadlock would be): the function is gone.
+        await conn.execute("ALTER FUNCTION hookgate_delivery_take RENAME TO hookgate_delivery_take_gone")
+    pusher = Pusher(wctx, holder="t")
+    worker = DeliveryWorker(wctx, holder="t", pusher=pusher)
+    assert await worker.run_once() == 2
+    await asyncio.gather(*pusher._inflight)
+    await pusher.stop(deadline=5)
+    async with wctx.pool.acquire() as conn:
+        statuses = await conn.fetch("SELECT status FROM webhook_delivery")
+        run = await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id)
+        tasks = await conn.fetchval("SELECT count(*) FROM agent_task")
+    assert {r["status"] for r in statuses} == {"dispatched"} and run == "completed" and tasks == 2
