@@ -1,7 +1,7 @@
 """Set-based dispatch of deliveries (the common case): claimed and dispatched in one statement.
 
 :func:`take` is the worker's hot path (``delivery_take``, ``hookgate_delivery_take`` in
-``0007_dispatch_take.sql``): claim a batch with pacing and, in the same round trip, give every delivery whose
+``0008_dispatch_take.sql``): claim a batch with pacing and, in the same round trip, give every delivery whose
 admitted run is still plain ``pending`` (what ingress stores) its task, born claimed for pushing when its HTTP
 agent has a free slot. :func:`dispatch_pending` does the dispatch part for a batch already leased
 (``delivery_dispatch_batch``, ``hookgate_dispatch_pending`` in ``0005_perf.sql``), the fallback when the

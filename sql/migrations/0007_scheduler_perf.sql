@@ -1,5 +1,4 @@
--- 0007_scheduler_perf (the scheduler branch's next free number; the lead renumbers it at merge if needed):
--- one index fewer to maintain on every execution row written.
+-- 0007_scheduler_perf: one index fewer to maintain on every execution row written.
 
 -- sys_cron_executions_scope_idx (job_name, scope_kind, scope_id, plan_time DESC) repeats the columns of the
 -- table's UNIQUE (job_name, scope_kind, scope_id, plan_time) index, which PostgreSQL reads backwards just as

@@ -1,4 +1,4 @@
--- 0007_dispatch_take: claim, pace and dispatch a batch of deliveries in one round trip (the worker's hot path).
+-- 0008_dispatch_take: claim, pace and dispatch a batch of deliveries in one round trip (the worker's hot path).
 
 -- Lock up to p_want free concurrency slots of agent p_agent (DESIGN §7 P3) and return their numbers; the
 -- caller gives each a fresh lease token in the same transaction. The slot rule of hookgate_task_claim_many:

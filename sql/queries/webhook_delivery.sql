@@ -282,7 +282,7 @@ WITH RECURSIVE heads AS (
 SELECT * FROM leased WHERE lease_token IS NOT NULL;
 
 -- name: delivery_take
--- The worker's hot path, one round trip (hookgate_delivery_take in 0007_dispatch_take.sql): claim up to $1 due
+-- The worker's hot path, one round trip (hookgate_delivery_take in 0008_dispatch_take.sql): claim up to $1 due
 -- deliveries like delivery_claim_paced ($2 lease seconds, $3 trigger cursor, $4 triggers at most, $5 clock
 -- override, nullable), dispatch the plain-pending ones ($6 max task attempts, $7 runtime heartbeat timeout)
 -- and claim up to $9 of their HTTP agents' tasks for holder $8 (leased least(agent timeout, $10) + $11 s).
