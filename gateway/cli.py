@@ -56,9 +56,8 @@ async def _run_roles(settings: Settings, roles: Sequence[str], *, announce: bool
     async with open_context(settings) as ctx:
         if announce:
             await _announce(ctx)
-        services = _role_services(ctx, roles)
-        _settle_garbage_collector()
-        await run_services(services, deadline=settings.shutdown_deadline)
+        await run_services(_role_services(ctx, roles), deadline=settings.shutdown_deadline,
+                           on_start=_settle_garbage_collector)
 
 
 def _settle_garbage_collector() -> None:

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 from typing import Protocol
 
 log = logging.getLogger("hookgate.service")
@@ -26,12 +27,19 @@ class Service(Protocol):
         """Stop claiming new work, finish or release what is held, return."""
 
 
-async def run_services(services: list[Service], *, deadline: float) -> None:
-    """Run every service; on SIGTERM/SIGINT (or one service ending) stop all within ``deadline`` seconds."""
+async def run_services(services: list[Service], *, deadline: float,
+                       on_start: Callable[[], None] | None = None) -> None:
+    """Run every service; on SIGTERM/SIGINT (or one service ending) stop all within ``deadline`` seconds.
+
+    ``on_start`` runs once the signals are handled, before the services start (so start-up work there
+    cannot widen the window in which a SIGTERM still kills the process outright).
+    """
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
+    if on_start is not None:
+        on_start()
     tasks = {asyncio.create_task(s.run(), name=s.name): s for s in services}
     waiter = asyncio.create_task(stopping.wait())
     try:
