@@ -17,7 +17,7 @@ from gateway import admin_cli
 from hookgate import logs
 from hookgate.context import Context, open_context
 from hookgate.migrations import MigrationError
-from hookgate.service import Service, run_services
+from hookgate.service import Service, handle_signals, run_services
 from hookgate.settings import ConfigError, Settings, load_settings
 
 EPILOG = """\
@@ -53,11 +53,12 @@ def _role_services(ctx: Context, roles: Sequence[str]) -> list[Service]:
 
 
 async def _run_roles(settings: Settings, roles: Sequence[str], *, announce: bool) -> None:
-    async with open_context(settings) as ctx:
-        if announce:
-            await _announce(ctx)
-        await run_services(_role_services(ctx, roles), deadline=settings.shutdown_deadline,
-                           on_start=_settle_garbage_collector)
+    with handle_signals() as stop:
+        async with open_context(settings) as ctx:
+            if announce:
+                await _announce(ctx)
+            await run_services(_role_services(ctx, roles), deadline=settings.shutdown_deadline, stop=stop,
+                               on_start=_settle_garbage_collector)
 
 
 def _settle_garbage_collector() -> None:

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 log = logging.getLogger("hookgate.service")
@@ -27,21 +27,66 @@ class Service(Protocol):
         """Stop claiming new work, finish or release what is held, return."""
 
 
-async def run_services(services: list[Service], *, deadline: float,
-                       on_start: Callable[[], None] | None = None) -> None:
-    """Run every service; on SIGTERM/SIGINT (or one service ending) stop all within ``deadline`` seconds.
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    ``on_start`` runs once the signals are handled, before the services start (so start-up work there
-    cannot widen the window in which a SIGTERM still kills the process outright).
+
+class Stop:
+    """What SIGTERM and SIGINT do over a role process's life (see :func:`handle_signals`)."""
+
+    def __init__(self, starting: asyncio.Task[object]) -> None:
+        self.requested = asyncio.Event()
+        self.running = False  # set by run_services once the services run
+        self.interrupted_start = False
+        self._starting = starting
+
+    def signal(self, sig: int) -> None:
+        """Before the services run: cancel start-up. While they run: ask them to stop. After: nothing more."""
+        first = not self.requested.is_set()
+        self.requested.set()
+        if first and not self.running:
+            self.interrupted_start = True
+            log.info("signal during start-up; stopped during start-up", extra={"signal": signal.Signals(sig).name})
+            self._starting.cancel()
+
+
+@contextlib.contextmanager
+def handle_signals() -> Iterator[Stop]:
+    """Handle SIGTERM/SIGINT in the calling task for as long as the block runs.
+
+    Start-up (the embedded PostgreSQL, migrations, the pool) is cancelled by the first signal. It unwinds
+    through its own cleanup, the cancellation ends here, and the process exits normally, as it does after a
+    stop once running. Without this, a signal before the services ran took the default action: the process
+    died with -15 and its cleanup never ran. Once the services run, :func:`run_services` stops them. A
+    signal during the cleanup after them changes nothing, since the cleanup is short and bounded.
     """
     loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
+    task = asyncio.current_task()
+    assert task is not None
+    stop = Stop(task)
+    for sig in SIGNALS:
+        loop.add_signal_handler(sig, stop.signal, sig)
+    try:
+        yield stop
+    except asyncio.CancelledError:
+        if not stop.interrupted_start:
+            raise
+        task.uncancel()
+    finally:
+        for sig in SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
+async def run_services(services: list[Service], *, deadline: float, stop: Stop,
+                       on_start: Callable[[], None] | None = None) -> None:
+    """Run every service; when ``stop`` is requested (a signal) or one service ends, stop all within ``deadline`` s.
+
+    ``on_start`` runs once, before the services start.
+    """
+    stop.running = True
     if on_start is not None:
         on_start()
     tasks = {asyncio.create_task(s.run(), name=s.name): s for s in services}
-    waiter = asyncio.create_task(stopping.wait())
+    waiter = asyncio.create_task(stop.requested.wait())
     try:
         done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
         failed = [t for t in done if t is not waiter and t.exception() is not None]
@@ -53,8 +98,6 @@ async def run_services(services: list[Service], *, deadline: float,
             raise SystemExit(1)
     finally:
         waiter.cancel()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
 
 
 async def _stop_all(tasks: dict[asyncio.Task[None], Service], deadline: float) -> None:
