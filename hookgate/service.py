@@ -45,7 +45,7 @@ class Stop:
         self.requested.set()
         if first and not self.running:
             self.interrupted_start = True
-            log.info("signal during start-up; stopped during start-up", extra={"signal": signal.Signals(sig).name})
+            log.info("stopped during start-up", extra={"signal": signal.Signals(sig).name})
             self._starting.cancel()
 
 
