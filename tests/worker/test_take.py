@@ -7,7 +7,8 @@ from starlette.responses import JSONResponse
 from hookgate import database
 from tests import factories
 from tests.worker.conftest import add_delivery, bulk_deliveries
-from worker.deliveries import DeliveryWorker
+from worker import fastpath
+from worker.deliveries import DeliveryWorker, options_for
 from worker.push import Pusher
 
 
@@ -152,3 +153,39 @@ async def test_if_the_one_statement_fails_the_two_step_path_dispatches(wctx, age
         run = await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id)
         tasks = await conn.fetchval("SELECT count(*) FROM agent_task")
     assert {r["status"] for r in statuses} == {"dispatched"} and run == "completed" and tasks == 2
+
+
+_BIG_TABLES = ("webhook_delivery", "agent_task", "agent_slot", "autopilot_run")
+
+
+async def test_the_take_keeps_reading_by_index_after_its_plans_were_made_on_small_tables(wctx, agent_server):
+    # Generic plans are made once per session, from the statistics of that moment. A worker connection whose
+    # first take ran on nearly empty tables must not keep scanning them whole as they grow (migration 0010).
+    _, _, ap, trigger = await _setup(wctx, agent_server, max_concurrency=4096)
+    options = options_for(wctx, "t1", Pusher(wctx, holder="t1"))
+    conn = await database.connect(wctx.dsn)
+    try:
+        for table in _BIG_TABLES:  # no ANALYZE may replan under the test (that would hide a bad plan)
+            await conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+        await add_delivery(conn, ap, trigger)
+        first = await fastpath.take(conn, limit=32, lease_s=120, cursor=None, fanout=16, options=options,
+                                    capacity=64)
+        assert first.dispatched == 1  # every statement of the take ran, so each has its plan now
+        await bulk_deliveries(conn, ap, trigger, 3000)
+        for _ in range(40):  # the tables grow under the cached plans: ~2,500 tasks, runs, audit rows
+            await fastpath.take(conn, limit=64, lease_s=120, cursor=None, fanout=16, options=options, capacity=64)
+        plans: list[str] = []
+        conn.add_log_listener(lambda _c, message: plans.append(message.message))
+        await conn.execute("LOAD 'auto_explain'")
+        await conn.execute("SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; "
+                           "SET client_min_messages = log")
+        taken = await fastpath.take(conn, limit=32, lease_s=120, cursor=None, fanout=16, options=options,
+                                    capacity=64)
+        await conn.execute("SET client_min_messages = notice")
+    finally:
+        await conn.close()
+    assert taken.dispatched == 32
+    text = "\n".join(plans)
+    assert "INSERT INTO agent_task" in text and "webhook_delivery" in text  # the take's own statements
+    scans = sorted({table for table in _BIG_TABLES if f"Seq Scan on {table}" in text})
+    assert scans == [], f"sequential scans of {scans} in the take:\n{text}"
