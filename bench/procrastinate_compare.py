@@ -197,24 +197,11 @@ async def _wait_listening(http: Any, url: str) -> None:
     raise TimeoutError(f"{url} is not answering")
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def cpu_s(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from dispatch import cpu_s, pct  # the same percentile and /proc CPU as bench/dispatch.py
 
     from tests.processes import free_port
 
