@@ -45,12 +45,17 @@ KEY = base64.b64encode(b"b" * 32).decode()
 DB = "hookgate_bench_dispatch"
 
 
-async def fresh_database(server: str) -> str:
+async def empty_database(server: str, name: str) -> str:
+    """Drop and create database ``name`` on ``server``; its URL."""
     admin = await asyncpg.connect(server)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    await admin.execute(f'CREATE DATABASE "{DB}"')
+    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await admin.execute(f'CREATE DATABASE "{name}"')
     await admin.close()
-    url = with_database(server, DB)
+    return with_database(server, name)
+
+
+async def fresh_database(server: str) -> str:
+    url = await empty_database(server, DB)
     conn = await database.connect(url)
     await migrations.migrate(conn)
     await conn.close()

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # the project, and bench/dispatch.py's helpers
 
 DB = "hookgate_bench_procrastinate"
 TOKEN = "awt_bench_procrastinate_token"
@@ -43,17 +43,7 @@ AGENT_SECRET = b"bench-agent-secret"
 def make_app(dsn: str) -> Any:
     import procrastinate
 
-    return procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=_libpq(dsn)))
-
-
-def _libpq(dsn: str) -> str:
-    return dsn.replace("postgresql+asyncpg://", "postgresql://")
-
-
-def _with_database(server: str, name: str) -> str:
-    from hookgate.context import with_database
-
-    return with_database(server, name)
+    return procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
 
 
 # -- worker process ------------------------------------------------------------------------------------
@@ -105,6 +95,7 @@ def run_receiver(dsn: str, port: int) -> None:
     from starlette.routing import Route
 
     app = make_app(dsn)
+    push = app.configure_task("push")  # deferred by name; the workers run it
     state: dict[str, Any] = {}
 
     async def receive(request: Request) -> JSONResponse:
@@ -123,16 +114,11 @@ def run_receiver(dsn: str, port: int) -> None:
                                     "ON CONFLICT DO NOTHING RETURNING true", key, raw)
         if not fresh:
             return JSONResponse({"status": "duplicate"})
-        await app.tasks["push"].defer_async(t0=payload.get("t0"), n=payload.get("n", 0))
+        await push.defer_async(t0=payload.get("t0"), n=payload.get("n", 0))
         return JSONResponse({"status": "accepted"})
 
     async def main() -> None:
         state["pool"] = await asyncpg.create_pool(dsn, min_size=2, max_size=20)
-
-        @app.task(name="push")
-        async def push(t0: float | None = None, n: int = 0) -> None:  # the receiver only defers it
-            raise NotImplementedError
-
         async with app.open_async():
             web = Starlette(routes=[Route("/hooks/{token}", receive, methods=["POST"])])
             config = uvicorn.Config(web, host="127.0.0.1", port=port, lifespan="off", access_log=False,
@@ -147,12 +133,9 @@ def run_receiver(dsn: str, port: int) -> None:
 
 async def prepare(server: str) -> str:
     import asyncpg
+    from dispatch import empty_database
 
-    admin = await asyncpg.connect(server)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    await admin.execute(f'CREATE DATABASE "{DB}"')
-    await admin.close()
-    dsn = _with_database(server, DB)
+    dsn = await empty_database(server, DB)
     app = make_app(dsn)
     async with app.open_async():
         await app.schema_manager.apply_schema_async()
@@ -199,8 +182,6 @@ async def _wait_listening(http: Any, url: str) -> None:
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
-
-    sys.path.insert(0, str(ROOT / "bench"))
     from dispatch import cpu_s, pct  # the same percentile and /proc CPU as bench/dispatch.py
 
     from tests.processes import free_port
@@ -210,11 +191,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     procs = [subprocess.Popen([sys.executable, str(ROOT / "bench" / "agent.py"), str(agent_port)])]
     try:
         app = make_app(dsn)
-
-        @app.task(name="push")
-        async def push(t0: float | None = None, n: int = 0) -> None:  # deferred from here only
-            raise NotImplementedError
-
+        push = app.configure_task("push")
         async with aiohttp.ClientSession() as http, app.open_async():
             await _wait_listening(http, f"http://127.0.0.1:{agent_port}/stats")
             await http.delete(f"http://127.0.0.1:{agent_port}/stats")
