@@ -11,35 +11,21 @@ from hookgate import database
 pytestmark = pytest.mark.asyncio
 
 
-class Listener:
-    """A real LISTEN connection recording (arrival time, payload) of each notification."""
-
-    def __init__(self) -> None:
-        self.got: list[tuple[float, str]] = []
-        self.arrived = asyncio.Event()
-
-    def __call__(self, _conn, _pid, _channel, payload) -> None:
-        self.got.append((time.monotonic(), payload))
-        self.arrived.set()
-
-    async def next(self, timeout: float = 5.0) -> tuple[float, str]:
-        seen = len(self.got)
-        while len(self.got) == seen:
-            self.arrived.clear()
-            await asyncio.wait_for(self.arrived.wait(), timeout)
-        return self.got[seen]
-
-
 @pytest.fixture
-async def listener(db_url):
+async def heard(db_url):
+    """(arrival time, payload) of every notification on a real LISTEN connection, in order."""
     conn = await database.connect(db_url)
-    got = Listener()
-    await conn.add_listener(CHANNEL, got)
-    yield got
+    queue: asyncio.Queue[tuple[float, str]] = asyncio.Queue()
+    await conn.add_listener(CHANNEL, lambda *args: queue.put_nowait((time.monotonic(), args[3])))
+    yield queue
     await conn.close()
 
 
-async def test_wakes_spaced_wider_than_the_window_each_go_out_at_once(ctx, listener):
+async def _next(heard):
+    return await asyncio.wait_for(heard.get(), 5)
+
+
+async def test_wakes_spaced_wider_than_the_window_each_go_out_at_once(ctx, heard):
     # Steady arrivals slower than the window (at 200 req/s they come 5 ms apart, against a 1 ms window):
     # each wake-up goes out on its own, at once, with its own payload.
     waker = Waker(ctx.pool, 5.0, interval=0.2)
@@ -48,23 +34,24 @@ async def test_wakes_spaced_wider_than_the_window_each_go_out_at_once(ctx, liste
         await asyncio.sleep(max(0.0, start + n * 0.3 - time.monotonic()))
         sent = time.monotonic()
         waker.wake(f"d{n}")
-        at, payload = await listener.next()
+        at, payload = await _next(heard)
         assert payload == f"d{n}"
         assert at - sent < 0.15  # a round trip, not the 0.2 s window
     assert waker.sent == 4
 
 
-async def test_a_burst_within_the_window_is_coalesced_into_one_more_with_the_newest_payload(ctx, listener):
+async def test_a_burst_within_the_window_is_coalesced_into_one_more_with_the_newest_payload(ctx, heard):
     waker = Waker(ctx.pool, 5.0, interval=0.2)
     waker.wake("d0")
-    first, _ = await listener.next()  # the first after a quiet spell: at once
+    first, oldest = await _next(heard)  # the first after a quiet spell: at once
+    assert oldest == "d0"
     for n in range(1, 200):
         waker.wake(f"d{n}")
         if n % 20 == 0:
             await asyncio.sleep(0.001)
-    second, _ = await listener.next()
+    second, newest = await _next(heard)
     await asyncio.sleep(0.3)
-    assert [payload for _, payload in listener.got] == ["d0", "d199"] and waker.sent == 2
+    assert newest == "d199" and heard.empty() and waker.sent == 2
     assert second - first >= 0.15  # held back until the window passed
 
 
