@@ -178,13 +178,3 @@ async def change_signing_secret(
                     "hint": None if secret is None else crypto.hint(secret)},
         )
 
-
-async def revoke_key(conn: Conn, workspace_id: UUID, key_id: UUID, actor_id: UUID) -> asyncpg.Record | None:
-    """Revoke an API key (KEY_REVOKE); None if it is unknown or already revoked."""
-    async with conn.transaction():
-        row = await conn.fetchrow(Q.api_key_revoke, workspace_id, key_id)
-        if row is not None:
-            await audit.record(conn, "KEY_REVOKE", actor_type="member", actor_id=actor_id, subject_type="api_key",
-                               subject_id=key_id, workspace_id=workspace_id,
-                               detail={"member_id": str(row["member_id"])})
-    return row

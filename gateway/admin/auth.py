@@ -1,13 +1,16 @@
 """Who is calling and what they may do (DESIGN §9).
 
 The caller is the member behind a bearer ``hgk_`` key. Every lookup is scoped by that key's workspace, so
-another workspace's ids are simply not found (404, never 403: existence is not leaked). Writing an
+another workspace's ids are simply not found (404, never 403: existence is not leaked). Members and keys
+follow the role hierarchy owner > admin > member (``autopilot.workspaces``). Writing an
 autopilot (and seeing its triggers' tokens and URLs) is for its creator, workspace owners and admins, and
 its collaborators; managing collaborators is for the creator, owners and admins.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from uuid import UUID
 
 import asyncpg
@@ -37,6 +40,25 @@ def require_admin(principal: Principal, action: str) -> None:
     """403 unless the caller is a workspace owner or admin."""
     if not principal.is_admin:
         raise ApiError(403, "forbidden", f"only workspace owners and admins may {action}")
+
+
+def require_keys_of(principal: Principal, member_id: UUID, role: str) -> None:
+    """403 unless the keys are the caller's own or a member's whose role is at most the caller's."""
+    if not principal.may_manage_keys_of(member_id, role):
+        raise ApiError(403, "forbidden", f"only owners, and admins up to their own role, may manage a {role}'s keys")
+
+
+#: The HTTP answer to each refusal of a member or key change.
+_MEMBER_ERRORS = {"not_found": 404, "forbidden": 403, "last_owner": 409}
+
+
+@contextmanager
+def member_errors() -> Iterator[None]:
+    """Answer a refused member or key change (:class:`workspaces.MemberError`) with its status and code."""
+    try:
+        yield
+    except workspaces.MemberError as exc:
+        raise ApiError(_MEMBER_ERRORS[exc.code], exc.code, str(exc)) from exc
 
 
 def not_found(kind: str) -> ApiError:

@@ -1,8 +1,10 @@
 """Members and their API keys: ``/v1/me``, ``/v1/members``, ``/v1/members/{id}/keys``, ``/v1/keys``.
 
-Only owners and admins add members, and only owners add owners. A key is shown once, at creation; after
-that only its last four characters. A member may mint and revoke their own keys; owners and admins
-anyone's in the workspace. Revocation is audited (KEY_REVOKE) and takes effect on the next request.
+Roles rank owner > admin > member (``autopilot.workspaces``). Owners and admins add, change and disable
+members whose role is at most their own, and grant no role above it. Everyone mints, lists and revokes
+their own keys; owners and admins also those of members up to their own role. A key is shown once, at
+creation; after that only its last four characters. Revocations and member changes are audited and take
+effect on the next request. The last active owner with a live key is never locked out (409 last_owner).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from uuid import UUID
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
-from autopilot import editing, workspaces
+from autopilot import workspaces
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
 from gateway.admin.pagination import PageQuery
@@ -32,6 +34,14 @@ class MemberIn(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     email: str | None = Field(default=None, max_length=320)
     role: Role = "member"
+
+
+class MemberPatch(BaseModel):
+    """A change to a member: role and/or disabled (absent fields stay as they are)."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Role | None = None
+    disabled: bool | None = None
 
 
 class MemberOut(BaseModel):
@@ -120,11 +130,11 @@ async def get_me(call: Call) -> Me:
 
 @api.add("POST", "/v1/members", summary="Add a member", response=NewMember, status=201, body=MemberIn)
 async def create_member(call: Call) -> NewMember:
-    """Owners and admins add members; only owners add owners. The member's first key is returned once."""
+    """Owners and admins add members with a role up to their own. The member's first key is returned once."""
     body: MemberIn = call.body
     auth.require_admin(call.principal, "add members")
-    if body.role == "owner" and call.principal.role != "owner":
-        raise ApiError(403, "forbidden", "only owners may add owners")
+    if not workspaces.may_manage(call.principal.role, body.role):
+        raise ApiError(403, "forbidden", f"a member with role {call.principal.role} cannot grant the role {body.role}")
     async with call.conn.transaction():
         row, key = await workspaces.add_member(call.conn, call.principal.workspace_id, body.name, body.role,
                                                body.email, actor_id=call.principal.member_id)
@@ -149,15 +159,30 @@ async def get_member(call: Call) -> MemberOut:
     return member_out(row)
 
 
+@api.add("PATCH", "/v1/members/{member_id}", summary="Change a member's role or disabled state",
+         response=MemberOut, body=MemberPatch)
+async def update_member(call: Call) -> MemberOut:
+    """Owners and admins change members up to their own role (MEMBER_ROLE, MEMBER_DISABLE, MEMBER_ENABLE).
+
+    A disabled member's keys stop working at once. The last active owner with a live key cannot be demoted
+    or disabled (409 ``last_owner``).
+    """
+    body: MemberPatch = call.body
+    change = workspaces.MemberChange(role=body.role, disabled=body.disabled)
+    with auth.member_errors():
+        row = await workspaces.change_member(call.conn, call.principal.workspace_id, call.path["member_id"], change,
+                                             call.principal.member_id)
+    return member_out(row)
+
+
 @api.add("POST", "/v1/members/{member_id}/keys", summary="Create an API key", response=NewKey, status=201)
 async def create_key(call: Call) -> NewKey:
-    """A new key for a member (yourself, or anyone if you are an owner/admin), shown once."""
+    """A new key for yourself, or (owners, admins) for a member up to your own role, shown once."""
     member_id = call.path["member_id"]
     row = await call.conn.fetchrow(Q.member_get, call.principal.workspace_id, member_id)
     if row is None:
         raise auth.not_found("member")
-    if member_id != call.principal.member_id:
-        auth.require_admin(call.principal, "create keys for other members")
+    auth.require_keys_of(call.principal, member_id, row["role"])
     async with call.conn.transaction():
         key_id, key = await workspaces.issue_key(call.conn, call.principal.workspace_id, member_id,
                                                  actor_id=call.principal.member_id)
@@ -166,33 +191,36 @@ async def create_key(call: Call) -> NewKey:
 
 @api.add("GET", "/v1/keys", summary="List API keys", response=KeyPage, query=KeyQuery)
 async def list_keys(call: Call) -> dict[str, Any]:
-    """Keys of the workspace (members see their own; owners and admins everyone's)."""
+    """Your own keys, and (owners, admins) those of members up to your own role."""
     q: KeyQuery = call.query
-    member = q.member_id if call.principal.is_admin else call.principal.member_id
-    rows = await call.conn.fetch(Q.api_key_list, call.principal.workspace_id, member, pagination.uuid_after(q),
-                                 q.limit + 1)
+    p = call.principal
+    if q.member_id is not None:
+        row = await call.conn.fetchrow(Q.member_get, p.workspace_id, q.member_id)
+        if row is not None:  # an unknown or foreign member simply has no keys to list
+            auth.require_keys_of(p, q.member_id, row["role"])
+    rows = await call.conn.fetch(Q.api_key_list, p.workspace_id, q.member_id, pagination.uuid_after(q),
+                                 q.limit + 1, p.member_id, workspaces.manageable_roles(p.role))
     return pagination.page(rows, q.limit, key_out, lambda r: r["id"])
-
-
-async def _key(call: Call) -> asyncpg.Record:
-    row = await call.conn.fetchrow(Q.api_key_get, call.principal.workspace_id, call.path["key_id"])
-    if row is None:
-        raise auth.not_found("key")
-    if row["member_id"] != call.principal.member_id:
-        auth.require_admin(call.principal, "manage other members' keys")
-    return row
 
 
 @api.add("GET", "/v1/keys/{key_id}", summary="Get an API key", response=KeyOut)
 async def get_key(call: Call) -> KeyOut:
-    """One key's metadata."""
-    return key_out(await _key(call))
+    """One key's metadata: your own, or (owners, admins) a member's up to your own role."""
+    row = await call.conn.fetchrow(Q.api_key_get, call.principal.workspace_id, call.path["key_id"])
+    if row is None:
+        raise auth.not_found("key")
+    auth.require_keys_of(call.principal, row["member_id"], row["member_role"])
+    return key_out(row)
 
 
 @api.add("DELETE", "/v1/keys/{key_id}", summary="Revoke an API key", response=KeyOut)
 async def revoke_key(call: Call) -> KeyOut:
-    """Revoke a key (KEY_REVOKE); it stops working on the next request. Revoking twice is harmless."""
-    row = await _key(call)
-    if row["revoked_at"] is None:
-        await editing.revoke_key(call.conn, call.principal.workspace_id, row["id"], call.principal.member_id)
-    return key_out(await _key(call))
+    """Revoke a key (KEY_REVOKE); it stops working on the next request. Revoking twice is harmless.
+
+    Your own, or (owners, admins) a member's up to your own role; never the last live key of the last
+    active owner (409 ``last_owner``).
+    """
+    with auth.member_errors():
+        row = await workspaces.revoke_key(call.conn, call.principal.workspace_id, call.path["key_id"],
+                                          call.principal.member_id)
+    return key_out(row)

@@ -24,14 +24,18 @@ WHERE workspace_id = $1 AND id = $2 AND revoked_at IS NULL
 RETURNING id, member_id;
 
 -- name: api_key_get
--- One key of workspace $1 by id $2 (never its digest).
-SELECT id, workspace_id, member_id, hint, created_at, last_used_at, revoked_at
-FROM api_key WHERE workspace_id = $1 AND id = $2;
+-- One key of workspace $1 by id $2 (never its digest), with its member's role (who may manage it).
+SELECT k.id, k.workspace_id, k.member_id, k.hint, k.created_at, k.last_used_at, k.revoked_at,
+       m.role AS member_role
+FROM api_key k JOIN member m ON m.id = k.member_id
+WHERE k.workspace_id = $1 AND k.id = $2;
 
 -- name: api_key_list
--- Keys of workspace $1, only member $2's when set (nullable), after cursor id $3 (nullable), $4 at most.
-SELECT id, workspace_id, member_id, hint, created_at, last_used_at, revoked_at
-FROM api_key
-WHERE workspace_id = $1 AND ($2::uuid IS NULL OR member_id = $2) AND ($3::uuid IS NULL OR id > $3)
-ORDER BY id
+-- Keys of workspace $1 the caller may see: member $5's own, and those of members whose role is in $6
+-- (text[]). Only member $2's when set (nullable), after cursor id $3 (nullable), $4 at most.
+SELECT k.id, k.workspace_id, k.member_id, k.hint, k.created_at, k.last_used_at, k.revoked_at
+FROM api_key k JOIN member m ON m.id = k.member_id
+WHERE k.workspace_id = $1 AND ($2::uuid IS NULL OR k.member_id = $2) AND ($3::uuid IS NULL OR k.id > $3)
+  AND (k.member_id = $5 OR m.role = ANY($6::text[]))
+ORDER BY k.id
 LIMIT $4;
