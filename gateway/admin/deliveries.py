@@ -38,6 +38,7 @@ class DeliveryOut(BaseModel):
     dedupe_key: str | None
     dedupe_source: str | None
     attempt_count: int
+    body_mismatch_count: int
     dispatch_attempts: int
     run_id: UUID | None
     reason_code: str | None
