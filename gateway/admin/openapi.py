@@ -51,7 +51,7 @@ class Call:
     path: dict[str, UUID]
     body: Any
     query: Any
-    idempotency: idempotency.Scope | None = None
+    idempotency: idempotency.Scope | None = None  # the endpoint honours Idempotency-Key and the request sent one
 
     async def once(self, write: Callable[[], Awaitable[Reply]]) -> Reply:
         """Run the handler's ``write`` once per ``Idempotency-Key`` (if sent); a repeat gets the first reply.
