@@ -4,7 +4,8 @@ A request that passed the token, size, body and signature steps becomes exactly 
 
 - ``rejected`` (bad, missing or expired signature): a row outside the dedupe index, debt, 401;
 - ``duplicate`` (a correctly signed request whose dedupe key is held): nothing new, the original's
-  ``attempt_count`` + 1, the original woken if still queued, 200 with the original's ids;
+  ``attempt_count`` + 1 (and ``body_mismatch_count`` + 1 if the raw body differs from the stored one), the
+  original woken if still queued, 200 with the original's ids and ``body_matches``;
 - ``ignored`` (trigger disabled, autopilot paused or archived, event filtered out): a row, 200;
 - ``accepted``: a ``queued`` delivery and its ``pending`` run, admitted through the gate of
   ``autopilot.admission`` (``evaluate``/``accountable`` over the facts read with the token); the delivery
@@ -41,6 +42,7 @@ import asyncpg
 
 from autopilot import admission, replays
 from gateway.ingress_triggers import Trigger
+from hookgate import metrics
 from sql import Q
 
 if TYPE_CHECKING:
@@ -192,11 +194,14 @@ def _answer(p: Plan, delivery_id: UUID, run_id: UUID | None) -> Answer:
 
 async def _duplicate(writer: IngestBatcher, trigger: Trigger, d: Delivery) -> Answer | None:
     async with writer.connection() as conn:
-        row = await conn.fetchrow(Q.delivery_duplicate, trigger.id, d.dedupe_key)
+        row = await conn.fetchrow(Q.delivery_duplicate, trigger.id, d.dedupe_key, d.raw)
     if row is None:
         return None  # the holder vanished (failed) between our insert and this update: insert again
+    if row["body_matches"] is False:  # still a 200 duplicate (providers retry), but worth an operator's look
+        metrics.INGRESS_BODY_MISMATCH.labels(trigger.provider).inc()
     run_id, delivery_id = row["run_id"], str(row["delivery_id"])
-    body = {"status": "duplicate", "delivery_id": delivery_id, "run_id": None if run_id is None else str(run_id)}
+    body = {"status": "duplicate", "delivery_id": delivery_id, "run_id": None if run_id is None else str(run_id),
+            "body_matches": row["body_matches"]}
     return Answer(200, body, wake=delivery_id if row["status"] == "queued" else None)
 
 

@@ -41,6 +41,10 @@ INGRESS_LATENCY = Histogram(
     "hookgate_ingress_latency_seconds", "Time from request start to response for POST /hooks/…",
     ["outcome"], buckets=_LATENCY, registry=REGISTRY,
 )
+INGRESS_BODY_MISMATCH = Counter(
+    "hookgate_ingress_body_mismatch", "Correctly signed duplicates whose raw body differs from the stored "
+    "delivery's (still answered 200 duplicate), by provider preset", ["preset"], registry=REGISTRY,
+)
 INGRESS_LOOKUPS = Counter(
     "hookgate_ingress_token_lookups", "Token lookups the ingress sent to the database (cache misses; concurrent "
     "misses of one token share one lookup)", registry=REGISTRY,

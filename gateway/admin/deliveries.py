@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from autopilot import replays
 from gateway.admin import auth, pagination
-from gateway.admin.openapi import Call, Endpoints
+from gateway.admin.openapi import Call, Endpoints, Reply
 from gateway.admin.pagination import PageQuery
 from gateway.errors import ApiError
 from sql import Q
@@ -38,6 +38,7 @@ class DeliveryOut(BaseModel):
     dedupe_key: str | None
     dedupe_source: str | None
     attempt_count: int
+    body_mismatch_count: int
     dispatch_attempts: int
     run_id: UUID | None
     reason_code: str | None
@@ -116,11 +117,15 @@ async def get_delivery(call: Call) -> DeliveryDetail:
 
 @api.add("POST", "/v1/deliveries/{delivery_id}/replay", summary="Replay a delivery", response=ReplayOut,
          status=201, idempotent=True)
-async def replay_delivery(call: Call) -> ReplayOut:
+async def replay_delivery(call: Call) -> Reply:
     """Writers of the autopilot. A new delivery, admitted like ingress (REPLAY audit). Honours Idempotency-Key."""
     original = await _delivery(call)
     autopilot = await auth.autopilot_of(call.conn, call.principal, original["autopilot_id"])
     await auth.require_writer(call.conn, call.principal, autopilot)
+    return await call.once(lambda: _replay(call, original))
+
+
+async def _replay(call: Call, original: asyncpg.Record) -> ReplayOut:
     try:
         made = await replays.replay(call.conn, original, call.principal.member_id,
                                     heartbeat_timeout_s=call.ctx.settings.heartbeat_timeout_s)

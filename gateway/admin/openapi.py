@@ -51,6 +51,20 @@ class Call:
     path: dict[str, UUID]
     body: Any
     query: Any
+    idempotency: idempotency.Scope | None = None  # the endpoint honours Idempotency-Key and the request sent one
+
+    async def once(self, write: Callable[[], Awaitable[Reply]]) -> Reply:
+        """Run the handler's ``write`` once per ``Idempotency-Key`` (if sent); a repeat gets the first reply.
+
+        Call it after the permission checks, so a caller who may no longer write is refused, not replayed.
+        """
+        if self.idempotency is None:
+            return await write()
+
+        async def rendered() -> dict[str, Any]:
+            return _payload(await write())
+
+        return await idempotency.once(self.conn, self.idempotency, rendered)
 
 
 @dataclass
@@ -81,13 +95,8 @@ class Endpoint:
             logs.bind(**{name: str(value) for name, value in path.items()})  # run_id, trigger_id, … in logs
             query = _validate(self.query, dict(request.query_params)) if self.query else None
             body = _validate(self.body, await _json_body(request)) if self.body else None
-            call = Call(request, ctx, conn, principal, path, body, query)
+            call = Call(request, ctx, conn, principal, path, body, query, self._idempotency(request, principal, body))
             try:
-                if self.idempotent and (key := request.headers.get("idempotency-key")) is not None:
-                    status, payload = await idempotency.once(
-                        conn, principal.workspace_id, key, request.url.path, body_digest(body),
-                        lambda: self._run(call))
-                    return JSONResponse(payload, status_code=status)
                 status, payload = await self._run(call)
             except asyncpg.PostgresError as exc:
                 mapped = _database_error(exc)
@@ -96,10 +105,14 @@ class Endpoint:
                 raise mapped from exc
         return JSONResponse(payload, status_code=status)
 
+    def _idempotency(self, request: Request, principal: Principal, body: Any) -> idempotency.Scope | None:
+        key = request.headers.get("idempotency-key")
+        if not self.idempotent or key is None:
+            return None
+        return idempotency.scope(principal, request.method, request.url.path, key, body_digest(body))
+
     async def _run(self, call: Call) -> tuple[int, Any]:
-        reply = await self.handler(call)
-        payload = reply.model_dump(mode="json") if isinstance(reply, BaseModel) else reply
-        return self.status, payload
+        return self.status, _payload(await self.handler(call))
 
 
 @dataclass
@@ -112,12 +125,19 @@ class Endpoints:
     def add(self, method: str, path: str, *, summary: str, response: type[BaseModel] | None,
             status: int = 200, body: type[BaseModel] | None = None, query: type[BaseModel] | None = None,
             idempotent: bool = False) -> Callable[[Handler], Handler]:
-        """Register the decorated handler as ``method path``."""
+        """Register the decorated handler as ``method path``.
+
+        ``idempotent``: the endpoint honours ``Idempotency-Key``; its handler does its write in ``call.once``.
+        """
         def register(handler: Handler) -> Handler:
             self.items.append(Endpoint(method, path, handler, summary, self.tag, response, status, body, query,
                                        idempotent, (handler.__doc__ or "").strip()))
             return handler
         return register
+
+
+def _payload(reply: Reply) -> dict[str, Any]:
+    return reply.model_dump(mode="json") if isinstance(reply, BaseModel) else reply
 
 
 def body_digest(body: Any) -> str:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autopilot import admission, audit
 from gateway.admin import auth, pagination
-from gateway.admin.openapi import Call, Endpoints
+from gateway.admin.openapi import Call, Endpoints, Reply
 from gateway.admin.pagination import PageQuery
 from gateway.errors import ApiError
 from hookgate.database import one
@@ -146,11 +146,15 @@ def _envelope(source: str, payload: dict[str, Any] | None, now: datetime) -> dic
 
 @api.add("POST", "/v1/autopilots/{autopilot_id}/runs", summary="Start a run", response=RunCreated, status=201,
          body=RunIn, idempotent=True)
-async def create_run(call: Call) -> RunCreated:
+async def create_run(call: Call) -> Reply:
     """Writers only. Admitted through the gate; a pending run wakes the workers. Honours Idempotency-Key."""
-    body: RunIn = call.body
     autopilot = await auth.autopilot_of(call.conn, call.principal, call.path["autopilot_id"])
     await auth.require_writer(call.conn, call.principal, autopilot)
+    return await call.once(lambda: _start_run(call, autopilot))
+
+
+async def _start_run(call: Call, autopilot: asyncpg.Record) -> RunCreated:
+    body: RunIn = call.body
     clicker = call.principal.member_id if body.source == "manual" else None
     async with call.conn.transaction():
         now = await call.conn.fetchval(Q.server_now, None)

@@ -172,15 +172,20 @@ FROM x LEFT JOIN live USING (n) LEFT JOIN delivery d ON d.id = x.delivery_id LEF
 ORDER BY x.n;
 
 -- name: delivery_duplicate
--- Ingress step 7, duplicate path: a correctly signed request whose dedupe key $2 collided on trigger $1.
--- Count the provider's retry on the original and return its ids and status (the caller wakes the
--- worker if it is still queued) (run_id NULL while the worker has not admitted it yet).
+-- Ingress step 7, duplicate path: a correctly signed request with raw body $3 whose dedupe key $2 collided
+-- on trigger $1. Count the provider's retry on the original, and count it in body_mismatch_count too when
+-- its body differs from the stored one; return the original's ids and status (the caller wakes the worker
+-- if it is still queued) (run_id NULL while the worker has not admitted it yet) and body_matches (NULL when
+-- retention already dropped the stored body: nothing to compare, nothing counted). The bytes are compared
+-- here, on the duplicate path only, so the accepted path stores no digest and does no extra work.
 WITH hit AS (
-    UPDATE webhook_delivery SET attempt_count = attempt_count + 1, updated_at = now()
+    UPDATE webhook_delivery
+    SET attempt_count = attempt_count + 1, updated_at = now(),
+        body_mismatch_count = body_mismatch_count + (body IS NOT NULL AND body <> $3)::integer
     WHERE trigger_id = $1 AND dedupe_key = $2 AND status NOT IN ('rejected', 'failed')
-    RETURNING id, status, run_id
+    RETURNING id, status, run_id, body = $3 AS body_matches
 )
-SELECT hit.id AS delivery_id, hit.status,
+SELECT hit.id AS delivery_id, hit.status, hit.body_matches,
        coalesce(hit.run_id, (SELECT r.id FROM autopilot_run r WHERE r.webhook_delivery_id = hit.id)) AS run_id
 FROM hit;
 
@@ -188,8 +193,8 @@ FROM hit;
 -- Deliveries of workspace $1, newest first. Filters (nullable): $2 = trigger, $3 = status,
 -- $4 = cursor (last id seen). $5 = at most. The body is left out of lists.
 SELECT id, workspace_id, trigger_id, autopilot_id, received_at, content_type, provider, event, dedupe_key,
-       dedupe_source, signature_status, status, attempt_count, dispatch_attempts, reason_code, reason,
-       response_status, run_id, replayed_from_delivery_id, updated_at
+       dedupe_source, signature_status, status, attempt_count, body_mismatch_count, dispatch_attempts,
+       reason_code, reason, response_status, run_id, replayed_from_delivery_id, updated_at
 FROM webhook_delivery
 WHERE workspace_id = $1 AND ($2::uuid IS NULL OR trigger_id = $2) AND ($3::text IS NULL OR status = $3)
   AND ($4::uuid IS NULL OR id < $4)

@@ -57,7 +57,8 @@ async def test_correctly_signed_duplicate_counts_the_attempt_and_wakes_the_queue
     finally:
         await listener.close()
     assert again.status_code == 200
-    assert again.json() == {"status": "duplicate", "delivery_id": first["delivery_id"], "run_id": first["run_id"]}
+    assert again.json() == {"status": "duplicate", "delivery_id": first["delivery_id"], "run_id": first["run_id"],
+                            "body_matches": True}
     [d] = await kit.deliveries(conn)
     assert d["attempt_count"] == 2 and len(await kit.runs(conn)) == 1
 
@@ -198,7 +199,7 @@ async def test_admission_internal_error_leaves_the_delivery_queued_for_the_worke
     assert (d["status"], d["run_id"]) == ("queued", None) and d["envelope"]["event"] == "github.issues.opened"
     assert await kit.runs(conn) == []
     again = (await client.post(h.path, content=raw, headers=headers)).json()
-    assert again == {"status": "duplicate", "delivery_id": str(d["id"]), "run_id": None}
+    assert again == {"status": "duplicate", "delivery_id": str(d["id"]), "run_id": None, "body_matches": True}
 
 
 async def test_every_kind_of_miss_is_the_same_404_bytes(ctx, client, conn):

@@ -23,6 +23,6 @@ async def test_gateway_process_accepts_signed_deliveries_and_stays_consistent_ac
     async with httpx.AsyncClient(base_url=again.url) as http:
         retry = await http.post(h.path, content=raw, headers=headers)  # the provider's retry after a crash
     assert retry.json() == {"status": "duplicate", "delivery_id": first.json()["delivery_id"],
-                            "run_id": first.json()["run_id"]}
+                            "run_id": first.json()["run_id"], "body_matches": True}
     [d] = await kit.deliveries(conn)
     assert d["attempt_count"] == 2 and len(await kit.runs(conn)) == 1
