@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
             role.add_argument("--host", help="bind address (env HOOKGATE_HOST, default 127.0.0.1)")
             role.add_argument("--port", type=int, help="bind port (env HOOKGATE_PORT, default 8080)")
     sub.add_parser("migrate", help="apply pending database migrations and exit",
-                   description="Apply pending migrations in order, each in a transaction (safe to run twice).")
+                   description="Apply pending migrations in order, each in a transaction, then the SQL function "
+                               "files that changed (safe to run twice).")
     boot = sub.add_parser("bootstrap", help="create a workspace and owner if missing; print a new owner key",
                           description="Idempotent per workspace name: a second call prints a new key "
                                       "for the same owner.")

@@ -20,12 +20,13 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 async def readyz(request: Request) -> JSONResponse:
-    """200 when the database answers and no migration is pending; 503 with the reason otherwise."""
+    """200 when the database answers and no migration or function file is pending; 503 with the reason otherwise."""
     ctx: Context = request.app.state.ctx
     try:
         async with asyncio.timeout(2.0), ctx.pool.acquire() as conn:
             await conn.fetchval(Q.server_ping)
-            missing = await migrations.pending(conn)
+            missing = [m.name for m in await migrations.pending(conn)]
+            missing += [f.file_name for f in await migrations.stale_functions(conn)]
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
         return JSONResponse({"status": "unavailable", "error": "database_unreachable",
                              "message": "database is unreachable"}, status_code=503)
@@ -34,8 +35,8 @@ async def readyz(request: Request) -> JSONResponse:
                             status_code=503)
     if missing:
         return JSONResponse({"status": "unavailable", "error": "migrations_pending",
-                             "message": f"{len(missing)} migration(s) pending", "pending": [m.name for m in missing]},
-                            status_code=503)
+                             "message": f"{len(missing)} migration(s) or function file(s) pending",
+                             "pending": missing}, status_code=503)
     return JSONResponse({"status": "ready"})
 
 

@@ -1,7 +1,9 @@
-"""SQL that ships with Hookgate: forward-only migrations and named queries.
+"""SQL that ships with Hookgate: forward-only migrations, live function definitions and named queries.
 
-Queries live in ``queries/<table>.sql``, each headed ``-- name: object_verb`` followed by comment lines
-that say what it does and what ``$1..$n`` are. :data:`Q` loads them once; runtime Python holds no SQL.
+Migrations (``migrations/NNNN_name.sql``) are the history of the tables; ``functions/<name>.sql`` holds the
+current definition of each SQL function, re-applied when it changes. Queries live in ``queries/<table>.sql``,
+each headed ``-- name: object_verb`` followed by comment lines that say what it does and what ``$1..$n``
+are. :data:`Q` loads them once; runtime Python holds no SQL. See ``sql/README.md``.
 """
 
 from __future__ import annotations
@@ -105,4 +107,12 @@ def migration_files() -> list[tuple[int, str, str]]:
         if entry.name.endswith(".sql"):
             number = int(entry.name.split("_", 1)[0]) if entry.name[:4].isdigit() else -1
             found.append((number, entry.name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+def function_files() -> list[tuple[str, str]]:
+    """The shipped function definitions as ``(file name, sql)``, in file name order."""
+    folder = resources.files(__name__) / "functions"
+    found = [(entry.name, entry.read_text(encoding="utf-8")) for entry in folder.iterdir()
+             if entry.name.endswith(".sql")]
     return sorted(found)

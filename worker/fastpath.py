@@ -1,13 +1,12 @@
 """Set-based dispatch of deliveries (the common case): claimed and dispatched in one statement.
 
-:func:`take` is the worker's hot path (``delivery_take``, ``hookgate_delivery_take`` in
-``0008_dispatch_take.sql``): claim a batch with pacing and, in the same round trip, give every delivery whose
-admitted run is still plain ``pending`` (what ingress stores) its task, born claimed for pushing when its HTTP
-agent has a free slot. :func:`dispatch_pending` does the dispatch part for a batch already leased
-(``delivery_dispatch_batch``, ``hookgate_dispatch_pending`` in ``0005_perf.sql``), the fallback when the
-one-statement take fails. Both keep the guards and per-agent slot claim of
-:func:`autopilot.dispatch.dispatch_run`; whatever is unusual (crash window, create_issue, skipped, half-made,
-lost lease) is left to the one-by-one path.
+:func:`take` is the worker's hot path (``delivery_take``, ``sql/functions/hookgate_delivery_take.sql``):
+claim a batch with pacing and, in the same round trip, give every delivery whose admitted run is still plain
+``pending`` (what ingress stores) its task, born claimed for pushing when its HTTP agent has a free slot.
+:func:`dispatch_pending` does the dispatch part for a batch already leased (``delivery_dispatch_batch``,
+``sql/functions/hookgate_dispatch_pending.sql``), the fallback when the one-statement take fails. Both
+keep the guards and per-agent slot claim of :func:`autopilot.dispatch.dispatch_run`; whatever is unusual
+(crash window, create_issue, skipped, half-made, lost lease) is left to the one-by-one path.
 """
 
 from __future__ import annotations

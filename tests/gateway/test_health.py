@@ -32,6 +32,14 @@ async def test_readyz_is_503_while_migrations_are_pending(server_url, db_url):
         await admin.close()
 
 
+async def test_readyz_is_503_while_a_function_file_is_not_applied(client, conn):
+    await conn.execute("UPDATE hookgate_functions SET checksum = 'older' WHERE name = 'hookgate_pace_take'")
+    answer = await client.get("/readyz")
+    assert answer.status_code == 503
+    assert answer.json()["error"] == "migrations_pending"
+    assert answer.json()["pending"] == ["functions/hookgate_pace_take.sql"]
+
+
 async def test_unknown_routes_and_methods_are_json_errors(client):
     missing = await client.get("/nope")
     assert missing.status_code == 404 and missing.json()["error"] == "not_found"

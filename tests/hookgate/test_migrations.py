@@ -22,7 +22,7 @@ EXPECTED_TABLES = {
     "workspace", "member", "api_key", "agent", "agent_instance", "squad", "squad_member", "autopilot",
     "autopilot_collaborator", "autopilot_rule_version", "autopilot_trigger", "webhook_delivery",
     "autopilot_run", "issue", "agent_task", "sys_cron_executions", "audit_log", "idempotency_key",
-    "hookgate_migrations", "trigger_pace", "agent_slot",
+    "hookgate_migrations", "trigger_pace", "agent_slot", "hookgate_functions",
 }
 EXPECTED_INDEXES = {
     "webhook_delivery_dedupe_uq", "webhook_delivery_queue_idx", "autopilot_run_planned_uq",
@@ -53,7 +53,7 @@ async def test_applying_all_migrations_to_an_empty_database_gives_the_expected_s
         conn = await database.connect(url)
         assert await migrations.pending(conn) == migrations.shipped()
         applied = await migrations.migrate(conn)
-        assert applied == [m.name for m in migrations.shipped()]
+        assert applied == [m.name for m in migrations.shipped()] + [f.file_name for f in migrations.shipped_functions()]
         tables = {r["tablename"] for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname='public'")}
         assert tables == EXPECTED_TABLES
         rows = await conn.fetch("SELECT indexname FROM pg_indexes WHERE schemaname='public'")
@@ -70,15 +70,17 @@ async def test_applying_all_migrations_to_an_empty_database_gives_the_expected_s
         await _drop(server_url, "hg_mig_empty")
 
 
-async def test_two_migrators_at_once_apply_each_migration_once(server_url):
+async def test_two_migrators_at_once_apply_each_migration_and_function_file_once(server_url):
     url = await _fresh(server_url, "hg_mig_race")
     try:
         conns = [await database.connect(url) for _ in range(4)]
         results = await asyncio.gather(*(migrations.migrate(c) for c in conns))
         applied = [name for result in results for name in result]
-        assert sorted(applied) == [m.name for m in migrations.shipped()]
+        files = [f.file_name for f in migrations.shipped_functions()]
+        assert sorted(applied) == sorted([m.name for m in migrations.shipped()] + files)
         rows = await conns[0].fetchval("SELECT count(*) FROM hookgate_migrations")
         assert rows == len(migrations.shipped())
+        assert await conns[0].fetchval("SELECT count(*) FROM hookgate_functions") == len(files)
         for c in conns:
             await c.close()
     finally:

@@ -160,7 +160,7 @@ _BIG_TABLES = ("webhook_delivery", "agent_task", "agent_slot", "autopilot_run")
 
 async def test_the_take_keeps_reading_by_index_after_its_plans_were_made_on_small_tables(wctx, agent_server):
     # Generic plans are made once per session, from the statistics of that moment. A worker connection whose
-    # first take ran on nearly empty tables must not keep scanning them whole as they grow (migration 0010).
+    # first take ran on nearly empty tables must not keep scanning them whole as they grow (the take's SET options).
     _, _, ap, trigger = await _setup(wctx, agent_server, max_concurrency=4096)
     options = options_for(wctx, "t1", Pusher(wctx, holder="t1"))
     conn = await database.connect(wctx.dsn)

@@ -1,0 +1,66 @@
+-- hookgate_slots_take: the batched slot rule, shared by the take and hookgate_task_claim_many (since
+-- 0008_dispatch_take; key plans since 0010_take_key_plans).
+-- Lock up to p_want free concurrency slots of agent p_agent and return their numbers; the caller gives each
+-- a fresh lease token in the same transaction. Lock free slots in slot order from a random start (SKIP
+-- LOCKED, so concurrent claimers take different ones), then re-check them with a fresh snapshot (READ
+-- COMMITTED, volatile function: a claim committed before our lock is seen, none can come after it). An
+-- archived or unknown agent gets none.
+--
+-- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
+-- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
+-- signature (see sql/README.md).
+
+CREATE OR REPLACE FUNCTION hookgate_slots_take(p_agent uuid, p_want integer)
+RETURNS integer[]
+LANGUAGE plpgsql
+-- Key plans only: every statement here reads rows by primary key or by an index prefix, so nested loops over
+-- index scans are right at any size. Generic plans are made once per session from the statistics of that
+-- moment, and a connection that first ran this while the tables were small kept hash joins over sequential
+-- scans of agent_task, agent_slot and sometimes webhook_delivery until the next ANALYZE (seen with
+-- auto_explain in bench/dispatch.py, where the tables grow from empty to ~10,000 rows in half a minute; a
+-- young production database does the same). The settings hold only while the function runs.
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
+DECLARE
+    cap   integer;
+    off   integer;
+    free  integer[];
+BEGIN
+    SELECT max_concurrency INTO cap FROM agent WHERE id = p_agent AND archived_at IS NULL;
+    IF NOT FOUND OR coalesce(p_want, 0) <= 0 THEN
+        RETURN '{}';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM agent_slot WHERE agent_id = p_agent AND slot = cap - 1) THEN
+        INSERT INTO agent_slot (agent_id, slot) SELECT p_agent, g FROM generate_series(0, cap - 1) g
+        ON CONFLICT DO NOTHING;
+    END IF;
+    off := floor(random() * cap)::integer;
+    SELECT array_agg(s.slot) INTO free FROM (
+        SELECT sl.slot FROM agent_slot sl
+        WHERE sl.agent_id = p_agent AND sl.slot >= off AND sl.slot < cap
+          AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token)
+        ORDER BY sl.slot
+        LIMIT p_want
+        FOR UPDATE OF sl SKIP LOCKED
+    ) s;
+    IF coalesce(cardinality(free), 0) < p_want THEN
+        SELECT coalesce(free, '{}') || coalesce(array_agg(s.slot), '{}') INTO free FROM (
+            SELECT sl.slot FROM agent_slot sl
+            WHERE sl.agent_id = p_agent AND sl.slot < off
+              AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running'
+                                AND r.lease_token = sl.lease_token)
+            ORDER BY sl.slot
+            LIMIT p_want - coalesce(cardinality(free), 0)
+            FOR UPDATE OF sl SKIP LOCKED
+        ) s;
+    END IF;
+    IF coalesce(cardinality(free), 0) = 0 THEN
+        RETURN '{}';
+    END IF;
+    -- Fresh snapshot: which of the slots we now hold are still free?
+    SELECT array_agg(sl.slot ORDER BY sl.slot) INTO free FROM agent_slot sl
+    WHERE sl.agent_id = p_agent AND sl.slot = ANY (free)
+      AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token);
+    RETURN coalesce(free, '{}');
+END
+$$;
