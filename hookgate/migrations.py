@@ -105,7 +105,7 @@ async def pending(conn: Conn) -> list[Migration]:
 
 
 async def stale_functions(conn: Conn) -> list[FunctionFile]:
-    """Shipped function files not applied here in their current text (all of them before migration 0011)."""
+    """Shipped function files not applied here in their current text (all of them before migration 0012)."""
     done: dict[str, str] = {}
     if await conn.fetchval(Q.function_table_exists):
         done = {row["name"]: row["checksum"] for row in await conn.fetch(Q.function_applied_list)}

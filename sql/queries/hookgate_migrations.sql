@@ -28,7 +28,7 @@ SELECT version, checksum FROM hookgate_migrations ORDER BY version;
 INSERT INTO hookgate_migrations (version, name, checksum) VALUES ($1, $2, $3);
 
 -- name: function_table_exists
--- Whether the bookkeeping of the function files exists yet (migration 0011 creates it).
+-- Whether the bookkeeping of the function files exists yet (migration 0012 creates it).
 SELECT to_regclass('hookgate_functions') IS NOT NULL;
 
 -- name: function_applied_list

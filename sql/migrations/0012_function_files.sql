@@ -1,4 +1,4 @@
--- 0011_function_files: the bookkeeping of sql/functions/, the live definitions of the SQL functions.
+-- 0012_function_files: the bookkeeping of sql/functions/, the live definitions of the SQL functions.
 --
 -- From here on the current text of every function lives in one file, sql/functions/<name>.sql, and the
 -- migrator re-applies a file (CREATE OR REPLACE, after the numbered migrations, under the same advisory
