@@ -89,7 +89,7 @@ async def test_any_printable_secret_of_8_to_500_characters_is_accepted(ctx, clie
 @pytest.mark.parametrize(("secret", "why"), [
     ("s" * 7, "too short"), ("s" * 501, "too long"), ("secret\x07bell", "control character"),
     ("two\nlines-secret", "newline"), ("tab\tseparated", "tab"), ("null\x00byte-secret", "NUL"),
-    ("del\x7fcharacter", "DEL"),
+    ("del\x7fcharacter", "DEL"), ("non\u00a0breaking-space", "no-break space"),
 ])
 async def test_a_short_long_or_non_printable_secret_is_refused_with_422(ctx, client, secret, why):
     w, trigger = await _webhook(ctx, client, "github")
