@@ -103,7 +103,7 @@ async def triggers_set_secret(c: Client, a: argparse.Namespace) -> Any:
     """PUT /v1/triggers/{id}/signing-secret (or DELETE with --remove)."""
     if a.remove:
         return await c.call("DELETE", f"/v1/triggers/{a.trigger}/signing-secret")
-    secret = a.secret if a.secret is not None else sys.stdin.readline().strip()
+    secret = a.secret if a.secret is not None else sys.stdin.readline().rstrip("\r\n")  # spaces belong to it
     return await c.call("PUT", f"/v1/triggers/{a.trigger}/signing-secret",
                         json_body={"secret": secret, "grace_seconds": a.grace})
 

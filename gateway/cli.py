@@ -9,8 +9,10 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from gateway import admin_cli
@@ -19,6 +21,9 @@ from hookgate.context import Context, open_context
 from hookgate.migrations import MigrationError
 from hookgate.service import Service, handle_signals, run_services
 from hookgate.settings import ConfigError, Settings, load_settings
+
+FIRST_KEY_FILE = "first-owner-key"
+"""Where ``serve`` puts the first owner key when stdout is not a terminal (in the data dir)."""
 
 EPILOG = """\
 environment:
@@ -76,7 +81,7 @@ def _settle_garbage_collector() -> None:
 
 
 async def _announce(ctx: Context) -> None:
-    """First start on an empty database: create a workspace and print its owner key once."""
+    """First start on an empty database: create a workspace; show its owner key once, or file it."""
     from autopilot.workspaces import bootstrap
     from sql import Q
 
@@ -86,14 +91,36 @@ async def _announce(ctx: Context) -> None:
             return
         boot = await bootstrap(conn, "default")
     base = f"http://{ctx.settings.host}:{ctx.settings.port}"
+    if sys.stdout.isatty():
+        print(
+            f"\nHookgate is ready on {base}\n"
+            f"A workspace was created. Its owner API key (shown once, keep it):\n\n  {boot.api_key}\n\n"
+            f"Try it:\n  curl -s {base}/readyz\n"
+            f"  curl -s -H 'Authorization: Bearer {boot.api_key}' {base}/v1/me\n",
+            flush=True,
+        )
+        return
+    # Not a terminal: stdout goes to a log or a journal, which must never hold a key.
+    path = _save_first_key(ctx.settings.data_dir, boot.api_key)
     print(
-        f"\nHookgate is ready on {base}\n"
-        f"A workspace was created. Its owner API key (shown once, keep it):\n\n  {boot.api_key}\n\n"
-        f"Try it:\n  curl -s {base}/readyz\n"
-        f"  curl -s -H 'Authorization: Bearer {boot.api_key}' {base}/v1/me\n",
-        file=sys.stderr,
-        flush=True,
+        f"hookgate ready on {base}; a workspace was created and its owner API key written to {path} "
+        f"(mode 0600; read it, keep it elsewhere, delete the file)",
+        file=sys.stderr, flush=True,
     )
+
+
+def _save_first_key(data_dir: Path, key: str) -> Path:
+    """Write ``<data dir>/first-owner-key``, mode 0600 from its creation; an older one is replaced."""
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = data_dir / FIRST_KEY_FILE
+    staging = data_dir / f".{FIRST_KEY_FILE}.{os.getpid()}"
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(staging, path)
+    return path
 
 
 async def _migrate(settings: Settings) -> None:

@@ -23,9 +23,11 @@ than 200 characters is replaced by `sha256:<hex>` so it always fits a unique ind
 
 Per-scheme choices: Standard Webhooks keys its HMAC exactly as the reference library does (base64 of what
 follows an optional `whsec_`; a secret that is not base64 is used as raw bytes), Stripe with the whole
-`whsec_…` string. A Linear body that verifies but has no numeric `webhookTimestamp` is `expired`. Twilio
-form bodies are signed as URL + sorted params; any other body must match the URL's `bodySHA256`, and the
-signature then covers the URL alone; `X-Twilio-Webhooks-Signature-Settings` may select HMAC-SHA256.
+`whsec_…` string, GitLab with the token stripped of surrounding spaces (HTTP drops them from the header
+that carries it); any printable secret works with every scheme. A Linear body that verifies but has no
+numeric `webhookTimestamp` is `expired`. Twilio form bodies are signed as URL + sorted params; any other
+body must match the URL's `bodySHA256`, and the signature then covers the URL alone;
+`X-Twilio-Webhooks-Signature-Settings` may select HMAC-SHA256.
 """
 
 from __future__ import annotations
@@ -182,7 +184,8 @@ def _check_gitlab(req: Inbound, secret: str) -> SignatureStatus:
     token = req.header("x-gitlab-token")
     if token is None:
         return "missing"
-    return _valid_if(hmac.compare_digest(_utf8(token), _utf8(secret)))
+    # The token travels as a header value, and HTTP drops a value's surrounding spaces.
+    return _valid_if(hmac.compare_digest(_utf8(token), _utf8(secret.strip(" "))))
 
 
 def _check_stripe(req: Inbound, secret: str) -> SignatureStatus:

@@ -32,6 +32,9 @@ As root (PostgreSQL refuses to run as root):
 
 Server settings: trust authentication on the unix socket only (``listen_addresses=''``, socket mode 0700 in
 a 0700 directory), UTF8, locale C, timezone UTC, ``max_connections=200``, ``shared_buffers=128MB``, fsync on.
+``pg_hba.conf`` rejects every TCP connection (initdb ``--auth-host=reject``), so a ``listen_addresses``
+set later (``ALTER SYSTEM``, a hand edit) opens no door. It is rewritten to that content at every start,
+which also closes the ``host … trust`` lines of clusters made before this rule.
 Every failure to initialise, start or provision raises ``EmbeddedPostgresError`` with a one-line message.
 """
 
@@ -80,6 +83,16 @@ _SETTINGS = (
     "timezone=UTC",
     "fsync=on",  # a 2xx means durable, in development too
 )
+
+
+# The whole pg_hba.conf: rewritten at every start, so clusters made with older rules are closed too.
+_HBA = """\
+# Written by Hookgate at every start: replaced whatever its content.
+# The unix socket only (mode 0700 in a 0700 directory); every TCP connection is refused.
+local   all   all                 trust
+host    all   all   0.0.0.0/0     reject
+host    all   all   ::/0          reject
+"""
 
 
 class EmbeddedPostgresError(Exception):
@@ -477,7 +490,11 @@ class EmbeddedPostgres:
         """Run initdb once; adopt the running server, or clear leftovers and start one."""
         if not (self.pgdata / "PG_VERSION").exists():
             self._initdb()
+        changed = self._write_hba()
         if self._adopt():
+            if changed:  # a server started before the rewrite still holds the old rules
+                self._expect(self._run([self._layout.bindir / "pg_ctl", "reload", "-s"], self.log_path, 30),
+                             "pg_ctl reload", self.log_path)
             return
         self._clear_stale()
         self._pg_ctl_start()
@@ -490,11 +507,28 @@ class EmbeddedPostgres:
             raise EmbeddedPostgresError(f"{self.pgdata} exists but is not a PostgreSQL cluster")
         staging = self._layout.cluster / "data.initdb"
         shutil.rmtree(staging, ignore_errors=True)
-        args: list[str | Path] = [self._layout.bindir / "initdb", "-D", staging, "--auth=trust"]
+        args: list[str | Path] = [self._layout.bindir / "initdb", "-D", staging]
+        args += ["--auth-local=trust", "--auth-host=reject"]
         args += ["--encoding=UTF8", "--locale=C", "-U", SUPERUSER, *(f"-c{setting}" for setting in _SETTINGS)]
         log = self._layout.cluster / "initdb.log"
         self._expect(self._run(args, log, self.start_timeout, append=False), "initdb", log)
         staging.rename(self.pgdata)
+
+    def _write_hba(self) -> bool:
+        """Make pg_hba.conf exactly ``_HBA`` (atomically, owned by the cluster user); True if it changed."""
+        path = self.pgdata / "pg_hba.conf"
+        with contextlib.suppress(OSError):
+            if path.read_text() == _HBA:
+                return False
+        staging = path.with_name(f"{path.name}.hookgate")
+        staging.unlink(missing_ok=True)
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(_HBA)
+            if self._user is not None:
+                os.fchown(handle.fileno(), self._user.pw_uid, self._user.pw_gid)
+        os.replace(staging, path)
+        return True
 
     def _adopt(self) -> bool:
         """Wait for this cluster's running postmaster to be ready and use its socket; False if none runs."""

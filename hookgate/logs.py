@@ -10,8 +10,10 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-# awt_/hgk_/hgr_ tokens and whsec_ secrets; anything that looks like one is masked wherever it appears.
-_SECRET = re.compile(r"\b(awt|hgk|hgr)_[A-Za-z0-9_\-]{8,}|whsec_[A-Za-z0-9+/=_\-]{8,}")
+# awt_/hgk_/hgr_ tokens and whsec_ secrets; anything that looks like one is masked wherever it appears:
+# also glued to a word ("Bearerhgr_…", "%3Dhgr_…" in an encoded URL, so no \b) and with a whsec_'s
+# "+", "/" and "=" percent-encoded (otherwise the part after the first "%2B" would stay readable).
+_SECRET = re.compile(r"(awt|hgk|hgr)_[A-Za-z0-9_\-]{8,}|whsec_(?:[A-Za-z0-9+/=_\-]|%[0-9A-Fa-f]{2}){8,}")
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message", "asctime", "taskName", "color_message",
 }

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import asyncpg
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel
 
 from autopilot import editing, rules
 from autopilot.rules import Publisher
@@ -30,6 +30,17 @@ api = Endpoints("Triggers")
 Provider = Literal["generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio"]
 Overlap = Literal["skip", "buffer_one", "allow"]
 EventFilter = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+def _printable(secret: str) -> str:
+    """Providers issue secrets with spaces and punctuation (GitHub's own example has both); no control chars."""
+    if not secret.isprintable():
+        raise ValueError("a signing secret holds printable characters only (spaces allowed, no control characters)")
+    return secret
+
+
+SigningSecret = Annotated[str, Field(min_length=8, max_length=500), AfterValidator(_printable)]
+"""A provider's signing secret as issued: 8–500 printable characters, spaces included."""
 
 
 class WebhookTriggerIn(BaseModel):
@@ -114,7 +125,7 @@ class SecretIn(BaseModel):
     """A signing secret; the previous one keeps verifying for ``grace_seconds``."""
 
     model_config = ConfigDict(extra="forbid")
-    secret: str = Field(min_length=8, max_length=500, pattern=r"^[!-~]+$")
+    secret: SigningSecret
     grace_seconds: int = Field(default=0, ge=0, le=7 * 24 * 3600)
 
 

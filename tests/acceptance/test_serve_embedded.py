@@ -61,8 +61,12 @@ def test_serve_runs_on_embedded_postgres_survives_sigkill_and_leaves_no_orphan(t
         first = _serve(data_dir, port, log)
         _wait_ready(port, first)
     printed = (tmp_path / "serve.log").read_text()
-    assert "hgk_" in printed and "curl" in printed, printed  # the first run prints the owner key once
+    # Not a terminal: the first run files the owner key (0600) and prints only where it is.
+    key_file = data_dir / "first-owner-key"
+    assert str(key_file) in printed and "hgk_" not in printed, printed
+    assert key_file.read_text().startswith("hgk_") and key_file.stat().st_mode & 0o777 == 0o600
     assert (data_dir / "secret.key").stat().st_mode & 0o777 == 0o600
+    first_key = key_file.read_text()
 
     first.send_signal(signal.SIGKILL)
     first.wait(10)
@@ -78,5 +82,6 @@ def test_serve_runs_on_embedded_postgres_survives_sigkill_and_leaves_no_orphan(t
         assert json.loads(boot.stdout)["api_key"].startswith("hgk_")
         second.send_signal(signal.SIGTERM)
         assert second.wait(30) == 0
-    assert "hgk_" not in (tmp_path / "serve2.log").read_text()  # the key is printed on the first run only
+    assert "hgk_" not in (tmp_path / "serve2.log").read_text()
+    assert key_file.read_text() == first_key  # only the first run makes a key
     assert _wait_gone(data_dir) == [], "embedded PostgreSQL left running after serve exited"

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from hookgate.embedded import SHARED_ROOT, SYSTEM_USER, EmbeddedPostgres, EmbeddedPostgresError
+from tests.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 IS_ROOT = os.geteuid() == 0
@@ -350,3 +351,67 @@ def test_ordinary_user_keeps_the_cluster_in_the_data_dir_and_a_long_path_moves_t
     assert sock.parent == Path("/tmp") and sock.name.startswith(f"hookgate-{nobody.pw_uid}-")
     assert not sock.exists()  # removed with the server
     assert report["alive_after_stop"] is False
+
+
+HOST_TRUST_HBA = "local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n"
+
+
+def start_listening_on_tcp(ep: EmbeddedPostgres, port: int) -> None:
+    """Start the (stopped) cluster by hand with listen_addresses=127.0.0.1, as an operator might."""
+    owner = ep.pgdata.stat()
+    creds = {"user": owner.st_uid, "group": owner.st_gid, "extra_groups": []} if IS_ROOT else {}
+    sock = ep._layout.socket_dir()
+    sock.mkdir(mode=0o700, exist_ok=True)  # the /tmp fallback goes away with the server that made it
+    options = f"-c listen_addresses=127.0.0.1 -p {port} -k {sock}"
+    pg_ctl = ep._layout.bindir / "pg_ctl"  # the binaries the cluster runs from (a root-owned copy as root)
+    done = subprocess.run([str(pg_ctl), "start", "-w", "-s", "-t", "30", "-D", str(ep.pgdata), "-o", options,
+                           "-l", str(ep.cluster_dir / "tcp.log")], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}, cwd=ep.cluster_dir, timeout=60, **creds)
+    assert done.returncode == 0, done.stdout + done.stderr + (ep.cluster_dir / "tcp.log").read_text()
+
+
+async def assert_tcp_refused(port: int) -> None:
+    try:
+        conn = await asyncpg.connect(host="127.0.0.1", port=port, user="postgres", database="postgres", ssl=False)
+    except asyncpg.InvalidAuthorizationSpecificationError as exc:
+        assert "pg_hba.conf rejects" in str(exc)
+        return
+    await conn.close()
+    pytest.fail("a TCP connection to the embedded server was accepted")
+
+
+async def test_tcp_connections_are_refused_by_pg_hba_even_when_the_server_listens(make_pg: MakePg) -> None:
+    ep = make_pg()
+    dsn = ep.start()
+    rules = await fetch(dsn, "select array_agg(auth_method) from pg_hba_file_rules where type like 'host%'")
+    assert rules and set(rules) == {"reject"}  # type: ignore[arg-type]
+    ep.stop()
+    start_listening_on_tcp(ep, port := free_port())
+    await assert_tcp_refused(port)
+
+
+async def test_a_cluster_with_the_old_host_trust_rules_is_closed_at_the_next_start(make_pg: MakePg) -> None:
+    ep = make_pg()
+    ep.start()
+    ep.stop()
+    (ep.pgdata / "pg_hba.conf").write_text(HOST_TRUST_HBA)  # what initdb --auth=trust wrote before
+    dsn = ep.start()
+    assert await fetch(dsn, "select 1") == 1
+    rules = await fetch(dsn, "select array_agg(auth_method) from pg_hba_file_rules where type like 'host%'")
+    assert rules and set(rules) == {"reject"}  # type: ignore[arg-type]
+    assert "trust" not in (ep.pgdata / "pg_hba.conf").read_text().split("host", 1)[1]
+    ep.stop()
+    start_listening_on_tcp(ep, port := free_port())
+    await assert_tcp_refused(port)
+
+
+async def test_a_running_server_with_the_old_rules_is_closed_when_adopted(make_pg: MakePg) -> None:
+    first, second = make_pg(), make_pg()
+    first.start()
+    first.stop()
+    (first.pgdata / "pg_hba.conf").write_text(HOST_TRUST_HBA)
+    start_listening_on_tcp(first, port := free_port())
+    conn = await asyncpg.connect(host="127.0.0.1", port=port, user="postgres", database="postgres", ssl=False)
+    await conn.close()  # the old rules let TCP in
+    second.start()  # adopts the running server, rewrites pg_hba.conf and reloads it
+    await assert_tcp_refused(port)
