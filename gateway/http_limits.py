@@ -34,6 +34,8 @@ MAX_HEAD_BYTES = 64 * 1024
 TIMEOUT = b'{"error":"request_timeout","message":"the request was not received in time"}'
 TOO_LARGE = b'{"error":"headers_too_large","message":"the request head is too large"}'
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+LINGER_S = 2.0
+LINGER_BYTES = 256 * 1024
 
 
 class ConnectionGate:
@@ -69,16 +71,43 @@ def _answer(status: int, body: bytes) -> bytes:
     return head + body
 
 
-def refuse(transport: Any, cycle: Any, status: int, body: bytes) -> None:
-    """Answer ``status`` unless a response is half sent on the connection (then only close), and close."""
-    if transport.is_closing():
-        return
-    if cycle is None or cycle.response_complete or not cycle.response_started:
-        transport.write(_answer(status, body))
-    transport.close()
+class _Refusal:
+    """A refusal that the client gets to read: the answer, then our side shut, then the close.
+
+    Closing a socket with unread bytes in it makes the kernel reset the connection, and the client then
+    often loses the answer it was sent. So after the answer the connection lingers: what the client still
+    sends is read and dropped until it closes, for at most ``LINGER_S`` and ``LINGER_BYTES``.
+    """
+
+    transport: Any
+    cycle: Any
+    loop: asyncio.AbstractEventLoop
+    lingering = False
+    _dropped = 0
+
+    def refuse(self, status: int, body: bytes) -> None:
+        """Answer ``status`` unless a response is half sent on the connection (then only shut), and close."""
+        transport, cycle = self.transport, self.cycle
+        if self.lingering or transport.is_closing():
+            return
+        self.lingering = True
+        if cycle is None or cycle.response_complete or not cycle.response_started:
+            transport.write(_answer(status, body))
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        transport.resume_reading()
+        self.loop.call_later(LINGER_S, transport.close)
+
+    def drop(self, data: bytes) -> None:
+        """Bytes that arrived after the refusal: dropped, up to ``LINGER_BYTES``, then the close."""
+        self._dropped += len(data)
+        if self._dropped > LINGER_BYTES:
+            self.transport.close()
 
 
-class _HttpToolsHeads(HttpToolsProtocol):
+class _HttpToolsHeads(_Refusal, HttpToolsProtocol):
     """httptools with the head cap: bytes of a head still arriving, and each parsed head, are checked."""
 
     max_head_bytes = MAX_HEAD_BYTES
@@ -116,10 +145,10 @@ class _HttpToolsHeads(HttpToolsProtocol):
             self._refusing = True  # earlier requests are answered first, in order; then the 431
             self.flow.pause_reading()
             return
-        refuse(self.transport, self.cycle, 431, TOO_LARGE)
+        self.refuse(431, TOO_LARGE)
 
     def send_400_response(self, msg: str) -> None:
-        if not (self._refusing or self.transport.is_closing()):  # else the head was refused with 431
+        if not (self._refusing or self.lingering or self.transport.is_closing()):  # else it was refused with 431
             super().send_400_response(msg)
 
     def mid_head(self) -> bool:
@@ -150,7 +179,7 @@ class _HeadCappedConnection(h11.Connection):
         return event
 
 
-class _H11Heads(H11Protocol):
+class _H11Heads(_Refusal, H11Protocol):
     """h11 with the head cap (h11 bounds a partial head itself; a whole one is checked when parsed)."""
 
     max_head_bytes = MAX_HEAD_BYTES
@@ -162,7 +191,7 @@ class _H11Heads(H11Protocol):
     def send_400_response(self, msg: str) -> None:
         conn = self.conn
         if isinstance(conn, _HeadCappedConnection) and conn.head_too_large:
-            refuse(self.transport, self.cycle, 431, TOO_LARGE)
+            self.refuse(431, TOO_LARGE)
         else:
             super().send_400_response(msg)
 
@@ -202,6 +231,12 @@ def guarded(base: type[asyncio.Protocol], read_timeout_s: float, gate: Connectio
             self._disarm()
             super().connection_lost(exc)
 
+        def data_received(self, data: bytes) -> None:
+            if self.lingering:
+                self.drop(data)
+            else:
+                super().data_received(data)
+
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._arm()
@@ -223,7 +258,7 @@ def guarded(base: type[asyncio.Protocol], read_timeout_s: float, gate: Connectio
             if cycle is not None and cycle.response_complete and not self.mid_head():
                 self.transport.close()  # idle between requests (uvicorn's keep-alive normally got it first)
                 return
-            refuse(self.transport, cycle, 408, TIMEOUT)
+            self.refuse(408, TIMEOUT)
 
     Guarded.max_head_bytes = max_head_bytes
     Guarded.__name__ = Guarded.__qualname__ = f"Guarded{base.__name__}"
