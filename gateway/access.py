@@ -4,7 +4,8 @@ Each request gets an id (a well-formed incoming ``X-Request-Id`` is kept, so a b
 the request; otherwise a new one), echoed in the response and bound to every log record written while
 the request runs. Handlers add what they learn (``logs.bind(trigger_id=…, delivery_id=…, run_id=…,
 preset=…, outcome=…)``). One access line per request is written at the end, with the ``/hooks/<token>``
-path replaced by ``/hooks/awt_[redacted]``: the token is the credential, so it never reaches a log.
+path replaced by ``/hooks/awt_[redacted]``: the token is the credential, so it never reaches a log. Its
+``client_ip`` is the client address as the rate gates see it (:func:`gateway.ratelimit.client_address`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import re
 import time
 from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway import ratelimit
 from hookgate import logs, metrics
 
 log = logging.getLogger("hookgate.access")
@@ -41,6 +44,15 @@ def redacted_path(path: str) -> str:
     if path.startswith(HOOKS_PREFIX):
         return REDACTED_HOOK_PATH
     return logs.redact(path)
+
+
+def client_ip(scope: Scope) -> str | None:
+    """The request's client address: the peer, or what a trusted proxy forwarded (as the gates see it)."""
+    client = scope.get("client")
+    ctx = getattr(getattr(scope.get("app"), "state", None), "ctx", None)
+    trusted = ratelimit.networks(tuple(ctx.settings.trusted_proxies)) if ctx is not None else ()
+    addr = ratelimit.client_address(client[0] if client else None, Headers(scope=scope), trusted)
+    return str(addr) if addr is not None else None
 
 
 def request_id_from(scope: Scope) -> str:
@@ -92,10 +104,9 @@ class RequestContext:
 def _finish(scope: Scope, fields: dict[str, object], status: int, elapsed: float) -> None:
     path = scope.get("path", "")
     if log.isEnabledFor(logging.INFO):  # at warning level (benchmarks, quiet installs) build nothing
-        client = scope.get("client")
         log.info("request", extra={
             "method": scope.get("method"), "path": redacted_path(path), "status": status,
-            "duration_ms": round(elapsed * 1000, 2), "client_ip": client[0] if client else None,
+            "duration_ms": round(elapsed * 1000, 2), "client_ip": client_ip(scope),
         })
     if path.startswith(HOOKS_PREFIX):
         outcome = str(fields.get("outcome") or _OUTCOME_BY_STATUS.get(status, str(status)))

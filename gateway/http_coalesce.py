@@ -54,6 +54,11 @@ class CoalescingTransport:
         self.flush()
         self._transport.close()
 
+    def write_eof(self) -> None:
+        """Send what is pending, then shut the sending side (FIN)."""
+        self.flush()
+        self._transport.write_eof()
+
     def abort(self) -> None:
         """Drop what is pending and abort the connection."""
         self._pending = []

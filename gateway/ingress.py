@@ -183,7 +183,7 @@ def _verify(state: IngressState, scope: Scope, trigger: Trigger, raw: bytes, hea
     return delivery, inbound
 
 
-async def _steps_4_to_12(state: IngressState, scope: Scope, ip: str, trigger: Trigger, raw: bytes) -> Reply:
+async def _steps_4_to_12(state: IngressState, scope: Scope, ip: bytes, trigger: Trigger, raw: bytes) -> Reply:
     if not trigger.consistent:  # step 4
         state.gates.charge(ip)
         return _NOT_FOUND
@@ -228,7 +228,7 @@ async def _answer(scope: Scope, receive: Receive) -> Reply:
     state = ingress_state(scope["app"])
     client = scope.get("client")
     request_headers = Headers(scope=scope)
-    ip = ratelimit.client_ip(client[0] if client else None, request_headers, state.gates.trusted)
+    ip = ratelimit.client_key(client[0] if client else None, request_headers, state.gates.trusted)
     if (wait := state.gates.admit(ip)) is not None:  # step 1
         return Reply.json(429, {"error": "rate_limited", "message": "too many requests from this address"},
                           ((b"retry-after", str(wait).encode()),))

@@ -1,4 +1,9 @@
-"""The HTTP server as a service: uvicorn over the app, stopped by our signal handling, not its own."""
+"""The HTTP server as a service: uvicorn over the app, stopped by our signal handling, not its own.
+
+uvicorn is told not to rewrite the client address from ``X-Forwarded-For`` (``proxy_headers=False``; its
+default believes a loopback peer): only ``HOOKGATE_TRUSTED_PROXIES`` decides that (:mod:`gateway.ratelimit`).
+The request, head and connection limits are :mod:`gateway.http_limits`.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from starlette.types import ASGIApp
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from gateway.app import create_app, shutdown
-from gateway.http_limits import guarded
+from gateway.http_limits import ConnectionGate, guarded
 from hookgate.context import Context
 
 
@@ -30,15 +35,15 @@ class HttpServer:
     name = "http"
 
     def __init__(self, ctx: Context, *, host: str | None = None, port: int | None = None,
-                 app: ASGIApp | None = None) -> None:
+                 app: ASGIApp | None = None, parser: type[asyncio.Protocol] = AutoHTTPProtocol) -> None:
         settings = ctx.settings
         self.app = app or create_app(ctx)
+        self.connections = ConnectionGate(settings.max_connections)
         config = uvicorn.Config(
             self.app, host=host or settings.host, port=settings.port if port is None else port,
-            lifespan="off", access_log=False, log_config=None, server_header=False,
-            timeout_keep_alive=5, timeout_graceful_shutdown=max(1, int(settings.shutdown_deadline) - 1),
-            h11_max_incomplete_event_size=64 * 1024,
-            http=guarded(AutoHTTPProtocol, settings.http_read_timeout_s, 64 * 1024),
+            lifespan="off", access_log=False, log_config=None, server_header=False, proxy_headers=False,
+            ws="none", timeout_keep_alive=5, timeout_graceful_shutdown=max(1, int(settings.shutdown_deadline) - 1),
+            http=guarded(parser, settings.http_read_timeout_s, self.connections),
         )
         self.server = _Server(config)
 

@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     http_read_timeout_s: float = Field(
         default=30.0, gt=0, description="Longest time a client may take to send a whole request (headers and body)"
     )
+    max_connections: int = Field(
+        default=1024, ge=1, description="Open HTTP connections per server process; past it new ones are closed at once"
+    )
 
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are trusted"

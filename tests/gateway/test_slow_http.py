@@ -68,7 +68,7 @@ async def test_an_oversized_head_gets_431_and_a_close(gateway):
     assert cut, "the server kept reading an endless head"
     try:
         answer = await _answer_and_close(reader, 5)
-    except ConnectionResetError:  # closed with our unread bytes pending: the kernel resets, also a cut
+    except ConnectionError:  # closed with our unread bytes pending: the kernel resets (or our send fails), also a cut
         answer = b""
     assert answer == b"" or answer.split(b" ")[1] in (b"431", b"400")
     writer.close()
