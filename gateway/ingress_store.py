@@ -41,6 +41,7 @@ import asyncpg
 
 from autopilot import admission, replays
 from gateway.ingress_triggers import Trigger
+from hookgate import database
 from sql import Q
 
 if TYPE_CHECKING:
@@ -212,7 +213,9 @@ async def store(writer: IngestBatcher, trigger: Trigger, d: Delivery) -> Answer:
         except Stale:
             raise
         except Exception as exc:  # the gate's own bugs included: the delivery is kept for the worker
-            if unavailable(exc) or d.signature in REJECTED:
+            # A lost deadlock or serialization conflict is no admission bug (a batch that lost one was already
+            # written again request by request): answered 503 + Retry-After, the provider retries.
+            if unavailable(exc) or database.is_retryable(exc) or d.signature in REJECTED:
                 raise
             log.error("admission failed at ingress; delivery left queued for the worker", exc_info=exc,
                       extra={"trigger_id": str(trigger.id)})

@@ -71,9 +71,15 @@ class Endpoint:
 
     def route(self) -> BaseRoute:
         """The Starlette route running this endpoint."""
-        return Route(self.path, self._serve, methods=[self.method], name=f"{self.method} {self.path}")
+        return Route(self.path, overload.retried(self._serve), methods=[self.method],
+                     name=f"{self.method} {self.path}")
 
     async def _serve(self, request: Request) -> Response:
+        """Authenticate, validate, then run the handler in ONE transaction: an error rolls all of it back.
+
+        So a deadlock or serialization failure can be retried whole (``overload.retried``), and nothing
+        is answered before the commit.
+        """
         ctx: Context = request.app.state.ctx
         async with overload.connection(ctx) as conn:  # bounded wait: 503 + Retry-After when saturated
             principal = await auth.authenticate(conn, request)
@@ -83,18 +89,22 @@ class Endpoint:
             body = _validate(self.body, await _json_body(request)) if self.body else None
             call = Call(request, ctx, conn, principal, path, body, query)
             try:
-                if self.idempotent and (key := request.headers.get("idempotency-key")) is not None:
-                    status, payload = await idempotency.once(
-                        conn, principal.workspace_id, key, request.url.path, body_digest(body),
-                        lambda: self._run(call))
-                    return JSONResponse(payload, status_code=status)
-                status, payload = await self._run(call)
+                async with conn.transaction():
+                    status, payload = await self._once(call)
             except asyncpg.PostgresError as exc:
                 mapped = _database_error(exc)
                 if mapped is None:
                     raise
                 raise mapped from exc
         return JSONResponse(payload, status_code=status)
+
+    async def _once(self, call: Call) -> tuple[int, Any]:
+        """The handler, or the stored response of an earlier request with the same ``Idempotency-Key``."""
+        key = call.request.headers.get("idempotency-key") if self.idempotent else None
+        if key is None:
+            return await self._run(call)
+        return await idempotency.once(call.conn, call.principal.workspace_id, key, call.request.url.path,
+                                      body_digest(call.body), lambda: self._run(call))
 
     async def _run(self, call: Call) -> tuple[int, Any]:
         reply = await self.handler(call)
