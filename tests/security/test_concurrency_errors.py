@@ -26,6 +26,7 @@ from gateway.app import create_app, shutdown
 from hookgate.context import open_context
 from tests import factories
 from tests.conftest import make_settings
+from tests.gateway import ingress_kit as kit
 from tests.worker.conftest import FAST, AgentServer, add_delivery, agent_server, wait_for  # noqa: F401
 from worker.deliveries import DeliveryWorker
 from worker.push import Pusher
@@ -231,3 +232,45 @@ async def test_a_request_that_keeps_losing_deadlocks_gets_503_busy_with_retry_af
     assert cycle.runs == overload.CONFLICT_ATTEMPTS
     assert _lost(caplog) == ["40P01"] * (overload.CONFLICT_ATTEMPTS - 1)
     assert [r["n"] for r in await race.fetch("SELECT n FROM race ORDER BY id")] == [0, 0]
+
+
+async def _waiting_pid(db_url: str, besides: int) -> int:
+    """The session of this database, other than ``besides``, that waits for a lock."""
+    watch = await asyncpg.connect(db_url)
+    query = """SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> $1
+               AND wait_event_type = 'Lock'"""
+    try:
+        await wait_for(lambda: watch.fetchval(query, besides), timeout=10, every=0.01)
+        return int(await watch.fetchval(query, besides))
+    finally:
+        await watch.close()
+
+
+async def test_ingress_that_loses_a_real_deadlock_retries_and_admits_the_run(
+    db_url: str, race: asyncpg.Connection, caplog: pytest.LogCaptureFixture,
+) -> None:
+    other = race
+    async with kit.app_client(db_url) as (ctx, http):
+        h = await kit.hook(ctx)
+        raw, headers = kit.github({"action": "opened"}, delivery="gh-race-1")
+        # The other session holds the trigger; ingress inserts the delivery (its dedupe key) and waits for the
+        # trigger (the foreign key); the other session then inserts the same dedupe key: a deadlock ingress loses.
+        await other.execute("BEGIN")
+        await other.execute("SELECT 1 FROM autopilot_trigger WHERE id = $1 FOR UPDATE", h.trigger["id"])
+        with caplog.at_level(logging.INFO):
+            posted = asyncio.create_task(http.post(h.path, content=raw, headers=headers))
+            await _waiting_pid(db_url, other.get_server_pid())
+            await other.execute(
+                """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event,
+                                                 signature_status, dedupe_key)
+                   VALUES ($1, $2, $3, 'github', 'github.issues.opened', 'valid', 'gh-race-1')""",
+                h.w.workspace_id, h.trigger["id"], h.autopilot["id"])
+            await other.execute("ROLLBACK")
+            answer = await asyncio.wait_for(posted, 30)
+        async with ctx.pool.acquire() as conn:
+            [d] = await kit.deliveries(conn)
+    assert answer.status_code == 200
+    assert answer.json()["status"] == "accepted" and answer.json()["run_id"] is not None
+    assert _lost(caplog) == ["40P01"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert (d["dedupe_key"], str(d["run_id"])) == ("gh-race-1", answer.json()["run_id"])
