@@ -13,6 +13,7 @@ answered ``503 {"error":"busy"}`` with ``Retry-After``: never a 500.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -74,14 +75,14 @@ def retried(handler: Handler) -> Handler:
 
     Safe because the failed transaction was rolled back before the retry: an admin endpoint runs in one
     transaction (``gateway.admin.openapi``); a runtime or dashboard handler writes in at most one transaction,
-    its other statements are reads or idempotent (heartbeat, the same report again). The request body is
-    cached by Starlette's ``Request``, so a retry reads the same bytes. Once the attempts are spent the
-    conflict reaches :func:`database_busy`.
+    its other statements are reads or idempotent (heartbeat, the same report again). A retry reads the same
+    body (Starlette's ``Request`` caches it; the dashboard keeps the form it read). Once the attempts are spent
+    the conflict reaches :func:`database_busy`.
     """
+    @functools.wraps(handler)
     async def run(request: Request) -> Response:
         return await database.retrying(lambda: handler(request), attempts=CONFLICT_ATTEMPTS, pause_s=CONFLICT_PAUSE_S)
 
-    run.__name__, run.__doc__ = handler.__name__, handler.__doc__
     return run
 
 

@@ -19,6 +19,7 @@ import asyncpg
 import httpx
 import pytest
 from starlette.applications import Starlette
+from starlette.routing import Route
 
 from gateway import errors, overload
 from gateway.admin.openapi import Call, Endpoint
@@ -274,3 +275,49 @@ async def test_ingress_that_loses_a_real_deadlock_retries_and_admits_the_run(
     assert _lost(caplog) == ["40P01"]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert (d["dedupe_key"], str(d["run_id"])) == ("gh-race-1", answer.json()["run_id"])
+
+
+async def test_a_delivery_worker_that_loses_a_real_deadlock_logs_a_warning_and_dispatches_on_a_later_pass(
+    db_url: str, race: asyncpg.Connection, caplog: pytest.LogCaptureFixture,
+) -> None:
+    other = race
+    async with open_context(make_settings(db_url, **FAST), migrate=False) as ctx:
+        w = await factories.world(ctx)
+        agent = await factories.http_agent(w)
+        ap = await factories.autopilot(w, agent.row["id"])
+        trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
+        async with ctx.pool.acquire() as conn:
+            delivery, _ = await add_delivery(conn, ap, trigger)
+        # The worker locks the queued delivery, then checks the trigger's key (its first trigger_pace row),
+        # which the other session holds; the other session then asks for the delivery's key: a deadlock.
+        await other.execute("BEGIN")
+        await other.execute("SELECT 1 FROM autopilot_trigger WHERE id = $1 FOR UPDATE", trigger["id"])
+        worker = DeliveryWorker(ctx, holder="w")
+        with caplog.at_level(logging.WARNING):
+            running = asyncio.create_task(worker.run())
+            try:
+                await _waiting_pid(db_url, other.get_server_pid())
+                await other.execute("SELECT 1 FROM webhook_delivery WHERE id = $1 FOR KEY SHARE", delivery)
+                await other.execute("ROLLBACK")
+
+                async def dispatched() -> bool:
+                    status = await other.fetchval("SELECT status FROM webhook_delivery WHERE id = $1", delivery)
+                    return bool(status == "dispatched")
+
+                await wait_for(dispatched, timeout=20)
+                assert not running.done()
+            finally:
+                await worker.stop()
+                await asyncio.wait_for(running, 20)
+    lost = [r for r in caplog.records if "deadlock detected" in str(getattr(r, "error", ""))]
+    assert lost and all(r.levelno == logging.WARNING for r in lost)
+
+
+def test_every_admin_runtime_and_dashboard_route_that_reads_the_database_retries_lost_conflicts() -> None:
+    from gateway import admin, dashboard, runtime
+
+    routes = [r for r in [*admin.routes, *runtime.routes, *dashboard.routes] if isinstance(r, Route)]
+    plain = sorted(f"{min(r.methods or [])} {r.path}" for r in routes if not hasattr(r.endpoint, "__wrapped__"))
+    assert len(routes) > 50
+    # No database work behind these: a static document, the login form, the logout redirect.
+    assert plain == ["GET /dashboard/login", "GET /openapi.json", "POST /dashboard/logout"]
