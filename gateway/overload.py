@@ -34,7 +34,7 @@ RETRY_AFTER_S = 5
 
 #: Runs of a request whose transaction keeps losing to concurrent ones (deadlock, serialization failure).
 CONFLICT_ATTEMPTS = 3
-#: The first retry waits up to twice this (random), the next up to four times, ...
+#: The first retry waits a random time up to this, the next up to twice this, ...
 CONFLICT_PAUSE_S = 0.05
 #: Seconds a client is told to wait after the last lost conflict: contention passes quickly.
 BUSY_RETRY_AFTER_S = 1

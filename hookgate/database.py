@@ -48,8 +48,8 @@ async def retrying(work: Callable[[], Awaitable[T]], *, attempts: int, pause_s: 
     """Run ``work`` up to ``attempts`` times while it fails retryably; the last failure is raised.
 
     ``work`` must be a whole transaction (or statements each safe to repeat): when it raises, what it did is
-    rolled back. The pause before the n-th retry is random in [0, ``pause_s`` * 2^n), so the transactions that
-    collided do not meet again in lockstep.
+    rolled back. The pause before retry n (from 0) is random in [0, ``pause_s`` * 2^n), so the transactions
+    that collided do not meet again in lockstep.
     """
     for n in range(attempts - 1):
         try:
