@@ -2,8 +2,9 @@
 
 An endpoint names its request body, query and response as pydantic models; the wrapper authenticates the
 ``hgk_`` key, validates path/query/body (422 with the pydantic errors, never a stack trace), hands the
-handler a :class:`Call` holding one pooled connection, and renders the model as JSON. ``/openapi.json``
-is built from the same declarations, so the documented schema is the one the code validates against.
+handler a :class:`Call` holding one pooled connection in one transaction (run again whole after a lost
+deadlock or serialization failure), and renders the model as JSON. ``/openapi.json`` is built from the
+same declarations, so the documented schema is the one the code validates against.
 """
 
 from __future__ import annotations
