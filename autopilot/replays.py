@@ -76,7 +76,7 @@ async def replay(conn: Conn, original: asyncpg.Record, actor_id: UUID, *, heartb
     if original["status"] == "rejected":
         raise NotReplayable("rejected_delivery", "a delivery with a bad signature cannot be replayed")
     async with conn.transaction():
-        trigger = await conn.fetchrow(Q.trigger_lock, original["trigger_id"])
+        trigger = await conn.fetchrow(Q.trigger_hold, original["trigger_id"])
         if trigger is None:
             raise NotReplayable("trigger_deleted", "the delivery's trigger was deleted")
         autopilot = one(await conn.fetchrow(Q.autopilot_get_any, original["autopilot_id"]))

@@ -73,13 +73,20 @@ def render(request: Request, name: str, code: int = 200, **values: Any) -> Respo
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """A small urlencoded form (first value of each field); larger bodies are refused."""
+    """A small urlencoded form (first value of each field); larger bodies are refused.
+
+    Read once per request and kept: a handler retried after a lost conflict (``overload.retried``) gets the
+    same fields, while the body stream can be read only once.
+    """
+    if (kept := getattr(request.state, "form", None)) is not None:
+        return kept  # type: ignore[no-any-return]
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > FORM_LIMIT:
             raise Denied(413, "form too large")
-    return {k: v[0] for k, v in parse_qs(body.decode("utf-8", errors="replace")).items()}
+    request.state.form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", errors="replace")).items()}
+    return request.state.form  # type: ignore[no-any-return]
 
 
 def _check_origin(request: Request) -> None:
@@ -254,12 +261,13 @@ def _uuid(text: str) -> UUID | None:
         return None
 
 
+# Retried whole on a deadlock or serialization failure: a page writes in one transaction at most (a replay).
 routes = [
-    Route("/dashboard", overview, methods=["GET"]),
+    Route("/dashboard", overload.retried(overview), methods=["GET"]),
     Route("/dashboard/login", login_page, methods=["GET"]),
-    Route("/dashboard/login", login, methods=["POST"]),
+    Route("/dashboard/login", overload.retried(login), methods=["POST"]),
     Route("/dashboard/logout", logout, methods=["POST"]),
-    Route("/dashboard/deliveries", deliveries, methods=["GET"]),
-    Route("/dashboard/deliveries/{delivery_id}/replay", replay, methods=["POST"]),
-    Route("/dashboard/runs/{run_id}", run_chain, methods=["GET"]),
+    Route("/dashboard/deliveries", overload.retried(deliveries), methods=["GET"]),
+    Route("/dashboard/deliveries/{delivery_id}/replay", overload.retried(replay), methods=["POST"]),
+    Route("/dashboard/runs/{run_id}", overload.retried(run_chain), methods=["GET"]),
 ]

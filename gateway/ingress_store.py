@@ -41,8 +41,9 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import admission, replays
+from gateway import overload
 from gateway.ingress_triggers import Trigger
-from hookgate import metrics
+from hookgate import database, metrics
 from sql import Q
 
 if TYPE_CHECKING:
@@ -176,6 +177,15 @@ def params(trigger: Trigger, d: Delivery, p: Plan) -> tuple[Any, ...]:
     )
 
 
+async def _ingest_retrying(writer: IngestBatcher, trigger: Trigger, d: Delivery, p: Plan) -> asyncpg.Record:
+    """``_ingest``, again when its statement lost a deadlock or serialization conflict (it then wrote nothing).
+
+    Ingress retries rather than answering 503 at once: not every provider retries a failed delivery.
+    """
+    return await database.retrying(lambda: _ingest(writer, trigger, d, p), attempts=overload.CONFLICT_ATTEMPTS,
+                                   pause_s=overload.CONFLICT_PAUSE_S)
+
+
 async def _ingest(writer: IngestBatcher, trigger: Trigger, d: Delivery, p: Plan) -> asyncpg.Record:
     row = await writer.ingest(params(trigger, d, p))
     if not row["live"]:
@@ -213,11 +223,12 @@ async def store(writer: IngestBatcher, trigger: Trigger, d: Delivery) -> Answer:
     for _ in range(3):
         try:
             p = plan(trigger, d)
-            row = await _ingest(writer, trigger, d, p)
+            row = await _ingest_retrying(writer, trigger, d, p)
         except Stale:
             raise
         except Exception as exc:  # the gate's own bugs included: the delivery is kept for the worker
-            if unavailable(exc) or d.signature in REJECTED:
+            # A conflict that kept losing is no admission bug: 503 + Retry-After like an outage.
+            if unavailable(exc) or database.is_retryable(exc) or d.signature in REJECTED:
                 raise
             log.error("admission failed at ingress; delivery left queued for the worker", exc_info=exc,
                       extra={"trigger_id": str(trigger.id)})

@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from autopilot import agents, dispatch, tasks
+from gateway import overload
 from gateway.claim_wait import ClaimWaits
 from gateway.errors import ApiError
 from hookgate import crypto
@@ -242,9 +243,11 @@ async def report(request: Request) -> Response:
     return JSONResponse({"task_id": str(task_id), "status": state["status"], "applied": outcome == "applied"})
 
 
+# Retried whole on a deadlock or serialization failure: each writes in one transaction at most, and its
+# other statements (heartbeat, the notify, reads) are safe to repeat.
 routes = [
-    Route("/v1/runtime/heartbeat", heartbeat, methods=["POST"]),
-    Route("/v1/runtime/claim", claim, methods=["POST"]),
-    Route("/v1/runtime/tasks/{task_id}/renew", renew, methods=["POST"]),
-    Route("/v1/runtime/tasks/{task_id}/report", report, methods=["POST"]),
+    Route("/v1/runtime/heartbeat", overload.retried(heartbeat), methods=["POST"]),
+    Route("/v1/runtime/claim", overload.retried(claim), methods=["POST"]),
+    Route("/v1/runtime/tasks/{task_id}/renew", overload.retried(renew), methods=["POST"]),
+    Route("/v1/runtime/tasks/{task_id}/report", overload.retried(report), methods=["POST"]),
 ]

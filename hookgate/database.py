@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import random
 import socket
-from typing import Any, TypeAlias
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -16,6 +20,14 @@ from sql import Q
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 
 
+log = logging.getLogger("hookgate.database")
+T = TypeVar("T")
+
+#: SQLSTATEs of a transaction PostgreSQL aborted because of a concurrent one, not because of anything in it:
+#: serialization_failure (40001) and deadlock_detected (40P01). The same transaction run again can succeed.
+RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+
+
 class MissingRow(LookupError):
     """A statement that must return a row returned none (the row vanished or a guard did not match)."""
 
@@ -25,6 +37,29 @@ def one(row: asyncpg.Record | None) -> asyncpg.Record:
     if row is None:
         raise MissingRow("statement returned no row")
     return row
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether ``exc`` is a deadlock or a serialization failure (by SQLSTATE): run the transaction again."""
+    return isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in RETRYABLE_SQLSTATES
+
+
+async def retrying(work: Callable[[], Awaitable[T]], *, attempts: int, pause_s: float) -> T:
+    """Run ``work`` up to ``attempts`` times while it fails retryably; the last failure is raised.
+
+    ``work`` must be a whole transaction (or statements each safe to repeat): when it raises, what it did is
+    rolled back. The pause before retry n (from 0) is random in [0, ``pause_s`` * 2^n), so the transactions
+    that collided do not meet again in lockstep.
+    """
+    for n in range(attempts - 1):
+        try:
+            return await work()
+        except asyncpg.PostgresError as exc:
+            if not is_retryable(exc):
+                raise
+            log.info("transaction lost a conflict; running it again", extra={"sqlstate": exc.sqlstate})
+        await asyncio.sleep(random.uniform(0, pause_s * 2**n))
+    return await work()
 
 
 #: What ``json.dumps(value, separators=(",", ":"), ensure_ascii=False)`` uses, made once: ``dumps`` with any

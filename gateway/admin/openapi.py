@@ -2,8 +2,9 @@
 
 An endpoint names its request body, query and response as pydantic models; the wrapper authenticates the
 ``hgk_`` key, validates path/query/body (422 with the pydantic errors, never a stack trace), hands the
-handler a :class:`Call` holding one pooled connection, and renders the model as JSON. ``/openapi.json``
-is built from the same declarations, so the documented schema is the one the code validates against.
+handler a :class:`Call` holding one pooled connection in one transaction (run again whole after a lost
+deadlock or serialization failure), and renders the model as JSON. ``/openapi.json`` is built from the
+same declarations, so the documented schema is the one the code validates against.
 """
 
 from __future__ import annotations
@@ -85,9 +86,15 @@ class Endpoint:
 
     def route(self) -> BaseRoute:
         """The Starlette route running this endpoint."""
-        return Route(self.path, self._serve, methods=[self.method], name=f"{self.method} {self.path}")
+        return Route(self.path, overload.retried(self._serve), methods=[self.method],
+                     name=f"{self.method} {self.path}")
 
     async def _serve(self, request: Request) -> Response:
+        """Authenticate, validate, then run the handler in ONE transaction: an error rolls all of it back.
+
+        So a deadlock or serialization failure can be retried whole (``overload.retried``), and nothing
+        is answered before the commit.
+        """
         ctx: Context = request.app.state.ctx
         async with overload.connection(ctx) as conn:  # bounded wait: 503 + Retry-After when saturated
             principal = await auth.authenticate(conn, request)
@@ -97,7 +104,8 @@ class Endpoint:
             body = _validate(self.body, await _json_body(request)) if self.body else None
             call = Call(request, ctx, conn, principal, path, body, query, self._idempotency(request, principal, body))
             try:
-                status, payload = await self._run(call)
+                async with conn.transaction():
+                    status, payload = await self._run(call)
             except asyncpg.PostgresError as exc:
                 mapped = _database_error(exc)
                 if mapped is None:

@@ -113,6 +113,13 @@ LIMIT $3;
 -- Lock live trigger $1 for an edit, rotation or deletion.
 SELECT * FROM autopilot_trigger WHERE id = $1 AND deleted_at IS NULL FOR UPDATE;
 
+-- name: trigger_hold
+-- Hold live trigger $1 unchanged until commit (a replay judges and copies against it). FOR SHARE, not FOR
+-- UPDATE: edits still wait, but the delivery worker's foreign-key checks on the trigger (FOR KEY SHARE, e.g.
+-- its first trigger_pace row) do not. The worker takes them while it holds queued deliveries FOR UPDATE, and
+-- a replay waits on the delivery it copies (its replayed_from key): with FOR UPDATE here the two deadlocked.
+SELECT * FROM autopilot_trigger WHERE id = $1 AND deleted_at IS NULL FOR SHARE;
+
 -- name: trigger_update_webhook
 -- Edit webhook trigger $1 and re-stamp its publisher. $2 = enabled, $3 = provider, $4 = event filters,
 -- $5 = rate limit per minute, $6 = publisher type, $7 = publisher member.
