@@ -12,6 +12,8 @@ from typing import Any
 
 # awt_/hgk_/hgr_ tokens and whsec_ secrets; anything that looks like one is masked wherever it appears.
 _SECRET = re.compile(r"\b(awt|hgk|hgr)_[A-Za-z0-9_\-]{8,}|whsec_[A-Za-z0-9+/=_\-]{8,}")
+# The user-info part of any URL (an agent URL stored with credentials, a database URL with a password).
+_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@?#'\"]+@")
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message", "asctime", "taskName", "color_message",
 }
@@ -62,8 +64,9 @@ def bound() -> dict[str, Any]:
 
 
 def redact(text: str) -> str:
-    """Mask every token or secret in ``text``, keeping its prefix so the kind stays visible."""
-    return _SECRET.sub(lambda m: m.group(0).split("_", 1)[0] + "_[redacted]", text)
+    """Mask every token or secret in ``text`` (keeping its prefix so the kind stays visible) and URL credentials."""
+    masked = _SECRET.sub(lambda m: m.group(0).split("_", 1)[0] + "_[redacted]", text)
+    return _USERINFO.sub(r"\1***@", masked)
 
 
 class JsonFormatter(logging.Formatter):
