@@ -62,6 +62,7 @@ def test_serve_runs_on_embedded_postgres_survives_sigkill_and_leaves_no_orphan(t
         _wait_ready(port, first)
     printed = (tmp_path / "serve.log").read_text()
     assert "hgk_" in printed and "curl" in printed, printed  # the first run prints the owner key once
+    assert "HOOKGATE_AGENT_ALLOW_CIDRS" in printed, printed  # loopback agents are allowed here, and it says so
     assert (data_dir / "secret.key").stat().st_mode & 0o777 == 0o600
 
     first.send_signal(signal.SIGKILL)
