@@ -24,7 +24,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -218,8 +218,9 @@ class Pusher:
         assert claimed.endpoint_url is not None
         timeout = aiohttp.ClientTimeout(total=min(claimed.timeout_s, self.settings.push_timeout_cap_s))
         try:
-            async with self.client().post(claimed.endpoint_url, data=body, headers=headers, timeout=timeout,
-                                          allow_redirects=False) as response:
+            async with self._session(attempt) as client, client.post(
+                    claimed.endpoint_url, data=body, headers=headers, timeout=timeout,
+                    allow_redirects=False) as response:
                 content = await read_capped(response.content, MAX_RESULT_BYTES)
                 status, answer = response.status, _lower(response.headers)
         except TimeoutError:
@@ -228,6 +229,19 @@ class Pusher:
             return EGRESS_FORBIDDEN if attempt.refused else self._transport_retry(claimed, UNREACHABLE)
         return classify(status, answer, attempt=claimed.attempt, base=self.settings.task_backoff_base_s,
                         cap=self.settings.task_backoff_cap_s, body=content)
+
+    @contextlib.asynccontextmanager
+    async def _session(self, attempt: egress.Attempt) -> AsyncIterator[aiohttp.ClientSession]:
+        """The shared session; a one-off one, on a fresh connection, for a path under the gateway's own /hooks/.
+
+        A pooled connection was checked when it was opened, for another path: only a new one lets the
+        connect-time check see that this request goes to the gateway's webhook ingress.
+        """
+        if not attempt.own_ports:
+            yield self.client()
+            return
+        async with aiohttp.ClientSession(connector=self.egress.connector(force_close=True)) as session:
+            yield session
 
     def client(self) -> aiohttp.ClientSession:
         """The shared session (created in the running loop on first use), with a bounded connection pool."""

@@ -290,6 +290,43 @@ async def test_a_push_to_the_gateways_own_hooks_is_refused_at_connect_time(db_ur
     assert out["task"]["status"] == "failed" and out["task"]["retry_class"] == "egress_forbidden"
 
 
+async def test_a_pooled_connection_to_the_gateway_is_not_reused_for_its_hooks(db_url):
+    port = free_port()
+    base = f"http://[::ffff:127.0.0.1]:{port}"  # the gateway, by a spelling its name check does not know
+    async with gateway(db_url, agent_allow_cidrs=LOOPBACK, host="127.0.0.1", port=port) as (ctx, _http):
+        server = HttpServer(ctx)
+        serving = asyncio.create_task(server.run())
+        while not server.server.started:
+            await asyncio.sleep(0.01)
+        try:
+            w = await factories.world(ctx)
+            ap = await factories.autopilot(w, (await factories.http_agent(w, url="http://203.0.113.9/")).row["id"])
+            trigger, token = await factories.webhook_trigger(w, ap)
+            runs = {}
+            for name, url in (("other_path", f"{base}/agent"), ("hooks", f"{base}/hooks/{token}")):
+                agent = await factories.http_agent(w, url=url, name=name)
+                mine = await factories.autopilot(w, agent.row["id"], title=name)
+                mine_trigger, _ = await factories.webhook_trigger(w, mine)
+                async with ctx.pool.acquire() as conn:
+                    runs[name] = (await add_delivery(conn, mine, mine_trigger))[1]
+            pusher = Pusher(ctx, holder="t1")  # one pusher, one connection pool, for both pushes in turn
+            for _ in runs:
+                await DeliveryWorker(ctx, holder="t1", pusher=pusher).run_once()
+                await asyncio.sleep(0.2)
+            await pusher.stop(deadline=15)
+            async with ctx.pool.acquire() as conn:
+                first = await conn.fetchrow("SELECT * FROM agent_task WHERE run_id = $1", runs["other_path"])
+                hooks = await conn.fetchrow("SELECT * FROM agent_task WHERE run_id = $1", runs["hooks"])
+                deliveries = await conn.fetchval("SELECT count(*) FROM webhook_delivery WHERE trigger_id = $1",
+                                                 trigger["id"])
+        finally:
+            await server.stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(serving, 10)
+    assert "404" in first["error"]  # the gateway answered the first push: its connection was pooled
+    assert hooks["retry_class"] == "egress_forbidden" and deliveries == 0
+
+
 async def _close_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     writer.close()
 
