@@ -42,6 +42,8 @@ from hookgate.crypto import Keyring  # noqa: E402
 from tests.processes import free_port  # noqa: E402
 
 KEY = base64.b64encode(b"b" * 32).decode()
+#: The bench agent is a local process: loopback is allowed explicitly, as an operator would.
+AGENT_ALLOW = {"HOOKGATE_AGENT_ALLOW_CIDRS": "127.0.0.0/8,::1/128"}
 DB = "hookgate_bench_dispatch"
 
 
@@ -150,7 +152,7 @@ async def wait_done(conn: Any, total: int, timeout: float = 600) -> float:
 
 def start_gateway(url: str, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
-           "HOOKGATE_IP_REQUEST_CAP": "1000000", "PYTHONPATH": str(ROOT)}
+           "HOOKGATE_IP_REQUEST_CAP": "1000000", "PYTHONPATH": str(ROOT), **AGENT_ALLOW}
     return subprocess.Popen([sys.executable, "-m", "gateway.cli", "gateway", "--port", str(port)], cwd=ROOT, env=env)
 
 
@@ -181,7 +183,8 @@ async def end_to_end(conn: Any, port: int, token: str, rate: float, seconds: flo
 
 def start_workers(url: str, count: int) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
-           "HOOKGATE_DELIVERY_CONCURRENCY": "8", "HOOKGATE_DELIVERY_BATCH": "32", "PYTHONPATH": str(ROOT)}
+           "HOOKGATE_DELIVERY_CONCURRENCY": "8", "HOOKGATE_DELIVERY_BATCH": "32", "PYTHONPATH": str(ROOT),
+           **AGENT_ALLOW}
     return [subprocess.Popen([sys.executable, "-m", "gateway.cli", "worker"], cwd=ROOT, env=env)
             for _ in range(count)]
 

@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import gc
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -25,6 +26,10 @@ from hookgate.settings import ConfigError, Settings, load_settings
 FIRST_KEY_FILE = "first-owner-key"
 """Where ``serve`` puts the first owner key when stdout is not a terminal (in the data dir)."""
 
+log = logging.getLogger("hookgate.cli")
+#: What ``serve`` on its embedded database allows agents on when HOOKGATE_AGENT_ALLOW_CIDRS is unset.
+EMBEDDED_AGENT_ALLOW = ["127.0.0.0/8", "::1/128"]
+
 EPILOG = """\
 environment:
   HOOKGATE_DATABASE_URL   PostgreSQL URL; unset = embedded PostgreSQL in HOOKGATE_DATA_DIR
@@ -34,6 +39,8 @@ environment:
   HOOKGATE_HOST, HOOKGATE_PORT   HTTP bind address (default 127.0.0.1:8080)
   HOOKGATE_LOG_LEVEL      debug, info, warning, error (default info)
   HOOKGATE_METRICS_PORT   /metrics port of worker and scheduler processes (gateways use their HTTP port)
+  HOOKGATE_AGENT_ALLOW_CIDRS   CIDRs agents may be pushed to although loopback/private/link-local
+                          (default none; serve on its embedded database: 127.0.0.0/8,::1/128)
 See README.md and docs/OPERATIONS.md for every setting.
 """
 
@@ -174,13 +181,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def serve_defaults(settings: Settings) -> Settings:
+    """Settings of ``serve``: on its embedded database, agents on loopback are allowed by default.
+
+    That is a single-machine setup (the README's walkthrough has its agent on 127.0.0.1). A set
+    HOOKGATE_AGENT_ALLOW_CIDRS, even empty, stands. Says so in one log line.
+    """
+    if not settings.embedded or settings.agent_allow_cidrs is not None:
+        return settings
+    log.info("embedded database: agents on loopback may be pushed to; set HOOKGATE_AGENT_ALLOW_CIDRS "
+             "(even empty) to change this", extra={"agent_allow_cidrs": ",".join(EMBEDDED_AGENT_ALLOW)})
+    return settings.model_copy(update={"agent_allow_cidrs": list(EMBEDDED_AGENT_ALLOW)})
+
+
 def _dispatch(args: argparse.Namespace) -> Callable[[Settings], Any]:
     if getattr(args, "admin_verb", None) is not None:
         return lambda _s: admin_cli.run(args)
     roles = {"serve": ("gateway", "worker", "scheduler"), "gateway": ("gateway",),
              "worker": ("worker",), "scheduler": ("scheduler",)}
+    if args.command == "serve":
+        return lambda s: _run_roles(serve_defaults(s), roles["serve"], announce=True)
     if args.command in roles:
-        return lambda s: _run_roles(s, roles[args.command], announce=args.command == "serve")
+        return lambda s: _run_roles(s, roles[args.command], announce=False)
     if args.command == "migrate":
         return _migrate
     return lambda s: _bootstrap(s, args.workspace, args.json)

@@ -14,6 +14,8 @@ from typing import Any
 # also glued to a word ("Bearerhgr_…", "%3Dhgr_…" in an encoded URL, so no \b) and with a whsec_'s
 # "+", "/" and "=" percent-encoded (otherwise the part after the first "%2B" would stay readable).
 _SECRET = re.compile(r"(awt|hgk|hgr)_[A-Za-z0-9_\-]{8,}|whsec_(?:[A-Za-z0-9+/=_\-]|%[0-9A-Fa-f]{2}){8,}")
+# The user-info part of any URL (an agent URL stored with credentials, a database URL with a password).
+_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@?#'\"]+@")
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message", "asctime", "taskName", "color_message",
 }
@@ -64,8 +66,9 @@ def bound() -> dict[str, Any]:
 
 
 def redact(text: str) -> str:
-    """Mask every token or secret in ``text``, keeping its prefix so the kind stays visible."""
-    return _SECRET.sub(lambda m: m.group(0).split("_", 1)[0] + "_[redacted]", text)
+    """Mask every token or secret in ``text`` (keeping its prefix so the kind stays visible) and URL credentials."""
+    masked = _SECRET.sub(lambda m: m.group(0).split("_", 1)[0] + "_[redacted]", text)
+    return _USERINFO.sub(r"\1***@", masked)
 
 
 class JsonFormatter(logging.Formatter):

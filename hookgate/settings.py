@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are trusted"
     )
+    agent_allow_cidrs: Annotated[list[str] | None, NoDecode] = Field(
+        default=None, description="Comma-separated CIDRs agents may be pushed to although they are loopback, private "
+        "or link-local (default none; `serve` on its embedded database: 127.0.0.0/8,::1/128)"
+    )
     ip_request_cap: int = Field(default=600, ge=1, description="Requests per IP per rate window (all requests)")
     ip_bad_credential_cap: int = Field(
         default=30, ge=1, description="Unknown-token and bad-signature answers per IP per rate window"
@@ -85,7 +89,7 @@ class Settings(BaseSettings):
         default=4, ge=1, le=64, description="Ingress write statements in flight at once per gateway process"
     )
 
-    @field_validator("trusted_proxies", mode="before")
+    @field_validator("trusted_proxies", "agent_allow_cidrs", mode="before")
     @classmethod
     def _split_cidrs(cls, value: object) -> object:
         if isinstance(value, str):

@@ -29,6 +29,9 @@ from hookgate.settings import Settings
 from tests import processes
 
 TEST_SECRET_KEY = base64.b64encode(b"k" * 32).decode()
+#: The suite's agents are local servers: tests opt in to pushing to loopback (tests/security/test_egress.py
+#: runs with the default, empty allow list).
+TEST_AGENT_ALLOW_CIDRS = "127.0.0.0/8,::1/128"
 _counter = itertools.count()
 
 
@@ -86,7 +89,7 @@ def make_settings(db_url: str, **overrides: Any) -> Settings:
     """Settings for a test process pointed at ``db_url``."""
     values: dict[str, Any] = {
         "database_url": db_url, "secret_key": TEST_SECRET_KEY, "public_url": "http://hooks.test",
-        "pool_min_size": 1, "pool_max_size": 10,
+        "pool_min_size": 1, "pool_max_size": 10, "agent_allow_cidrs": TEST_AGENT_ALLOW_CIDRS,
     }
     return Settings(**(values | overrides))
 
@@ -143,7 +146,7 @@ def spawn(db_url: str, tmp_path: Path) -> Iterator[processes.Spawner]:
     """Start ``hookgate`` roles as separate OS processes over this test's database; all killed after."""
     spawner = processes.Spawner(
         env={"HOOKGATE_DATABASE_URL": db_url, "HOOKGATE_SECRET_KEY": TEST_SECRET_KEY,
-             "HOOKGATE_PUBLIC_URL": "http://hooks.test"},
+             "HOOKGATE_PUBLIC_URL": "http://hooks.test", "HOOKGATE_AGENT_ALLOW_CIDRS": TEST_AGENT_ALLOW_CIDRS},
         log_dir=tmp_path,
     )
     try:

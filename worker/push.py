@@ -2,7 +2,10 @@
 
 2xx is done; 202 is accepted (the agent reports later to ``report_url`` with the lease token, which is the
 capability: no bearer needed); 408, 429, 5xx, timeouts and connection errors are retried with exponential
-backoff and jitter, honouring ``Retry-After``; any other 4xx fails the task. Pushes run as their own
+backoff and jitter, honouring ``Retry-After``; any other 4xx fails the task. Every connection passes the
+egress policy (:mod:`hookgate.egress`) on the address it is about to reach; a refused one fails the task
+at once (``egress_forbidden``). Transport faults all read ``unreachable`` whatever their cause, so the
+error a tenant sees cannot tell a closed port from an open one. Pushes run as their own
 asyncio tasks, bounded per process (``push_inflight``) and per agent (its ``max_concurrency``, enforced at
 claim time in the database), each with the agent's timeout: a hanging agent holds only its own slots.
 
@@ -21,7 +24,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +34,7 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from autopilot import agents, tasks
-from hookgate import metrics
+from hookgate import egress, metrics
 from hookgate.context import Context
 from sql import Q
 from worker.loop import PollingService
@@ -41,6 +44,9 @@ log = logging.getLogger("hookgate.push")
 
 RETRY_STATUSES = frozenset({408, 429})
 MAX_RESULT_BYTES = 64 * 1024
+#: The one text of every transport fault (refused, reset, TLS, not HTTP …): no port-scan oracle.
+UNREACHABLE = "unreachable: the agent could not be reached"
+TIMEOUT = "timeout: the agent did not answer in time"
 #: Push outcomes written per transaction when many finish together.
 OUTCOME_GROUP = 64
 
@@ -53,6 +59,12 @@ class Outcome:
     detail: str
     delay: float = 0.0
     result: Any = None
+    #: The task's retry class when it is not the kind's own (``transient`` / ``permanent``).
+    retry_class: str | None = None
+
+
+#: A push the egress policy refused: terminal, since the same URL is refused again on every attempt.
+EGRESS_FORBIDDEN = Outcome("terminal", egress.CONNECT_REFUSED_TEXT, retry_class="egress_forbidden")
 
 
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
@@ -100,6 +112,14 @@ def _result(status: int, headers: Mapping[str, str], body: bytes) -> Any:
     return result
 
 
+async def read_capped(content: aiohttp.StreamReader, cap: int) -> bytes:
+    """The body up to ``cap + 1`` bytes (one more tells "over the cap"), read across chunks until EOF."""
+    try:
+        return await content.readexactly(cap + 1)
+    except asyncio.IncompleteReadError as short:
+        return short.partial
+
+
 def _lower(headers: CIMultiDictProxy[str]) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()}
 
@@ -129,6 +149,7 @@ class Pusher:
     def __init__(self, ctx: Context, *, holder: str, wake: Wakeup | None = None) -> None:
         self.ctx, self.settings, self.holder, self.wake = ctx, ctx.settings, holder, wake
         self._client: aiohttp.ClientSession | None = None
+        self.egress = egress.Policy.from_settings(ctx.settings)
         self._inflight: dict[asyncio.Task[None], tasks.Claimed] = {}
         self._outcomes: list[tuple[tasks.Claimed, Outcome, asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -185,23 +206,47 @@ class Pusher:
             "webhook-timestamp": str(stamp), "webhook-signature": sign(secret, str(claimed.id), stamp, body),
             "user-agent": "hookgate",
         }
+        try:
+            async with self.egress.attempt(claimed.endpoint_url) as attempt:
+                return await self._send(claimed, body, headers, attempt)
+        except egress.EgressRefused:
+            return EGRESS_FORBIDDEN
+
+    async def _send(self, claimed: tasks.Claimed, body: bytes, headers: dict[str, str],
+                    attempt: egress.Attempt) -> Outcome:
+        """POST once. Every transport fault reads the same (no port-scan oracle); a refused connection is terminal."""
+        assert claimed.endpoint_url is not None
         timeout = aiohttp.ClientTimeout(total=min(claimed.timeout_s, self.settings.push_timeout_cap_s))
         try:
-            async with self.client().post(claimed.endpoint_url, data=body, headers=headers, timeout=timeout,
-                                          allow_redirects=False) as response:
-                content = await response.content.read(MAX_RESULT_BYTES + 1)
+            async with self._session(attempt) as client, client.post(
+                    claimed.endpoint_url, data=body, headers=headers, timeout=timeout,
+                    allow_redirects=False) as response:
+                content = await read_capped(response.content, MAX_RESULT_BYTES)
                 status, answer = response.status, _lower(response.headers)
         except TimeoutError:
-            return self._transport_retry(claimed, "agent timed out")
-        except (aiohttp.ClientError, OSError) as exc:
-            return self._transport_retry(claimed, f"agent unreachable: {exc.__class__.__name__}")
+            return self._transport_retry(claimed, TIMEOUT)
+        except (aiohttp.ClientError, OSError):
+            return EGRESS_FORBIDDEN if attempt.refused else self._transport_retry(claimed, UNREACHABLE)
         return classify(status, answer, attempt=claimed.attempt, base=self.settings.task_backoff_base_s,
                         cap=self.settings.task_backoff_cap_s, body=content)
+
+    @contextlib.asynccontextmanager
+    async def _session(self, attempt: egress.Attempt) -> AsyncIterator[aiohttp.ClientSession]:
+        """The shared session; a one-off one, on a fresh connection, for a path under the gateway's own /hooks/.
+
+        A pooled connection was checked when it was opened, for another path: only a new one lets the
+        connect-time check see that this request goes to the gateway's webhook ingress.
+        """
+        if not attempt.own_ports:
+            yield self.client()
+            return
+        async with aiohttp.ClientSession(connector=self.egress.connector(force_close=True)) as session:
+            yield session
 
     def client(self) -> aiohttp.ClientSession:
         """The shared session (created in the running loop on first use), with a bounded connection pool."""
         if self._client is None:
-            connector = aiohttp.TCPConnector(limit=self.settings.push_connections)
+            connector = self.egress.connector(limit=self.settings.push_connections)
             self._client = aiohttp.ClientSession(connector=connector, auto_decompress=True)
         return self._client
 
@@ -272,7 +317,7 @@ class Pusher:
             "done": tasks.Report("succeeded", result=outcome.result),
             "retry": tasks.Report("failed", error=outcome.detail, retry_class="transient",
                                   retry_after_s=outcome.delay),
-            "terminal": tasks.Report("failed", error=outcome.detail, retry_class="permanent"),
+            "terminal": tasks.Report("failed", error=outcome.detail, retry_class=outcome.retry_class or "permanent"),
         }.get(outcome.kind)
         try:
             if report is None:

@@ -18,6 +18,7 @@ from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
 from gateway.admin.pagination import PageQuery
 from gateway.errors import ApiError
+from hookgate import egress
 from hookgate.database import one
 from sql import Q
 
@@ -120,7 +121,8 @@ class SquadPage(BaseModel):
 def agent_out(row: asyncpg.Record) -> AgentOut:
     """Render an agent row without its secrets."""
     if row["runtime_kind"] == "http":
-        runtime = RuntimeOut(kind="http", url=row["endpoint_url"], timeout_s=row["timeout_s"],
+        # An older row may hold credentials in its URL (refused since): never shown.
+        runtime = RuntimeOut(kind="http", url=egress.redact(row["endpoint_url"]), timeout_s=row["timeout_s"],
                              secret_hint=row["signing_secret_hint"])
     else:
         runtime = RuntimeOut(kind="pull", token_hint=row["runtime_token_hint"])
@@ -135,12 +137,28 @@ def squad_out(row: asyncpg.Record) -> SquadOut:
                     member_ids=list(row["member_ids"]), created_at=row["created_at"])
 
 
+async def check_agent_url(call: Call, url: str) -> None:
+    """422 ``agent_url_forbidden`` / ``agent_url_unresolvable`` for a URL the egress policy refuses.
+
+    Whoever saves an agent URL (create, or any later edit) goes through here.
+    """
+    try:
+        await egress.Policy.from_settings(call.ctx.settings).check_url(url)
+    except egress.EgressRefused as refused:
+        raise ApiError(422, refused.code, refused.message) from None
+
+
 @api.add("POST", "/v1/agents", summary="Create an agent", response=NewAgentOut, status=201, body=AgentIn)
 async def create_agent(call: Call) -> dict[str, Any]:
-    """Any member may create an agent; they own it. The credential is in this answer only."""
+    """Any member may create an agent; they own it. The credential is in this answer only.
+
+    An http agent's URL must pass the egress policy (no loopback, private or link-local address unless
+    allowed by HOOKGATE_AGENT_ALLOW_CIDRS, not this gateway's own webhook ingress, no credentials).
+    """
     body: AgentIn = call.body
     p, runtime = call.principal, body.runtime.root
     if isinstance(runtime, HttpRuntimeIn):
+        await check_agent_url(call, runtime.url)
         made = await agents.create_http_agent(
             call.conn, call.ctx.keyring, workspace_id=p.workspace_id, owner_id=p.member_id, name=body.name,
             url=runtime.url, timeout_s=runtime.timeout_s, visibility=body.visibility,

@@ -65,6 +65,7 @@ def test_serve_runs_on_embedded_postgres_survives_sigkill_and_leaves_no_orphan(t
     key_file = data_dir / "first-owner-key"
     assert str(key_file) in printed and "hgk_" not in printed, printed
     assert key_file.read_text().startswith("hgk_") and key_file.stat().st_mode & 0o777 == 0o600
+    assert "HOOKGATE_AGENT_ALLOW_CIDRS" in printed, printed  # loopback agents are allowed here, and it says so
     assert (data_dir / "secret.key").stat().st_mode & 0o777 == 0o600
     first_key = key_file.read_text()
 
