@@ -65,6 +65,10 @@ class Settings(BaseSettings):
     http_read_timeout_s: float = Field(
         default=30.0, gt=0, description="Longest time a client may take to send a whole request (headers and body)"
     )
+    api_max_body_bytes: int = Field(
+        default=1024 * 1024, ge=1024,
+        description="Largest request body of the runtime and admin APIs, in bytes (larger: 413 payload_too_large)",
+    )
 
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are trusted"
