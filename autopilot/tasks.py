@@ -2,7 +2,9 @@
 
 P1 no work without a won claim; P2 a lost claim is a skip; P3 readiness (due, backoff elapsed, a free
 concurrency slot of the agent) is checked at claim time, in the database; P4 the holder renews; P5 only
-the holder's report ends a lease. Errors::
+the holder's report ends a lease. A refused renew or report of a caller who proved nothing but the task id
+(``sent`` given) is audited as an ``anonymous`` actor with only the size and SHA-256 of what it sent, so
+an unauthenticated write leaves nothing of its content behind. Errors::
 
     TaskError
      ├── TaskNotFound   the task does not exist
@@ -12,6 +14,7 @@ the holder's report ends a lease. Errors::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import random
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -79,6 +82,19 @@ class Report:
     retry_after_s: float = field(default=1.0)
 
 
+@dataclass(frozen=True)
+class Sent:
+    """What an unauthenticated caller sent, as its LATE_RESULT keeps it: size and SHA-256, never the content."""
+
+    size: int
+    sha256: str
+
+    @classmethod
+    def of(cls, raw: bytes) -> Sent:
+        """The size and digest of a request body."""
+        return cls(len(raw), hashlib.sha256(raw).hexdigest())
+
+
 def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Exponential backoff with equal jitter: ``base × 2^(attempt-1)`` capped, then half of it randomised."""
     delay = min(cap, base * 2.0 ** max(0, attempt - 1))
@@ -103,21 +119,23 @@ async def claim(
 
 async def renew(
     conn: Conn, task_id: UUID, lease_token: UUID, *, lease_s: float, actor_type: str, actor_id: str | None,
+    sent: Sent | None = None,
 ) -> datetime:
     """Extend the holder's lease by ``lease_s`` from now; raises LeaseLost if the token is not current."""
     expires: datetime | None = await conn.fetchval(Q.task_renew, task_id, lease_token, lease_s, actor_type, actor_id)
     if expires is None:
-        await _refuse(conn, task_id, lease_token, "renew", actor_type, actor_id)
+        await _refuse(conn, task_id, "renew", actor_type, actor_id, sent=sent)
     return expires
 
 
 async def report(
     conn: Conn, task_id: UUID, lease_token: UUID, rep: Report, *, actor_type: str, actor_id: str | None,
+    sent: Sent | None = None,
 ) -> str:
     """Apply the holder's report: ``"applied"``, or ``"repeated"`` for the same holder's second report.
 
     A retryable failure with attempts left goes back to the queue; otherwise the task ends and its run ends
-    with it. Any other token raises LeaseLost after recording LATE_RESULT.
+    with it. Any other token raises LeaseLost after recording LATE_RESULT (``sent``: see the module doc).
     """
     # Inside a caller's transaction (batched push outcomes) no savepoint: the caller rolls back as a whole.
     async with contextlib.nullcontext() if conn.is_in_transaction() else conn.transaction():
@@ -139,7 +157,7 @@ async def report(
     state = await conn.fetchrow(Q.task_state, task_id)
     if state is not None and state["released_token"] == lease_token:
         return "repeated"
-    await _refuse(conn, task_id, lease_token, "report", actor_type, actor_id, rep)
+    await _refuse(conn, task_id, "report", actor_type, actor_id, rep, sent)
 
 
 async def accept(conn: Conn, task_id: UUID, lease_token: UUID, *, lease_s: float, actor_id: str) -> datetime | None:
@@ -159,14 +177,17 @@ async def release(conn: Conn, task_id: UUID, lease_token: UUID, *, holder: str, 
 
 
 async def _refuse(
-    conn: Conn, task_id: UUID, lease_token: UUID, op: str, actor_type: str, actor_id: str | None,
-    rep: Report | None = None,
+    conn: Conn, task_id: UUID, op: str, actor_type: str, actor_id: str | None, rep: Report | None = None,
+    sent: Sent | None = None,
 ) -> NoReturn:
     state = await conn.fetchrow(Q.task_state, task_id)
     if state is None:
         raise TaskNotFound(str(task_id))
     detail: dict[str, Any] = {"op": op, "task_status": state["status"]}
-    if rep is not None:
+    if sent is not None:
+        actor_type, actor_id = "anonymous", None
+        detail |= {"size": sent.size, "sha256": sent.sha256}
+    elif rep is not None:
         detail |= {"status": rep.status, "result": rep.result, "error": rep.error, "retry_class": rep.retry_class}
     await audit.record(
         conn, "LATE_RESULT", actor_type=actor_type, actor_id=actor_id, subject_type="agent_task",

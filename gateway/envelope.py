@@ -4,6 +4,7 @@ Errors (the ingress maps `code` to the HTTP status):
 
     BodyError                 base; `code` and a short `detail` that never echoes the input
     ├── InvalidBody           "invalid_body", 400: empty, not UTF-8, invalid or scalar JSON
+    │   └── NestedTooDeep     "invalid_body", 400: JSON nested deeper than `gateway.bodies.MAX_DEPTH`
     └── UnsupportedMediaType  "unsupported_media_type", 415: neither JSON nor a form
 
 Choices:
@@ -12,11 +13,13 @@ Choices:
 - A missing or empty Content-Type is read as JSON: curl and many small senders omit it, and JSON is
   what a webhook almost always is. A body that is not JSON then fails as `invalid_body`.
 - JSON means `application/json` or any `<type>/<subtype>+json`. It must be an object or an array;
-  `NaN`/`Infinity` are refused (not JSON) and so is nesting too deep to parse.
+  `NaN`/`Infinity` are refused (not JSON) and so is nesting deeper than `gateway.bodies.MAX_DEPTH` (64),
+  checked before parsing, so nothing downstream recurses deeper.
 - A form (`application/x-www-form-urlencoded`) becomes an object of strings; a key sent more than once
   keeps every value, as a list in arrival order, so nothing a sender signed is lost.
 - A form whose only field is `payload` holding a JSON object or array (Slack interactivity, GitHub's
   form-encoded webhooks) becomes that JSON. The form wrapper adds nothing; the raw body is stored anyway.
+  Embedded JSON nested too deep is refused like a JSON body, not kept as a string.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl
 
+from gateway import bodies
+
 __all__ = [
     "BodyError",
     "InvalidBody",
+    "NestedTooDeep",
     "Payload",
     "UnsupportedMediaType",
     "build_envelope",
@@ -60,6 +66,10 @@ class InvalidBody(BodyError):
     """The body is empty, not UTF-8, not valid JSON, or JSON that is not an object or array."""
 
     code = "invalid_body"
+
+
+class NestedTooDeep(InvalidBody):
+    """The JSON nests deeper than `gateway.bodies.MAX_DEPTH`."""
 
 
 class UnsupportedMediaType(BodyError):
@@ -126,11 +136,11 @@ def _decode(raw: bytes) -> str:
 
 def _json_payload(text: str) -> Payload:
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = bodies.loads(text, parse_constant=_refuse_constant)
+    except bodies.TooDeep:
+        raise NestedTooDeep(f"invalid JSON: nested too deeply (over {bodies.MAX_DEPTH} levels)") from None
     except json.JSONDecodeError as exc:
         raise InvalidBody(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise InvalidBody("invalid JSON: nested too deeply") from None
     except ValueError:  # NaN/Infinity, or an integer longer than Python's digit limit
         raise InvalidBody("invalid JSON: unsupported number") from None
     if not isinstance(value, dict | list):
@@ -161,5 +171,7 @@ def _form_payload(fields: list[tuple[str, str]]) -> Payload:
 def _embedded_json(text: str) -> Payload | None:
     try:
         return _json_payload(text)
+    except NestedTooDeep:
+        raise
     except InvalidBody:
         return None

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 log = logging.getLogger("hookgate.http")
@@ -47,9 +47,14 @@ async def http_error(request: Request, exc: Exception) -> Response:
                           dict(exc.headers) if exc.headers else None)
 
 
+async def client_gone(request: Request, exc: Exception) -> Response:
+    """The client left while its body was being read: nobody hears the answer, and it is not a bug."""
+    return error_response(400, "client_disconnected", "the client left before sending its whole body")
+
+
 async def unhandled(request: Request, exc: Exception) -> Response:
     """A bug: answer a bare 500 with no detail (``gateway.access`` logged it with the request id)."""
     return error_response(500, "internal_error", "internal error")
 
 
-HANDLERS = {ApiError: api_error, HTTPException: http_error, Exception: unhandled}
+HANDLERS = {ApiError: api_error, HTTPException: http_error, ClientDisconnect: client_gone, Exception: unhandled}

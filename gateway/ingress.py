@@ -24,11 +24,12 @@ from datetime import UTC, datetime
 import asyncpg
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from gateway import bodies, ratelimit
 from gateway import ingress_store as store
-from gateway import ratelimit
 from gateway.envelope import BodyError, build_envelope, parse_body
 from gateway.ingress_batch import IngestBatcher
 from gateway.ingress_triggers import Trigger, TriggerCache, lookup
@@ -114,20 +115,10 @@ def _headers(scope: Scope) -> dict[str, str]:
 
 async def _read_capped(receive: Receive, declared: str) -> bytes | None:
     """Step 3: the whole body, or None as soon as it passes the cap (whatever Content-Length said)."""
-    if declared.isdigit() and int(declared) > BODY_CAP:
-        return None
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b""  # the sender is gone; an empty body is refused as invalid and nothing is stored
-        chunk: bytes = message.get("body", b"")
-        size += len(chunk)
-        if size > BODY_CAP:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    try:
+        return await bodies.read_capped(receive, declared, BODY_CAP)
+    except ClientDisconnect:
+        return b""  # the sender is gone; an empty body is refused as invalid and nothing is stored
 
 
 async def _lookup(state: IngressState, digest: bytes, cached: bool) -> Trigger | None:

@@ -3,6 +3,8 @@
 Two fixed windows per client address, each ``rate_window_s`` long and anchored at the address's first
 request in the window: an absolute cap that every request counts against, and a bad-credential debt that
 only unknown tokens (404) and bad or missing signatures (401) add to but every request is checked against.
+The runtime API shares the debt: a report or renew sent without a runtime token for a task that is not an
+HTTP agent's, or with a wrong lease token, adds to it, and such a request is refused while it is due.
 Nothing is written to the database per request, so N gateways behind a balancer admit up to N times
 each cap.
 
@@ -101,11 +103,17 @@ class RateGates:
 
     def admit(self, key: bytes) -> int | None:
         """Step 1: count the request; Retry-After seconds if the key is over either gate, else None."""
-        if (wait := self.debt.retry_after(key)) is not None:
-            metrics.RATE_REJECTIONS.labels("bad_credentials").inc()
+        if (wait := self.indebted(key)) is not None:
             return wait
         if (wait := self.requests.hit(key)) is not None:
             metrics.RATE_REJECTIONS.labels("ip_cap").inc()
+        return wait
+
+    def indebted(self, key: bytes) -> int | None:
+        """Retry-After seconds if the key's bad-credential debt is at its cap, else None (counts nothing)."""
+        wait = self.debt.retry_after(key)
+        if wait is not None:
+            metrics.RATE_REJECTIONS.labels("bad_credentials").inc()
         return wait
 
     def charge(self, key: bytes) -> None:

@@ -7,6 +7,13 @@ task of an HTTP agent the request may carry no bearer and the lease token in the
 409 ``{"error":"lease_lost"}``, is recorded as LATE_RESULT and changes nothing; the same report repeated
 by the holder gets 200 again. The runtime instance is named by the optional ``instance`` body field.
 
+Credentials come before bodies: a runtime token is checked (and, for renew and report, that the task is
+the caller's, or an HTTP agent's when no token is sent) before a byte of the body is read; bodies are read
+with the ``api_max_body_bytes`` cap (413) and JSON nested too deep is a 400 (:mod:`gateway.bodies`). A
+caller without a runtime token proves nothing but the lease token it sends: its refusals (unknown task, or
+a wrong lease token, audited with only the size and digest of its body) add to its address's
+bad-credential debt (:mod:`gateway.ratelimit`, shared with the ingress), and it gets 429 while in debt.
+
 A claim with ``wait_s`` waits in the process's :class:`gateway.claim_wait.ClaimWaits` (woken by NOTIFY
 ``hookgate_tasks``, with a poll fallback). A task won for a runtime that hung up meanwhile is handed back
 at once, its attempt not counted, so it is not stuck until the lease or the heartbeat timeout.
@@ -16,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -27,9 +34,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from autopilot import agents, dispatch, tasks
-from gateway import overload
+from gateway import bodies, overload, ratelimit
 from gateway.claim_wait import ClaimWaits
 from gateway.errors import ApiError
+from gateway.ingress_store import unstorable
 from hookgate import crypto
 from hookgate.context import Context
 from hookgate.database import Conn
@@ -44,16 +52,24 @@ def _ctx(request: Request) -> Context:
     return ctx
 
 
-async def _json(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+async def _read(request: Request) -> bytes:
+    """The body, read only now that the caller is known, within the API body cap."""
+    return await bodies.read_body(request, _ctx(request).settings.api_max_body_bytes)
+
+
+def _object(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
-    except ValueError:
+        body = bodies.loads(raw)
+    except bodies.TooDeep:
+        raise ApiError(400, "invalid_body", f"the JSON is nested deeper than {bodies.MAX_DEPTH} levels") from None
+    except ValueError:  # UnicodeDecodeError included
         raise ApiError(400, "invalid_body", "the body is not JSON") from None
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_body", "the body must be a JSON object")
+    if (why := unstorable(raw, body)) is not None:  # NUL or a lone surrogate: no database text holds them
+        raise ApiError(400, "invalid_body", why)
     return body
 
 
@@ -65,6 +81,12 @@ def _bearer(request: Request) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "unauthorized", "expected 'Authorization: Bearer hgr_…'")
     return token.strip()
+
+
+async def _runtime_agent(request: Request) -> asyncpg.Record:
+    """The pull agent of the request's bearer token (401 otherwise); the connection is not kept."""
+    async with _ctx(request).pool.acquire() as conn:
+        return await _agent_for(conn, _bearer(request))
 
 
 async def _agent_for(conn: Conn, token: str | None) -> asyncpg.Record:
@@ -99,10 +121,9 @@ def _task_id(request: Request) -> UUID:
 
 async def heartbeat(request: Request) -> Response:
     """``POST /v1/runtime/heartbeat``: this instance is alive (online for ``heartbeat_timeout_s``)."""
-    body = await _json(request)
-    ctx = _ctx(request)
+    agent = await _runtime_agent(request)
+    body, ctx = _object(await _read(request)), _ctx(request)
     async with ctx.pool.acquire() as conn:
-        agent = await _agent_for(conn, _bearer(request))
         row = await conn.fetchrow(Q.instance_heartbeat, agent["id"], _instance(body))
     assert row is not None
     return JSONResponse({"agent_id": str(agent["id"]), "instance": _instance(body), "status": row["status"],
@@ -111,15 +132,14 @@ async def heartbeat(request: Request) -> Response:
 
 async def claim(request: Request) -> Response:
     """``POST /v1/runtime/claim``: the next task with its lease, waiting up to ``wait_s``; 204 when none."""
-    body = await _json(request)
-    ctx = _ctx(request)
+    agent = await _runtime_agent(request)
+    body, ctx = _object(await _read(request)), _ctx(request)
     wait_s = body.get("wait_s", 0)
     if not isinstance(wait_s, int | float) or isinstance(wait_s, bool) or wait_s < 0:
         raise ApiError(422, "invalid_request", "wait_s must be a non-negative number")
     wait = min(float(wait_s), ctx.settings.runtime_claim_max_wait_s)
     instance = _instance(body)
     async with ctx.pool.acquire() as conn:
-        agent = await _agent_for(conn, _bearer(request))
         await conn.execute(Q.instance_heartbeat, agent["id"], instance)
 
     async def attempt() -> tasks.Claimed | None:
@@ -181,31 +201,77 @@ def _claim_body(won: tasks.Claimed) -> dict[str, Any]:
     }
 
 
-async def _authorize(conn: Conn, request: Request, task_id: UUID) -> tuple[str, str | None]:
-    """Who may touch this task: its pull agent (bearer), or anyone holding an HTTP agent task's lease token."""
-    state = await conn.fetchrow(Q.task_state, task_id)
+@dataclass(frozen=True)
+class Caller:
+    """Who touches a task: its pull agent (bearer), or, without a bearer, whoever holds an HTTP task's lease."""
+
+    actor_type: str
+    actor_id: str
+    ip: bytes | None = None
+    """The rate key of a caller without a runtime token, whose refusals add to its bad-credential debt."""
+
+    def sent(self, raw: bytes) -> tasks.Sent | None:
+        """What a refusal of this caller keeps of its body: its size and digest, if it proved nothing."""
+        return None if self.ip is None else tasks.Sent.of(raw)
+
+
+def _gates(request: Request) -> ratelimit.RateGates:
+    from gateway.ingress import ingress_state  # the ingress owns the per-IP gates; the debt is shared
+
+    return ingress_state(request.app).gates
+
+
+def _client_key(request: Request, gates: ratelimit.RateGates) -> bytes:
+    return ratelimit.client_key(request.client.host if request.client else None, request.headers, gates.trusted)
+
+
+async def _authorize(request: Request, task_id: UUID) -> Caller:
+    """Who may touch this task, from the path and the bearer alone (the body is not read yet)."""
     token = _bearer(request)
     if token is None:
-        if state is None or state["runtime_kind"] != "http":
-            raise ApiError(401, "unauthorized", "a valid runtime token is required")
-        return "agent", str(state["agent_id"])
-    agent = await _agent_for(conn, token)
+        return await _anonymous(request, task_id)
+    async with _ctx(request).pool.acquire() as conn:
+        agent = await _agent_for(conn, token)
+        state = await conn.fetchrow(Q.task_state, task_id)
     if state is None or state["agent_id"] != agent["id"]:
         raise ApiError(404, "not_found", "no such task")
-    return "runtime", str(agent["id"])
+    return Caller("runtime", str(agent["id"]))
+
+
+async def _anonymous(request: Request, task_id: UUID) -> Caller:
+    """A caller without a runtime token: refused while its address is in debt; only an HTTP agent's task."""
+    gates = _gates(request)
+    ip = _client_key(request, gates)
+    if (wait := gates.indebted(ip)) is not None:
+        raise ApiError(429, "rate_limited", "too many bad credentials from this address",
+                       headers={"Retry-After": str(wait)})
+    async with _ctx(request).pool.acquire() as conn:
+        state = await conn.fetchrow(Q.task_state, task_id)
+    if state is None or state["runtime_kind"] != "http":
+        gates.charge(ip)
+        raise ApiError(401, "unauthorized", "a valid runtime token is required")
+    return Caller("agent", str(state["agent_id"]), ip)
+
+
+def _lease_lost(request: Request, caller: Caller) -> ApiError:
+    if caller.ip is not None:
+        _gates(request).charge(caller.ip)
+    return ApiError(409, "lease_lost", "this lease token no longer holds the task")
 
 
 async def renew(request: Request) -> Response:
     """``POST /v1/runtime/tasks/{id}/renew`` ``{"lease_token"}``: extend the lease by ``task_lease_s``."""
-    body = await _json(request)
-    task_id, token, ctx = _task_id(request), _lease_token(body), _ctx(request)
+    task_id, ctx = _task_id(request), _ctx(request)
+    caller = await _authorize(request, task_id)
+    raw = await _read(request)
+    token = _lease_token(_object(raw))
     async with ctx.pool.acquire() as conn:
-        actor_type, actor_id = await _authorize(conn, request, task_id)
         try:
             expires = await tasks.renew(conn, task_id, token, lease_s=ctx.settings.task_lease_s,
-                                        actor_type=actor_type, actor_id=actor_id)
+                                        actor_type=caller.actor_type, actor_id=caller.actor_id,
+                                        sent=caller.sent(raw))
         except tasks.LeaseLost:
-            raise ApiError(409, "lease_lost", "this lease token no longer holds the task") from None
+            raise _lease_lost(request, caller) from None
     return JSONResponse({"task_id": str(task_id), "lease_expires_at": expires.isoformat()})
 
 
@@ -223,17 +289,19 @@ def _report_of(body: dict[str, Any]) -> tasks.Report:
 
 async def report(request: Request) -> Response:
     """``POST /v1/runtime/tasks/{id}/report``: the holder's final report; 409 for a stale token."""
-    body = await _json(request)
-    task_id, token, rep, ctx = _task_id(request), _lease_token(body), _report_of(body), _ctx(request)
+    task_id, ctx = _task_id(request), _ctx(request)
+    caller = await _authorize(request, task_id)
+    raw = await _read(request)
+    body = _object(raw)
+    token, rep = _lease_token(body), _report_of(body)
+    if rep.status == "failed" and rep.retry_class in tasks.RETRYABLE_CLASSES:
+        rep = tasks.Report(rep.status, rep.result, rep.error, rep.retry_class, ctx.settings.task_backoff_base_s)
     async with ctx.pool.acquire() as conn:
-        actor_type, actor_id = await _authorize(conn, request, task_id)
-        if rep.status == "failed" and rep.retry_class in tasks.RETRYABLE_CLASSES:
-            rep = tasks.Report(rep.status, rep.result, rep.error, rep.retry_class,
-                               ctx.settings.task_backoff_base_s)
         try:
-            outcome = await tasks.report(conn, task_id, token, rep, actor_type=actor_type, actor_id=actor_id)
+            outcome = await tasks.report(conn, task_id, token, rep, actor_type=caller.actor_type,
+                                         actor_id=caller.actor_id, sent=caller.sent(raw))
         except tasks.LeaseLost:
-            raise ApiError(409, "lease_lost", "this lease token no longer holds the task") from None
+            raise _lease_lost(request, caller) from None
         if outcome == "applied":
             # The report freed one of the agent's concurrency slots (and a retry requeued the task): a runtime
             # of the agent waiting in a claim may now win one. After the commit, never inside it.

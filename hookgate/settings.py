@@ -68,6 +68,10 @@ class Settings(BaseSettings):
     max_connections: int = Field(
         default=1024, ge=1, description="Open HTTP connections per server process; past it new ones are closed at once"
     )
+    api_max_body_bytes: int = Field(
+        default=1024 * 1024, ge=1024,
+        description="Largest request body of the runtime and admin APIs, in bytes (larger: 413 payload_too_large)",
+    )
 
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are trusted"

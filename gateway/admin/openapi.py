@@ -1,10 +1,12 @@
 """Typed admin endpoints: one declaration gives the Starlette route and its OpenAPI operation.
 
 An endpoint names its request body, query and response as pydantic models; the wrapper authenticates the
-``hgk_`` key, validates path/query/body (422 with the pydantic errors, never a stack trace), hands the
-handler a :class:`Call` holding one pooled connection in one transaction (run again whole after a lost
-deadlock or serialization failure), and renders the model as JSON. ``/openapi.json`` is built from the
-same declarations, so the documented schema is the one the code validates against.
+``hgk_`` key, then reads the body within ``api_max_body_bytes`` (413) and parses it with the JSON nesting
+limit of :mod:`gateway.bodies` (400 ``invalid_json``), validates path/query/body (422 with the pydantic
+errors, never a stack trace), hands the handler a :class:`Call` holding one pooled connection in one
+transaction (run again whole after a lost deadlock or serialization failure), and renders the model as
+JSON. ``/openapi.json`` is built from the same declarations, so the documented schema is the one the
+code validates against.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from autopilot.workspaces import Principal
-from gateway import overload
+from gateway import bodies, overload
 from gateway.admin import auth, idempotency
 from gateway.errors import ApiError
 from hookgate import logs
@@ -101,7 +103,8 @@ class Endpoint:
             path = _path_ids(request)
             logs.bind(**{name: str(value) for name, value in path.items()})  # run_id, trigger_id, … in logs
             query = _validate(self.query, dict(request.query_params)) if self.query else None
-            body = _validate(self.body, await _json_body(request)) if self.body else None
+            raw = await _json_body(request, ctx.settings.api_max_body_bytes) if self.body else None
+            body = _validate(self.body, raw) if self.body else None
             call = Call(request, ctx, conn, principal, path, body, query, self._idempotency(request, principal, body))
             try:
                 async with conn.transaction():
@@ -168,13 +171,16 @@ def _validate(model: type[BaseModel], data: Any) -> BaseModel:
                                for e in errors]) from None
 
 
-async def _json_body(request: Request) -> Any:
-    raw = await request.body()
+async def _json_body(request: Request, cap: int) -> Any:
+    """The body as JSON, read within ``cap`` (413) and nested no deeper than the limit (400)."""
+    raw = await bodies.read_body(request, cap)
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        return bodies.loads(raw)
+    except bodies.TooDeep:
+        raise ApiError(400, "invalid_json", f"the JSON is nested deeper than {bodies.MAX_DEPTH} levels") from None
+    except ValueError:  # UnicodeDecodeError included
         raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
 
 
@@ -205,6 +211,7 @@ def _database_error(exc: asyncpg.PostgresError) -> ApiError | None:
 _ERRORS = {400: "Malformed request", 401: "Missing or unknown API key", 403: "Not allowed for this member",
            404: "Not found in this workspace", 409: "Conflicts with the current state",
            422: "Request failed validation"}
+_BODY_ERRORS = {413: "Request body too large"}
 
 
 def document(endpoints: list[Endpoint], version: str) -> dict[str, Any]:
@@ -240,8 +247,9 @@ def _operation(e: Endpoint, refs: dict[Any, Any]) -> dict[str, Any]:
     if e.response:
         ok["content"] = {"application/json": {"schema": refs[(e.response, "serialization")]}}
     error = {"content": {"application/json": {"schema": refs[(Error, "serialization")]}}}
+    errors = _ERRORS | _BODY_ERRORS if e.body else _ERRORS
     op["responses"] = {str(e.status): ok} | {str(code): {"description": text, **error}
-                                             for code, text in _ERRORS.items()}
+                                             for code, text in sorted(errors.items())}
     return op
 
 

@@ -25,7 +25,7 @@ async def test_openapi_document_describes_every_admin_route(client):
     operation_ids = [op["operationId"] for ops in doc["paths"].values() for op in ops.values()]
     assert len(operation_ids) == len(set(operation_ids)) == len(admin.ENDPOINTS)
     create = doc["paths"]["/v1/autopilots/{autopilot_id}/runs"]["post"]
-    assert set(create["responses"]) == {"201", "400", "401", "403", "404", "409", "422"}
+    assert set(create["responses"]) == {"201", "400", "401", "403", "404", "409", "413", "422"}
     assert any(p["name"] == "Idempotency-Key" for p in create["parameters"])
     runs = doc["paths"]["/v1/runs"]["get"]["parameters"]
     assert {p["name"] for p in runs} == {"limit", "cursor", "autopilot_id", "status", "source"}
