@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -80,7 +81,7 @@ async def test_patch_refuses_bad_values_like_create(ctx, client):
                  {"visibility": "public"}):
         r = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json=body)
         assert r.status_code == 422, (body, r.text)
-        assert set(r.json()) == {"error", "message"}
+        assert {"error", "message"} <= set(r.json())
 
 
 async def test_patch_of_a_pull_agent_refuses_url_and_timeout(ctx, client):
@@ -235,7 +236,7 @@ async def test_rotate_secret_answers_a_new_secret_once_and_keeps_the_old_one_sea
     assert set(out) == {"signing_secret", "previous_expires_at"}
     new = out["signing_secret"]
     assert new.startswith("whsec_") and new != agent["signing_secret"]
-    window = await conn.fetchval("SELECT $1::timestamptz - now()", out["previous_expires_at"])
+    window = await conn.fetchval("SELECT $1::timestamptz - now()", datetime.fromisoformat(out["previous_expires_at"]))
     assert 23.9 * 3600 < window.total_seconds() <= 24 * 3600
     row = await conn.fetchrow("SELECT * FROM agent WHERE id = $1", agent["id"])
     assert agent["signing_secret"].encode() not in bytes(row["previous_secret_ct"])
