@@ -360,3 +360,9 @@ async def test_cli_gets_updates_and_rotates_an_agent(ctx, live_url, capsys, monk
     code, _, err = await _hookgate(capsys, "agents", "update", agent["id"], "--endpoint",
                                    "http://169.254.169.254/x")
     assert code == 1 and "agent_url_forbidden" in err
+
+
+async def test_both_endpoints_are_in_the_openapi_document(client):
+    paths = (await client.get("/openapi.json")).json()["paths"]
+    assert "patch" in paths["/v1/agents/{agent_id}"]
+    assert "post" in paths["/v1/agents/{agent_id}/rotate-secret"]
