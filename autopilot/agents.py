@@ -14,6 +14,8 @@ from hookgate.database import Conn, one
 from sql import Q
 
 RUNTIME_TOKEN_PREFIX = "hgr_"
+#: After a rotation, pushes are signed with the old signing secret too for this long (seconds).
+ROTATION_GRACE_S = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,37 @@ async def create_http_agent(
         sealed = keyring.encrypt(secret, secret_context(row["id"]))
         row = one(await conn.fetchrow(Q.agent_set_signing_secret, row["id"], sealed))
     return NewAgent(row, signing_secret=secret)
+
+
+@dataclass(frozen=True)
+class AgentChange:
+    """The fields of an agent edit; None keeps the current value."""
+
+    name: str | None = None
+    url: str | None = None
+    timeout_s: float | None = None
+    max_concurrency: int | None = None
+    visibility: str | None = None
+
+
+async def update_agent(conn: Conn, agent_id: UUID, change: AgentChange) -> asyncpg.Record:
+    """Apply an edit; a new cap reshapes the concurrency slots at once, running tasks kept and counted."""
+    async with conn.transaction():
+        row = one(await conn.fetchrow(Q.agent_update, agent_id, change.name, change.url, change.timeout_s,
+                                      change.max_concurrency, change.visibility))
+        if change.max_concurrency is not None:
+            await conn.execute(Q.agent_slots_resize, agent_id)
+    return row
+
+
+async def rotate_signing_secret(
+    conn: Conn, keyring: crypto.Keyring, agent_id: UUID, grace_s: int = ROTATION_GRACE_S,
+) -> tuple[asyncpg.Record, str]:
+    """Give an http agent a new ``whsec_`` secret; the old one still signs pushes for ``grace_s`` seconds."""
+    secret = new_signing_secret()
+    sealed = keyring.encrypt(secret, secret_context(agent_id))
+    row = one(await conn.fetchrow(Q.agent_rotate_signing_secret, agent_id, sealed, crypto.hint(secret), grace_s))
+    return row, secret
 
 
 async def create_pull_agent(

@@ -64,6 +64,8 @@ class Claimed:
     endpoint_url: str | None = None
     timeout_s: float = 10.0
     signing_secret_ct: bytes | None = None
+    #: The agent's previous signing secret while a rotation's window lasts: pushes are signed with both.
+    previous_secret_ct: bytes | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Claimed:

@@ -1,8 +1,9 @@
 """Admin verbs of the ``hookgate`` command: thin HTTP clients of the admin API (DESIGN §2, §11).
 
-``hookgate agents create``, ``autopilots create``, ``triggers create|rotate-token|set-secret``,
-``runs list|get|start``, ``deliveries list|replay``. Readable tables by default, the API's JSON with
-``--json``. Every verb takes ``--url`` and ``--key`` (env ``HOOKGATE_URL``, ``HOOKGATE_API_KEY``).
+``hookgate agents create|list|get|update|rotate-secret``, ``autopilots create``,
+``triggers create|rotate-token|set-secret``, ``runs list|get|start``, ``deliveries list|replay``. Readable
+tables by default, the API's JSON with ``--json``. Every verb takes ``--url`` and ``--key`` (env
+``HOOKGATE_URL``, ``HOOKGATE_API_KEY``).
 """
 
 from __future__ import annotations
@@ -70,6 +71,23 @@ async def agents_create(c: Client, a: argparse.Namespace) -> Any:
 async def agents_list(c: Client, a: argparse.Namespace) -> Any:
     """GET /v1/agents."""
     return await c.call("GET", "/v1/agents", params={"limit": a.limit})
+
+
+async def agents_get(c: Client, a: argparse.Namespace) -> Any:
+    """GET /v1/agents/{id}."""
+    return await c.call("GET", f"/v1/agents/{a.agent}")
+
+
+async def agents_update(c: Client, a: argparse.Namespace) -> Any:
+    """PATCH /v1/agents/{id} with the fields given."""
+    body = {"name": a.name, "url": a.endpoint, "timeout_s": a.timeout, "max_concurrency": a.max_concurrency,
+            "visibility": a.visibility}
+    return await c.call("PATCH", f"/v1/agents/{a.agent}", json_body={k: v for k, v in body.items() if v is not None})
+
+
+async def agents_rotate_secret(c: Client, a: argparse.Namespace) -> Any:
+    """POST /v1/agents/{id}/rotate-secret."""
+    return await c.call("POST", f"/v1/agents/{a.agent}/rotate-secret")
 
 
 async def autopilots_create(c: Client, a: argparse.Namespace) -> Any:
@@ -207,7 +225,7 @@ def _verb(nouns: Any, name: str, fn: Verb, text: str) -> argparse.ArgumentParser
 
 def add_commands(sub: Any) -> None:
     """Add the admin nouns and their verbs to the ``hookgate`` command tree."""
-    agents = sub.add_parser("agents", help="create and list agents (admin API client)").add_subparsers(
+    agents = sub.add_parser("agents", help="create, list, show and change agents (admin API client)").add_subparsers(
         dest="verb", required=True, metavar="VERB")
     p = _verb(agents, "create", agents_create, "create an http agent (--endpoint) or a pull agent (--pull)")
     p.add_argument("--name", required=True, help="agent name")
@@ -218,6 +236,21 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--private", action="store_true", help="only you may assign work to it")
     p.add_argument("--max-concurrency", type=int, default=4, help="tasks at once (default 4)")
     _verb(agents, "list", agents_list, "list agents").add_argument("--limit", type=int, default=50)
+    _verb(agents, "get", agents_get, "show an agent").add_argument("agent")
+    p = _verb(agents, "update", agents_update, "change an agent's name, endpoint, timeout, concurrency, visibility")
+    p.add_argument("agent")
+    p.add_argument("--name", help="new name")
+    p.add_argument("--endpoint", help="new URL we push tasks to (http agent; checked like at creation)")
+    p.add_argument("--timeout", type=float, help="push timeout in seconds (http agent)")
+    p.add_argument("--max-concurrency", type=int, help="tasks at once (running ones are never cut)")
+    seen = p.add_mutually_exclusive_group()
+    seen.add_argument("--private", dest="visibility", action="store_const", const="private",
+                      help="only you may assign work to it")
+    seen.add_argument("--workspace", dest="visibility", action="store_const", const="workspace",
+                      help="every member may assign work to it")
+    _verb(agents, "rotate-secret", agents_rotate_secret,
+          "give an http agent a new signing secret (shown once); the old one also signs pushes for 24 hours"
+          ).add_argument("agent")
 
     autopilots = sub.add_parser("autopilots", help="create and list autopilots (admin API client)").add_subparsers(
         dest="verb", required=True, metavar="VERB")

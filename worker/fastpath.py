@@ -91,4 +91,5 @@ def _claimed(row: asyncpg.Record) -> tasks.Claimed:
         autopilot_id=row["autopilot_id"], autopilot_title=row["autopilot_title"],
         autopilot_instructions=row["autopilot_instructions"], endpoint_url=row["endpoint_url"],
         timeout_s=row["timeout_s"], signing_secret_ct=row["signing_secret_ct"],
+        previous_secret_ct=row["previous_secret_ct"],
     )

@@ -1,5 +1,8 @@
 """Push tasks to HTTP agents (DESIGN §7, §11), Standard-Webhooks-signed, ``webhook-id`` = task id.
 
+During a signing-secret rotation's window ``webhook-signature`` holds two space-separated signatures, by the
+new secret and by the old one (Standard Webhooks lets a receiver accept any one it can verify).
+
 2xx is done; 202 is accepted (the agent reports later to ``report_url`` with the lease token, which is the
 capability: no bearer needed); 408, 429, 5xx, timeouts and connection errors are retried with exponential
 backoff and jitter, honouring ``Retry-After``; any other 4xx fails the task. Every connection passes the
@@ -199,11 +202,11 @@ class Pusher:
     async def _post(self, claimed: tasks.Claimed) -> Outcome:
         body = push_body(claimed, self.settings.public_url)
         assert claimed.signing_secret_ct is not None and claimed.endpoint_url is not None
-        secret = self.ctx.keyring.decrypt(claimed.signing_secret_ct, agents.secret_context(claimed.agent_id))
         stamp = int(time.time())
         headers = {
             "content-type": "application/json", "webhook-id": str(claimed.id),
-            "webhook-timestamp": str(stamp), "webhook-signature": sign(secret, str(claimed.id), stamp, body),
+            "webhook-timestamp": str(stamp),
+            "webhook-signature": " ".join(sign(s, str(claimed.id), stamp, body) for s in self._secrets(claimed)),
             "user-agent": "hookgate",
         }
         try:
@@ -211,6 +214,12 @@ class Pusher:
                 return await self._send(claimed, body, headers, attempt)
         except egress.EgressRefused:
             return EGRESS_FORBIDDEN
+
+    def _secrets(self, claimed: tasks.Claimed) -> list[str]:
+        """The agent's signing secret, then its previous one while a rotation's window lasts."""
+        context = agents.secret_context(claimed.agent_id)
+        sealed = (claimed.signing_secret_ct, claimed.previous_secret_ct)
+        return [self.ctx.keyring.decrypt(bytes(ct), context) for ct in sealed if ct is not None]
 
     async def _send(self, claimed: tasks.Claimed, body: bytes, headers: dict[str, str],
                     attempt: egress.Attempt) -> Outcome:

@@ -1,7 +1,8 @@
 """Agents (``http``: we push to a URL; ``pull``: a runtime claims work) and squads (a leader + members).
 
 The credential is returned once at creation: ``signing_secret`` (``whsec_…``, signs our pushes) for an
-http agent, ``runtime_token`` (``hgr_…``) for a pull agent. Afterwards only a last-4 hint is shown.
+http agent, ``runtime_token`` (``hgr_…``) for a pull agent. Afterwards only a last-4 hint is shown, but for
+the new secret of a rotation, shown once too. An agent is changed by its owner or a workspace owner/admin.
 """
 
 from __future__ import annotations
@@ -53,6 +54,24 @@ class AgentIn(BaseModel):
     runtime: RuntimeIn
     visibility: Literal["workspace", "private"] = "workspace"
     max_concurrency: int = Field(default=4, ge=1, le=10000)
+
+
+class AgentPatch(BaseModel):
+    """An edit of an agent: only the fields sent change (``url`` and ``timeout_s``: http agents only)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+", max_length=2000)
+    timeout_s: float | None = Field(default=None, gt=0, le=300)
+    max_concurrency: int | None = Field(default=None, ge=1, le=10000)
+    visibility: Literal["workspace", "private"] | None = None
+
+
+class RotatedSecretOut(BaseModel):
+    """An http agent's new signing secret, shown once; the old one still signs pushes until the expiry."""
+
+    signing_secret: str
+    previous_expires_at: datetime
 
 
 class RuntimeOut(BaseModel):
@@ -191,14 +210,74 @@ async def get_agent(call: Call) -> AgentOut:
     return agent_out(row)
 
 
-@api.add("POST", "/v1/agents/{agent_id}/archive", summary="Archive an agent", response=AgentOut)
-async def archive_agent(call: Call) -> AgentOut:
-    """The agent's owner, or an owner/admin. Runs assigned to it are skipped (``agent_archived``) from now on."""
+async def _changeable_agent(call: Call, action: str) -> asyncpg.Record:
+    """The agent, if the caller owns it or is a workspace owner/admin: 404 for another workspace's, else 403."""
     row = await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, call.path["agent_id"])
     if row is None:
         raise auth.not_found("agent")
     if row["owner_id"] != call.principal.member_id:
-        auth.require_admin(call.principal, "archive other members' agents")
+        auth.require_admin(call.principal, f"{action} other members' agents")
+    return row
+
+
+def _not_http(row: asyncpg.Record, status: int, what: str) -> ApiError | None:
+    if row["runtime_kind"] == "http":
+        return None
+    return ApiError(status, "not_an_http_agent", f"a pull agent has no {what}")
+
+
+@api.add("PATCH", "/v1/agents/{agent_id}", summary="Edit an agent", response=AgentOut, body=AgentPatch)
+async def edit_agent(call: Call) -> AgentOut:
+    """The agent's owner, or an owner/admin (AGENT_UPDATE with the changed fields).
+
+    A new ``url`` passes the egress policy as at creation. A lower ``max_concurrency`` cuts no running
+    task, but no new one starts until fewer than the new cap run.
+    """
+    body: AgentPatch = call.body
+    row = await _changeable_agent(call, "edit")
+    sent = body.model_dump(exclude_unset=True)
+    for name, value in sent.items():
+        if value is None:
+            raise ApiError(422, "invalid_request", f"{name}: may not be null")
+    refused = [f for f in ("url", "timeout_s") if f in sent]
+    if refused and (error := _not_http(row, 422, " or ".join(refused))) is not None:
+        raise error
+    current = {"name": row["name"], "url": row["endpoint_url"], "timeout_s": row["timeout_s"],
+               "max_concurrency": row["max_concurrency"], "visibility": row["visibility"]}
+    changed = {k: v for k, v in sent.items() if v != current[k]}
+    if not changed:
+        return agent_out(row)
+    if "url" in changed:
+        await check_agent_url(call, changed["url"])
+    updated = await agents.update_agent(call.conn, row["id"], agents.AgentChange(**changed))
+    shown = changed | ({"url": egress.redact(changed["url"])} if "url" in changed else {})
+    await audit.record(call.conn, "AGENT_UPDATE", actor_type="member", actor_id=call.principal.member_id,
+                       subject_type="agent", subject_id=row["id"], workspace_id=call.principal.workspace_id,
+                       detail={"changed": sorted(changed), "to": shown})
+    return agent_out(updated)
+
+
+@api.add("POST", "/v1/agents/{agent_id}/rotate-secret", summary="Rotate an http agent's signing secret",
+         response=RotatedSecretOut)
+async def rotate_agent_secret(call: Call) -> RotatedSecretOut:
+    """The agent's owner, or an owner/admin. The new secret is in this answer only (AGENT_SECRET_ROTATE).
+
+    For 24 hours pushes carry two signatures, by the new and by the old secret; then only the new one.
+    """
+    row = await _changeable_agent(call, "rotate the secrets of")
+    if (error := _not_http(row, 409, "signing secret: it authenticates with its runtime token")) is not None:
+        raise error
+    rotated, secret = await agents.rotate_signing_secret(call.conn, call.ctx.keyring, row["id"])
+    await audit.record(call.conn, "AGENT_SECRET_ROTATE", actor_type="member", actor_id=call.principal.member_id,
+                       subject_type="agent", subject_id=row["id"], workspace_id=call.principal.workspace_id,
+                       detail={"previous_expires_at": rotated["previous_secret_expires_at"].isoformat()})
+    return RotatedSecretOut(signing_secret=secret, previous_expires_at=rotated["previous_secret_expires_at"])
+
+
+@api.add("POST", "/v1/agents/{agent_id}/archive", summary="Archive an agent", response=AgentOut)
+async def archive_agent(call: Call) -> AgentOut:
+    """The agent's owner, or an owner/admin. Runs assigned to it are skipped (``agent_archived``) from now on."""
+    row = await _changeable_agent(call, "archive")
     async with call.conn.transaction():
         archived = one(await call.conn.fetchrow(Q.agent_archive, call.principal.workspace_id, row["id"]))
         if row["archived_at"] is None:

@@ -15,8 +15,9 @@
 -- CONFLICT DO NOTHING; such a delivery is leased, not dispatched). Every other granted delivery (crash
 -- window, create_issue, skipped, half-made, run locked elsewhere) is leased for p_lease_s seconds and
 -- returned for the one-by-one path. p_at: clock override (nullable). Returns one row per granted delivery:
--- kind 'dispatched' (task columns set; claimed = its lease is ours) or 'leased' (the delivery columns of
--- delivery_claim_paced).
+-- kind 'dispatched' (task columns set; claimed = its lease is ours; previous_secret_ct = the agent's
+-- previous signing secret while its rotation window lasts) or 'leased' (the delivery columns of
+-- delivery_claim_paced). Result type since 0013_agent_update (previous_secret_ct).
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -31,7 +32,7 @@ RETURNS TABLE (kind text, id uuid, lease_token uuid, workspace_id uuid, trigger_
                rate_limit_per_minute integer, claimed boolean, task_id uuid, agent_id uuid, payload jsonb,
                attempt integer, max_attempts integer, task_lease_token uuid, lease_expires_at timestamptz,
                endpoint_url text, timeout_s double precision, signing_secret_ct bytea, autopilot_title text,
-               autopilot_instructions text)
+               autopilot_instructions text, previous_secret_ct bytea)
 LANGUAGE plpgsql
 -- Generic plans: the statements here are index lookups by key whatever the arguments, and planning them
 -- anew on every call (PostgreSQL keeps custom plans when a generic one looks costlier on paper) cost
@@ -199,7 +200,8 @@ BEGIN
     SELECT 'dispatched'::text, w.id, NULL::uuid, t.workspace_id, w.trigger_id, r.autopilot_id, w.event, NULL::jsonb,
            t.run_id, w.dispatch_attempts, w.received_at, NULL::integer, t.status = 'running', t.id, t.agent_id,
            t.payload, t.attempt, t.max_attempts, t.lease_token, t.lease_expires_at, ag.endpoint_url, ag.timeout_s,
-           ag.signing_secret_ct, ap.title, ap.instructions
+           ag.signing_secret_ct, ap.title, ap.instructions,
+           CASE WHEN ag.previous_secret_expires_at > now() THEN ag.previous_secret_ct END
     FROM unnest(v_done, v_tasks) WITH ORDINALITY AS x(delivery_id, task_id, n)
     JOIN webhook_delivery w ON w.id = x.delivery_id
     JOIN agent_task t ON t.id = x.task_id
@@ -223,7 +225,7 @@ BEGIN
     SELECT 'leased'::text, l.id, l.lease_token, l.workspace_id, l.trigger_id, l.autopilot_id, l.event, l.envelope,
            l.run_id, l.dispatch_attempts, l.received_at, l.rate_limit_per_minute, false, NULL::uuid, NULL::uuid,
            NULL::jsonb, NULL::integer, NULL::integer, NULL::uuid, NULL::timestamptz, NULL::text,
-           NULL::double precision, NULL::bytea, NULL::text, NULL::text
+           NULL::double precision, NULL::bytea, NULL::text, NULL::text, NULL::bytea
     FROM leased l;
 END
 $$;

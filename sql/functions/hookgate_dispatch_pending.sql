@@ -10,7 +10,7 @@
 -- NOTIFY hookgate_tasks for the tasks left queued. Every other delivery of the batch (crash window,
 -- create_issue, skipped, half-made, lost lease) is left untouched for the one-by-one path. Returns one row
 -- per dispatched delivery; the task columns are those of task_claim, the lease token only for a task claimed
--- here (claimed = true).
+-- here (claimed = true). Result type since 0013_agent_update (previous_secret_ct).
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -22,7 +22,8 @@ CREATE OR REPLACE FUNCTION hookgate_dispatch_pending(
 RETURNS TABLE (delivery_id uuid, claimed boolean, id uuid, workspace_id uuid, run_id uuid, agent_id uuid,
                payload jsonb, attempt integer, max_attempts integer, lease_token uuid,
                lease_expires_at timestamptz, endpoint_url text, timeout_s double precision,
-               signing_secret_ct bytea, autopilot_id uuid, autopilot_title text, autopilot_instructions text)
+               signing_secret_ct bytea, autopilot_id uuid, autopilot_title text, autopilot_instructions text,
+               previous_secret_ct bytea)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -103,7 +104,8 @@ BEGIN
     RETURN QUERY
     SELECT x.delivery_id, t.id = ANY (v_won), t.id, t.workspace_id, t.run_id, t.agent_id, t.payload, t.attempt,
            t.max_attempts, CASE WHEN t.id = ANY (v_won) THEN t.lease_token END, t.lease_expires_at,
-           ag.endpoint_url, ag.timeout_s, ag.signing_secret_ct, ap.id, ap.title, ap.instructions
+           ag.endpoint_url, ag.timeout_s, ag.signing_secret_ct, ap.id, ap.title, ap.instructions,
+           CASE WHEN ag.previous_secret_expires_at > now() THEN ag.previous_secret_ct END
     FROM unnest(v_deliveries, v_tasks) AS x(delivery_id, task_id)
     JOIN agent_task t ON t.id = x.task_id
     JOIN agent ag ON ag.id = t.agent_id

@@ -4,7 +4,9 @@
 -- a fresh lease token in the same transaction. Lock free slots in slot order from a random start (SKIP
 -- LOCKED, so concurrent claimers take different ones), then re-check them with a fresh snapshot (READ
 -- COMMITTED, volatile function: a claim committed before our lock is seen, none can come after it). An
--- archived or unknown agent gets none.
+-- archived or unknown agent gets none. A lowered cap stays strict (since 0013_agent_update): the cap is read
+-- again with the fresh snapshot, and tasks still running on slots it retired take free slots first
+-- (hookgate_slots_settle).
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -57,10 +59,13 @@ BEGIN
     IF coalesce(cardinality(free), 0) = 0 THEN
         RETURN '{}';
     END IF;
-    -- Fresh snapshot: which of the slots we now hold are still free?
+    -- Fresh snapshot: which of the slots we now hold are still free, and under the cap (a lower one may have
+    -- been set since it was read)?
+    SELECT max_concurrency INTO cap FROM agent WHERE id = p_agent;
     SELECT array_agg(sl.slot ORDER BY sl.slot) INTO free FROM agent_slot sl
-    WHERE sl.agent_id = p_agent AND sl.slot = ANY (free)
+    WHERE sl.agent_id = p_agent AND sl.slot = ANY (free) AND sl.slot < cap
       AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token);
-    RETURN coalesce(free, '{}');
+    -- Tasks still running over a lowered cap take free slots first.
+    RETURN hookgate_slots_settle(p_agent, cap, free);
 END
 $$;

@@ -3,7 +3,9 @@
 -- COMMITTED every statement of this volatile function takes a fresh snapshot, so the re-check after a slot
 -- is locked sees every claim committed before: two claimers can never fill one slot.
 -- A running task holds one agent_slot row, stamped with its lease token: the slot is free again as soon as
--- that lease ends (report, retry, expiry, cancel) without any write on release.
+-- that lease ends (report, retry, expiry, cancel) without any write on release. A lowered cap stays strict
+-- (since 0013_agent_update): the cap is read again once the slot is held, and a task still running on a slot
+-- the lower cap retired takes the free slot over (hookgate_slots_settle).
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -50,9 +52,14 @@ BEGIN
         END IF;
         EXIT WHEN NOT FOUND;
         tried := tried || s;
-        -- Fresh snapshot: is the slot still free now that we hold it?
-        CONTINUE WHEN EXISTS (SELECT 1 FROM agent_slot sl JOIN agent_task r ON r.lease_token = sl.lease_token
-                              WHERE sl.agent_id = p_agent AND sl.slot = s AND r.status = 'running');
+        -- Fresh snapshot: is the slot still free now that we hold it, and still under the cap (a lower one
+        -- may have been set since it was read)?
+        SELECT max_concurrency INTO cap FROM agent WHERE id = p_agent;
+        CONTINUE WHEN s >= cap
+            OR EXISTS (SELECT 1 FROM agent_slot sl JOIN agent_task r ON r.lease_token = sl.lease_token
+                       WHERE sl.agent_id = p_agent AND sl.slot = s AND r.status = 'running');
+        -- A task still running over a lowered cap takes the free slot instead of a new claim.
+        CONTINUE WHEN cardinality(hookgate_slots_settle(p_agent, cap, ARRAY[s])) = 0;
         IF p_task IS NULL THEN
             SELECT id INTO t FROM agent_task
             WHERE agent_id = p_agent AND status = 'queued' AND available_at <= p_at

@@ -75,3 +75,25 @@ SELECT CASE $2::text
 UPDATE agent SET archived_at = coalesce(archived_at, now()), updated_at = now()
 WHERE workspace_id = $1 AND id = $2
 RETURNING *;
+
+-- name: agent_update
+-- Edit agent $1: name $2, endpoint URL $3, push timeout $4 (s), concurrency cap $5, visibility $6; a null
+-- keeps the current value. A changed cap needs agent_slots_resize in the same transaction. Returns the row.
+UPDATE agent
+SET name = coalesce($2, name), endpoint_url = coalesce($3, endpoint_url), timeout_s = coalesce($4, timeout_s),
+    max_concurrency = coalesce($5, max_concurrency), visibility = coalesce($6, visibility), updated_at = now()
+WHERE id = $1
+RETURNING *;
+
+-- name: agent_slots_resize
+-- Reshape agent $1's concurrency slots to its (just changed) cap, running tasks kept (hookgate_slots_resize).
+SELECT hookgate_slots_resize($1);
+
+-- name: agent_rotate_signing_secret
+-- Give http agent $1 the signing secret ciphertext $2 (hint $3). The current secret becomes the previous one,
+-- valid $4 more seconds (pushes are signed with both meanwhile); an earlier previous secret is dropped.
+UPDATE agent
+SET previous_secret_ct = signing_secret_ct, previous_secret_expires_at = now() + make_interval(secs => $4),
+    signing_secret_ct = $2, signing_secret_hint = $3, updated_at = now()
+WHERE id = $1 AND runtime_kind = 'http'
+RETURNING *;

@@ -15,7 +15,8 @@ SELECT id FROM agent_task WHERE idempotency_key = $1;
 -- Claim (P1) up to $3 due queued tasks of agent $1 (or only task $2 when set) within the agent's concurrency
 -- cap (P3), leasing each for $4 seconds to holder $5; the run moves to running and each claim is audited
 -- (actor type $6). $7 = clock override (nullable). Returns the claimed tasks with their lease tokens and what
--- a holder needs to do them (the autopilot; for http agents where and how to push), saving a round trip.
+-- a holder needs to do them (the autopilot; for http agents where and how to push, with the previous signing
+-- secret while a rotation's window lasts), saving a round trip.
 WITH claimed AS (
     SELECT * FROM hookgate_task_claim($1, $2, $3, $4, $5, coalesce($7::timestamptz, now()))
 ), started AS (
@@ -31,6 +32,7 @@ WITH claimed AS (
 )
 SELECT c.id, c.workspace_id, c.run_id, c.agent_id, c.payload, c.attempt, c.max_attempts, c.lease_token,
        c.lease_expires_at, ag.endpoint_url, ag.timeout_s, ag.signing_secret_ct,
+       CASE WHEN ag.previous_secret_expires_at > now() THEN ag.previous_secret_ct END AS previous_secret_ct,
        ap.id AS autopilot_id, ap.title AS autopilot_title, ap.instructions AS autopilot_instructions
 FROM claimed c
 JOIN agent ag ON ag.id = c.agent_id

@@ -1,0 +1,385 @@
+-- 0013_agent_update: an agent's signing secret can be rotated, and its concurrency cap changed.
+--
+-- The previous signing secret stays valid for a while after a rotation: pushes are signed with both until
+-- previous_secret_expires_at. It is sealed like the current one (same keyring, same per-agent context).
+ALTER TABLE agent
+    ADD COLUMN previous_secret_ct bytea,
+    ADD COLUMN previous_secret_expires_at timestamptz,
+    ADD CONSTRAINT agent_previous_secret_check
+        CHECK ((previous_secret_ct IS NULL) = (previous_secret_expires_at IS NULL)
+               AND (previous_secret_ct IS NULL OR runtime_kind = 'http'));
+
+-- A changed cap: hookgate_slots_resize reshapes the slot rows, hookgate_slots_settle keeps a lowered cap
+-- strict while tasks started under the old one still run (both also in sql/functions/).
+CREATE FUNCTION hookgate_slots_settle(p_agent uuid, p_cap integer, p_free integer[])
+RETURNS integer[]
+LANGUAGE plpgsql
+-- Key plans only, as in hookgate_slots_take: every statement reads rows by an index prefix.
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
+DECLARE
+    moved  integer[];
+BEGIN
+    IF coalesce(cardinality(p_free), 0) = 0 THEN
+        RETURN '{}';
+    END IF;
+    WITH retired AS (
+        SELECT sl.slot, sl.lease_token FROM agent_slot sl
+        WHERE sl.agent_id = p_agent AND sl.slot >= p_cap
+          AND EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token)
+        ORDER BY sl.slot
+        LIMIT cardinality(p_free)
+        FOR UPDATE OF sl SKIP LOCKED
+    ), pairs AS (
+        SELECT r.slot AS old_slot, r.lease_token, f.slot AS new_slot
+        FROM (SELECT retired.*, row_number() OVER (ORDER BY retired.slot) AS n FROM retired) r
+        JOIN unnest(p_free) WITH ORDINALITY AS f(slot, n) USING (n)
+    ), taken AS (
+        UPDATE agent_slot sl SET lease_token = p.lease_token
+        FROM pairs p WHERE sl.agent_id = p_agent AND sl.slot = p.new_slot
+        RETURNING sl.slot
+    ), dropped AS (
+        DELETE FROM agent_slot sl USING pairs p WHERE sl.agent_id = p_agent AND sl.slot = p.old_slot
+    )
+    SELECT array_agg(taken.slot) INTO moved FROM taken;
+    RETURN coalesce((SELECT array_agg(f.slot ORDER BY f.n) FROM unnest(p_free) WITH ORDINALITY AS f(slot, n)
+                     WHERE f.slot <> ALL (coalesce(moved, '{}'))), '{}');
+END
+$$;
+
+CREATE FUNCTION hookgate_slots_resize(p_agent uuid)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    cap   integer;
+    free  integer[];
+BEGIN
+    -- Claimers lock slots SKIP LOCKED and never wait for one, so waiting here cannot deadlock with them.
+    PERFORM 1 FROM agent_slot WHERE agent_id = p_agent ORDER BY slot FOR UPDATE;
+    -- Each statement below takes a fresh snapshot (READ COMMITTED, volatile function): it sees every claim
+    -- committed before the locks were granted.
+    SELECT max_concurrency INTO cap FROM agent WHERE id = p_agent;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    INSERT INTO agent_slot (agent_id, slot) SELECT p_agent, g FROM generate_series(0, cap - 1) g
+    ON CONFLICT DO NOTHING;
+    SELECT array_agg(sl.slot ORDER BY sl.slot) INTO free FROM agent_slot sl
+    WHERE sl.agent_id = p_agent AND sl.slot < cap
+      AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token);
+    PERFORM hookgate_slots_settle(p_agent, cap, free);
+    DELETE FROM agent_slot sl
+    WHERE sl.agent_id = p_agent AND sl.slot >= cap
+      AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token);
+END
+$$;
+
+-- The claims that feed pushes also return the previous secret while it is valid (a new result column).
+DROP FUNCTION hookgate_delivery_take(integer, double precision, uuid, integer, timestamptz, integer,
+                                     double precision, text, integer, double precision, double precision);
+CREATE FUNCTION hookgate_delivery_take(
+    p_limit integer, p_lease_s double precision, p_cursor uuid, p_fanout integer, p_at timestamptz,
+    p_max_attempts integer, p_heartbeat_s double precision, p_holder text, p_claims integer,
+    p_lease_cap_s double precision, p_lease_margin_s double precision)
+RETURNS TABLE (kind text, id uuid, lease_token uuid, workspace_id uuid, trigger_id uuid, autopilot_id uuid,
+               event text, envelope jsonb, run_id uuid, dispatch_attempts integer, received_at timestamptz,
+               rate_limit_per_minute integer, claimed boolean, task_id uuid, agent_id uuid, payload jsonb,
+               attempt integer, max_attempts integer, task_lease_token uuid, lease_expires_at timestamptz,
+               endpoint_url text, timeout_s double precision, signing_secret_ct bytea, autopilot_title text,
+               autopilot_instructions text, previous_secret_ct bytea)
+LANGUAGE plpgsql
+-- Generic plans: the statements here are index lookups by key whatever the arguments, and planning them
+-- anew on every call (PostgreSQL keeps custom plans when a generic one looks costlier on paper) cost
+-- ~0.5 ms of server CPU per call, more than the work itself for a batch of one.
+SET plan_cache_mode = force_generic_plan
+-- Key plans only: every statement here reads rows by primary key or by an index prefix, so nested loops over
+-- index scans are right at any size. Generic plans are made once per session from the statistics of that
+-- moment, and a connection that first ran this while the tables were small kept hash joins over sequential
+-- scans of agent_task, agent_slot and sometimes webhook_delivery until the next ANALYZE (seen with
+-- auto_explain in bench/dispatch.py, where the tables grow from empty to ~10,000 rows in half a minute; a
+-- young production database does the same). The settings hold only while the function runs.
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_at       timestamptz := coalesce(p_at, now());
+    v_granted  uuid[];
+    v_plain    uuid[];
+    v_runs     uuid[];
+    v_agents   uuid[];
+    v_pushable boolean[];
+    v_leases   double precision[];
+    v_tokens   uuid[];
+    v_slots    integer[];
+    v_agent    uuid;
+    v_at_n     integer[];
+    v_free     integer[];
+    v_done     uuid[];
+    v_tasks    uuid[];
+    v_queued   uuid[];
+BEGIN
+    WITH RECURSIVE heads AS (
+        (SELECT d.trigger_id, 1 AS depth FROM webhook_delivery d
+         WHERE d.status = 'queued' AND d.available_at <= v_at AND (p_cursor IS NULL OR d.trigger_id > p_cursor)
+         ORDER BY d.trigger_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT d.trigger_id FROM webhook_delivery d
+                WHERE d.status = 'queued' AND d.available_at <= v_at AND d.trigger_id > h.trigger_id
+                ORDER BY d.trigger_id LIMIT 1), h.depth + 1
+        FROM heads h WHERE h.trigger_id IS NOT NULL AND h.depth < p_fanout
+    ), locked AS (
+        -- Ordered by the (trigger_id, available_at) index, so each trigger's head is read, not its backlog.
+        SELECT x.id, x.trigger_id, x.available_at,
+               row_number() OVER (PARTITION BY x.trigger_id ORDER BY x.available_at) AS rn
+        FROM heads h CROSS JOIN LATERAL (
+            SELECT d.id, d.trigger_id, d.available_at FROM webhook_delivery d
+            WHERE d.trigger_id = h.trigger_id AND d.status = 'queued' AND d.available_at <= v_at
+            ORDER BY d.available_at
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+        ) x
+        WHERE h.trigger_id IS NOT NULL
+    ), picked AS (
+        -- Interleaved: the 1st of each trigger, then the 2nd, ... (ord keeps that order for the result).
+        SELECT l.id, l.trigger_id, l.ord,
+               row_number() OVER (PARTITION BY l.trigger_id ORDER BY l.available_at, l.id) AS nth
+        FROM (SELECT id, trigger_id, available_at, row_number() OVER (ORDER BY rn, available_at) AS ord
+              FROM locked ORDER BY rn, available_at LIMIT p_limit) l
+    ), paced AS (
+        -- One pacing take per trigger of the batch (volatile: run once, before the update below reads it).
+        SELECT p.trigger_id, g.granted, g.window_end
+        FROM (SELECT trigger_id, count(*)::integer AS wanted FROM picked GROUP BY trigger_id) p
+        JOIN autopilot_trigger t ON t.id = p.trigger_id
+        CROSS JOIN LATERAL hookgate_pace_take(p.trigger_id, p.wanted, t.rate_limit_per_minute, v_at) g
+    ), deferred AS (
+        UPDATE webhook_delivery w
+        SET lease_token = NULL, lease_expires_at = NULL, available_at = paced.window_end, updated_at = now()
+        FROM picked JOIN paced ON paced.trigger_id = picked.trigger_id
+        WHERE w.id = picked.id AND picked.nth > paced.granted
+    )
+    SELECT array_agg(picked.id ORDER BY picked.ord) INTO v_granted
+    FROM picked JOIN paced ON paced.trigger_id = picked.trigger_id
+    WHERE picked.nth <= paced.granted;
+
+    IF v_granted IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- The plain-pending ones, their runs locked (SKIP LOCKED: one held elsewhere is left to the slow path).
+    SELECT array_agg(q.delivery_id ORDER BY q.n), array_agg(q.run_id ORDER BY q.n),
+           array_agg(q.agent_id ORDER BY q.n), array_agg(q.pushable ORDER BY q.n), array_agg(q.lease_s ORDER BY q.n)
+    INTO v_plain, v_runs, v_agents, v_pushable, v_leases
+    FROM (
+        SELECT g.n, w.id AS delivery_id, r.id AS run_id, ag.id AS agent_id, ag.runtime_kind = 'http' AS pushable,
+               least(ag.timeout_s, p_lease_cap_s) + p_lease_margin_s AS lease_s
+        FROM unnest(v_granted) WITH ORDINALITY AS g(id, n)
+        JOIN webhook_delivery w ON w.id = g.id
+        JOIN autopilot_run r ON r.id = w.run_id
+        JOIN autopilot a ON a.id = r.autopilot_id
+        LEFT JOIN squad s ON a.assignee_type = 'squad' AND s.id = a.assignee_id
+        JOIN agent ag ON ag.id = CASE WHEN a.assignee_type = 'agent' THEN a.assignee_id ELSE s.leader_agent_id END
+                     AND ag.workspace_id = a.workspace_id AND ag.archived_at IS NULL
+        WHERE r.status = 'pending' AND r.issue_id IS NULL AND r.task_id IS NULL AND a.execution_mode = 'run_only'
+          AND CASE WHEN ag.runtime_kind = 'http' THEN ag.endpoint_url IS NOT NULL
+                   ELSE EXISTS (SELECT 1 FROM agent_instance i
+                                WHERE i.agent_id = ag.id AND i.status = 'online'
+                                  AND i.heartbeat_at > now() - make_interval(secs => p_heartbeat_s))
+              END
+        FOR UPDATE OF r SKIP LOCKED
+    ) q;
+
+    IF v_plain IS NOT NULL THEN
+        -- Slots for the first p_claims tasks of HTTP agents, agent by agent; a task without one stays queued.
+        v_tokens := array_fill(NULL::uuid, ARRAY[cardinality(v_plain)]);
+        v_slots := array_fill(NULL::integer, ARRAY[cardinality(v_plain)]);
+        FOR v_agent, v_at_n IN
+            SELECT u.agent_id, array_agg(u.n ORDER BY u.n)
+            FROM (SELECT x.agent_id, x.n FROM unnest(v_agents, v_pushable) WITH ORDINALITY AS x(agent_id, pushable, n)
+                  WHERE x.pushable ORDER BY x.n LIMIT greatest(p_claims, 0)) u
+            GROUP BY u.agent_id
+        LOOP
+            v_free := hookgate_slots_take(v_agent, cardinality(v_at_n));
+            FOR i IN 1 .. coalesce(cardinality(v_free), 0) LOOP
+                v_slots[v_at_n[i]] := v_free[i];
+                v_tokens[v_at_n[i]] := gen_random_uuid();
+            END LOOP;
+        END LOOP;
+
+        WITH x AS (
+            SELECT * FROM unnest(v_plain, v_runs, v_agents, v_leases, v_tokens, v_slots) WITH ORDINALITY
+                AS x(delivery_id, run_id, agent_id, lease_s, token, slot, n)
+        ), made AS (
+            -- A claimed task is born running (attempt 1), so it is written once instead of insert + claim.
+            INSERT INTO agent_task (workspace_id, run_id, agent_id, payload, max_attempts, idempotency_key, status,
+                                    attempt, lease_token, lease_expires_at, holder_instance, started_at)
+            SELECT r.workspace_id, r.id, x.agent_id, r.payload, p_max_attempts, 'run:' || r.id::text || ':1',
+                   CASE WHEN x.token IS NULL THEN 'queued' ELSE 'running' END,
+                   CASE WHEN x.token IS NULL THEN 0 ELSE 1 END, x.token,
+                   CASE WHEN x.token IS NOT NULL THEN v_at + make_interval(secs => x.lease_s) END,
+                   CASE WHEN x.token IS NOT NULL THEN p_holder END,
+                   CASE WHEN x.token IS NOT NULL THEN now() END
+            FROM x JOIN autopilot_run r ON r.id = x.run_id
+            ORDER BY x.n
+            ON CONFLICT (idempotency_key) DO NOTHING
+            RETURNING id, run_id, workspace_id, agent_id, status, attempt, lease_token, lease_expires_at
+        ), slotted AS (
+            UPDATE agent_slot sl SET lease_token = m.lease_token
+            FROM made m JOIN x ON x.run_id = m.run_id
+            WHERE m.lease_token IS NOT NULL AND sl.agent_id = m.agent_id AND sl.slot = x.slot
+        ), started AS (
+            UPDATE autopilot_run r
+            SET task_id = m.id, status = CASE WHEN m.status = 'running' THEN 'running' ELSE 'queued' END,
+                updated_at = now()
+            FROM made m WHERE r.id = m.run_id
+        ), audited AS (
+            INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
+            SELECT m.workspace_id, 'CLAIM', 'worker', p_holder, 'agent_task', m.id::text,
+                   jsonb_build_object('attempt', m.attempt, 'lease_expires_at', m.lease_expires_at, 'run_id', m.run_id)
+            FROM made m WHERE m.status = 'running'
+        ), completed AS (
+            UPDATE webhook_delivery w
+            SET status = 'dispatched', lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+            FROM made m JOIN x ON x.run_id = m.run_id
+            WHERE w.id = x.delivery_id
+        )
+        SELECT array_agg(x.delivery_id ORDER BY x.n), array_agg(m.id ORDER BY x.n),
+               array_agg(m.id) FILTER (WHERE m.status = 'queued')
+        INTO v_done, v_tasks, v_queued
+        FROM made m JOIN x ON x.run_id = m.run_id;
+
+        PERFORM pg_notify('hookgate_tasks', t::text) FROM unnest(v_queued) AS t;
+    END IF;
+
+    RETURN QUERY
+    SELECT 'dispatched'::text, w.id, NULL::uuid, t.workspace_id, w.trigger_id, r.autopilot_id, w.event, NULL::jsonb,
+           t.run_id, w.dispatch_attempts, w.received_at, NULL::integer, t.status = 'running', t.id, t.agent_id,
+           t.payload, t.attempt, t.max_attempts, t.lease_token, t.lease_expires_at, ag.endpoint_url, ag.timeout_s,
+           ag.signing_secret_ct, ap.title, ap.instructions,
+           CASE WHEN ag.previous_secret_expires_at > now() THEN ag.previous_secret_ct END
+    FROM unnest(v_done, v_tasks) WITH ORDINALITY AS x(delivery_id, task_id, n)
+    JOIN webhook_delivery w ON w.id = x.delivery_id
+    JOIN agent_task t ON t.id = x.task_id
+    JOIN agent ag ON ag.id = t.agent_id
+    JOIN autopilot_run r ON r.id = t.run_id
+    JOIN autopilot ap ON ap.id = r.autopilot_id
+    ORDER BY x.n;
+
+    -- The rest is leased like delivery_claim_paced leases it, for the one-by-one path.
+    RETURN QUERY
+    WITH leased AS (
+        UPDATE webhook_delivery w
+        SET lease_token = gen_random_uuid(), lease_expires_at = v_at + make_interval(secs => p_lease_s),
+            available_at = v_at + make_interval(secs => p_lease_s), updated_at = now()
+        FROM autopilot_trigger tr
+        WHERE w.id = ANY (v_granted) AND w.id <> ALL (coalesce(v_done, '{}')) AND w.status = 'queued'
+          AND tr.id = w.trigger_id
+        RETURNING w.id, w.lease_token, w.workspace_id, w.trigger_id, w.autopilot_id, w.event, w.envelope, w.run_id,
+                  w.dispatch_attempts, w.received_at, tr.rate_limit_per_minute
+    )
+    SELECT 'leased'::text, l.id, l.lease_token, l.workspace_id, l.trigger_id, l.autopilot_id, l.event, l.envelope,
+           l.run_id, l.dispatch_attempts, l.received_at, l.rate_limit_per_minute, false, NULL::uuid, NULL::uuid,
+           NULL::jsonb, NULL::integer, NULL::integer, NULL::uuid, NULL::timestamptz, NULL::text,
+           NULL::double precision, NULL::bytea, NULL::text, NULL::text, NULL::bytea
+    FROM leased l;
+END
+$$;
+
+DROP FUNCTION hookgate_dispatch_pending(uuid[], uuid[], integer, double precision, text, integer, double precision,
+                                        double precision);
+CREATE FUNCTION hookgate_dispatch_pending(
+    p_ids uuid[], p_tokens uuid[], p_max_attempts integer, p_heartbeat_s double precision, p_holder text,
+    p_claims integer, p_lease_cap_s double precision, p_lease_margin_s double precision)
+RETURNS TABLE (delivery_id uuid, claimed boolean, id uuid, workspace_id uuid, run_id uuid, agent_id uuid,
+               payload jsonb, attempt integer, max_attempts integer, lease_token uuid,
+               lease_expires_at timestamptz, endpoint_url text, timeout_s double precision,
+               signing_secret_ct bytea, autopilot_id uuid, autopilot_title text, autopilot_instructions text,
+               previous_secret_ct bytea)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_deliveries uuid[];
+    v_tasks      uuid[];
+    v_agents     uuid[];
+    v_pushable   boolean[];
+    v_leases     double precision[];
+    v_won        uuid[] := '{}';
+    v_agent      uuid;
+    v_group      uuid[];
+    v_lease      double precision;
+BEGIN
+    WITH mine AS (
+        SELECT w.id, w.run_id
+        FROM unnest(p_ids, p_tokens) AS x(id, token)
+        JOIN webhook_delivery w ON w.id = x.id AND w.lease_token = x.token AND w.status = 'queued'
+        WHERE w.run_id IS NOT NULL
+        FOR UPDATE OF w
+    ), runs AS (
+        SELECT r.id, r.workspace_id, r.payload, m.id AS delivery_id, ag.id AS agent_id,
+               ag.runtime_kind = 'http' AS pushable, least(ag.timeout_s, p_lease_cap_s) + p_lease_margin_s AS lease_s
+        FROM mine m
+        JOIN autopilot_run r ON r.id = m.run_id
+        JOIN autopilot a ON a.id = r.autopilot_id
+        LEFT JOIN squad s ON a.assignee_type = 'squad' AND s.id = a.assignee_id
+        JOIN agent ag ON ag.id = CASE WHEN a.assignee_type = 'agent' THEN a.assignee_id ELSE s.leader_agent_id END
+                     AND ag.workspace_id = a.workspace_id AND ag.archived_at IS NULL
+        WHERE r.status = 'pending' AND r.issue_id IS NULL AND r.task_id IS NULL AND a.execution_mode = 'run_only'
+          AND CASE WHEN ag.runtime_kind = 'http' THEN ag.endpoint_url IS NOT NULL
+                   ELSE EXISTS (SELECT 1 FROM agent_instance i
+                                WHERE i.agent_id = ag.id AND i.status = 'online'
+                                  AND i.heartbeat_at > now() - make_interval(secs => p_heartbeat_s))
+              END
+        FOR UPDATE OF r
+    ), made AS (
+        INSERT INTO agent_task (workspace_id, run_id, agent_id, payload, max_attempts, idempotency_key)
+        SELECT workspace_id, id, agent_id, payload, p_max_attempts, 'run:' || id::text || ':1' FROM runs
+        ON CONFLICT (idempotency_key) DO NOTHING
+        RETURNING id, run_id
+    ), queued AS (
+        UPDATE autopilot_run r SET task_id = made.id, status = 'queued', updated_at = now()
+        FROM made WHERE r.id = made.run_id
+    ), completed AS (
+        UPDATE webhook_delivery w
+        SET status = 'dispatched', lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+        FROM made JOIN runs ON runs.id = made.run_id
+        WHERE w.id = runs.delivery_id
+    )
+    SELECT array_agg(runs.delivery_id), array_agg(made.id), array_agg(runs.agent_id), array_agg(runs.pushable),
+           array_agg(runs.lease_s)
+    INTO v_deliveries, v_tasks, v_agents, v_pushable, v_leases
+    FROM made JOIN runs ON runs.id = made.run_id;
+
+    -- The first p_claims tasks of HTTP agents, claimed agent by agent (one lease length per agent).
+    FOR v_agent, v_group, v_lease IN
+        SELECT u.agent_id, array_agg(u.task_id ORDER BY u.n), min(u.lease_s)
+        FROM (SELECT * FROM unnest(v_agents, v_tasks, v_pushable, v_leases) WITH ORDINALITY
+                            AS x(agent_id, task_id, pushable, lease_s, n)
+              WHERE x.pushable ORDER BY x.n LIMIT p_claims) u
+        GROUP BY u.agent_id
+    LOOP
+        WITH claimed AS (
+            SELECT * FROM hookgate_task_claim_many(v_agent, v_group, v_lease, p_holder, now())
+        ), started AS (
+            UPDATE autopilot_run r SET status = 'running', updated_at = now()
+            FROM claimed c WHERE r.id = c.run_id AND r.status IN ('pending', 'issue_created', 'queued')
+        ), audited AS (
+            INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
+            SELECT c.workspace_id, 'CLAIM', 'worker', p_holder, 'agent_task', c.id::text,
+                   jsonb_build_object('attempt', c.attempt, 'lease_expires_at', c.lease_expires_at, 'run_id', c.run_id)
+            FROM claimed c
+        )
+        SELECT v_won || coalesce(array_agg(c.id), '{}') INTO v_won FROM claimed c;
+    END LOOP;
+    PERFORM pg_notify('hookgate_tasks', t::text) FROM unnest(v_tasks) AS t WHERE t <> ALL (v_won);
+
+    RETURN QUERY
+    SELECT x.delivery_id, t.id = ANY (v_won), t.id, t.workspace_id, t.run_id, t.agent_id, t.payload, t.attempt,
+           t.max_attempts, CASE WHEN t.id = ANY (v_won) THEN t.lease_token END, t.lease_expires_at,
+           ag.endpoint_url, ag.timeout_s, ag.signing_secret_ct, ap.id, ap.title, ap.instructions,
+           CASE WHEN ag.previous_secret_expires_at > now() THEN ag.previous_secret_ct END
+    FROM unnest(v_deliveries, v_tasks) AS x(delivery_id, task_id)
+    JOIN agent_task t ON t.id = x.task_id
+    JOIN agent ag ON ag.id = t.agent_id
+    LEFT JOIN autopilot_run r ON r.id = t.run_id
+    LEFT JOIN autopilot ap ON ap.id = r.autopilot_id;
+END
+$$;
