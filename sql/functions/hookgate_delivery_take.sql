@@ -17,7 +17,7 @@
 -- returned for the one-by-one path. p_at: clock override (nullable). Returns one row per granted delivery:
 -- kind 'dispatched' (task columns set; claimed = its lease is ours; previous_secret_ct = the agent's
 -- previous signing secret while its rotation window lasts) or 'leased' (the delivery columns of
--- delivery_claim_paced). Result type since 0013_agent_update (previous_secret_ct).
+-- delivery_claim_paced). Result type since 0014_agent_update (previous_secret_ct).
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old

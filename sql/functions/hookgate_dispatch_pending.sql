@@ -10,7 +10,7 @@
 -- NOTIFY hookgate_tasks for the tasks left queued. Every other delivery of the batch (crash window,
 -- create_issue, skipped, half-made, lost lease) is left untouched for the one-by-one path. Returns one row
 -- per dispatched delivery; the task columns are those of task_claim, the lease token only for a task claimed
--- here (claimed = true). Result type since 0013_agent_update (previous_secret_ct).
+-- here (claimed = true). Result type since 0014_agent_update (previous_secret_ct).
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old

@@ -1,4 +1,4 @@
--- hookgate_slots_resize: the slot rows of an agent after its concurrency cap changed (since 0013_agent_update).
+-- hookgate_slots_resize: the slot rows of an agent after its concurrency cap changed (since 0014_agent_update).
 -- Call it in the transaction that changed agent.max_concurrency of p_agent, after that change. It waits for
 -- the claims holding a slot of this agent (they commit under the old cap, and are seen here), then makes
 -- slots 0 .. cap-1, moves tasks still running on slots at or above the cap onto free slots under it

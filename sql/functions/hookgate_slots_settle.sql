@@ -1,4 +1,4 @@
--- hookgate_slots_settle: a lowered concurrency cap made strict (since 0013_agent_update).
+-- hookgate_slots_settle: a lowered concurrency cap made strict (since 0014_agent_update).
 -- Of the free slots p_free of agent p_agent (locked by the caller, all under the cap p_cap), give each to a
 -- task still running on a slot at or above the cap (retired when the cap was lowered: the task was not cut),
 -- and drop that retired slot; return the free slots left, in their order. So a task over a new cap keeps a

@@ -4,7 +4,7 @@
 -- a fresh lease token in the same transaction. Lock free slots in slot order from a random start (SKIP
 -- LOCKED, so concurrent claimers take different ones), then re-check them with a fresh snapshot (READ
 -- COMMITTED, volatile function: a claim committed before our lock is seen, none can come after it). An
--- archived or unknown agent gets none. A lowered cap stays strict (since 0013_agent_update): the cap is read
+-- archived or unknown agent gets none. A lowered cap stays strict (since 0014_agent_update): the cap is read
 -- again with the fresh snapshot, and tasks still running on slots it retired take free slots first
 -- (hookgate_slots_settle).
 --

@@ -4,7 +4,7 @@
 -- is locked sees every claim committed before: two claimers can never fill one slot.
 -- A running task holds one agent_slot row, stamped with its lease token: the slot is free again as soon as
 -- that lease ends (report, retry, expiry, cancel) without any write on release. A lowered cap stays strict
--- (since 0013_agent_update): the cap is read again once the slot is held, and a task still running on a slot
+-- (since 0014_agent_update): the cap is read again once the slot is held, and a task still running on a slot
 -- the lower cap retired takes the free slot over (hookgate_slots_settle).
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of

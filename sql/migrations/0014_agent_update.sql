@@ -1,4 +1,4 @@
--- 0013_agent_update: an agent's signing secret can be rotated, and its concurrency cap changed.
+-- 0014_agent_update: an agent's signing secret can be rotated, and its concurrency cap changed.
 --
 -- The previous signing secret stays valid for a while after a rotation: pushes are signed with both until
 -- previous_secret_expires_at. It is sealed like the current one (same keyring, same per-agent context).
