@@ -1,4 +1,4 @@
-"""The jobs Hookgate schedules: autopilot schedule triggers (latest-only) and maintenance (DESIGN §8).
+"""The autopilot schedule job: schedule triggers fire latest-only (maintenance jobs: ``scheduler.maintenance``).
 
 ``autopilot_schedule_dispatch`` has one scope per enabled schedule trigger. Its planner reads only the
 due triggers (``autopilot_trigger_due_idx``), keeps a trigger's single flight (never two occurrences in
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -24,8 +23,8 @@ from autopilot import admission
 from hookgate import metrics
 from hookgate.database import Conn
 from scheduler.cron import InvalidSchedule, Schedule, latest_only
-from scheduler.manager import hold, succeed_in
-from scheduler.spec import Batch, CustomPlans, Every, JobRun, JobSpec, LatestOnly, Plan
+from scheduler.execution import hold, succeed_in
+from scheduler.spec import Batch, CustomPlans, JobRun, JobSpec, Plan
 from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
@@ -233,7 +232,7 @@ async def dispatch(batch: Batch, *, heartbeat_timeout_s: float) -> None:
         if not runs:
             return
         await _handle(conn, runs, heartbeat_timeout_s, mark_fired=True)
-        await succeed_in(conn, runs, await batch.clock())
+        await succeed_in(conn, runs, await batch.clock.now())
 
 
 async def dispatch_fresh(conn: Conn, batch: Batch, *, heartbeat_timeout_s: float) -> None:
@@ -306,24 +305,3 @@ def autopilot_schedule_job(batch_size: int = 100, *, heartbeat_timeout_s: float)
         retry_jitter=0.1, single_flight=True, batch_size=batch_size, on_failure=reconsider, transactional=fresh,
     )
 
-
-# ------------------------------------------------------------------------------------ maintenance
-#: Maintenance work: one call with a pooled connection and the plan's time; returns a JSON-able result.
-Work = Callable[[Conn], Awaitable[Any]]
-
-
-def maintenance(name: str, every: timedelta, work: Work) -> JobSpec:
-    """A one-line maintenance job: ``work(conn)`` once per ``every`` across all schedulers.
-
-    Latest-only, so never a burst after downtime. E.g.
-    ``maintenance("lease_watchdog", timedelta(seconds=60), watchdog.sweep)``.
-    """
-
-    async def handler(batch: Batch) -> None:
-        async with batch.pool.acquire() as conn:
-            result = await work(conn)
-        for run in batch.runs:
-            run.result = result if isinstance(result, dict) else {"result": result}
-
-    return JobSpec(name=name, handler=handler, cadence=Every(every), catch_up=LatestOnly(late_after=every),
-                   max_plans_per_tick=1, max_attempts=1)
