@@ -279,7 +279,7 @@ async def _mark_fired(conn: Conn, fired: list[tuple[asyncpg.Record, datetime]]) 
     )
 
 
-async def reconsider(conn: Conn, runs: list[JobRun], now: datetime) -> None:
+async def make_due_again(conn: Conn, runs: list[JobRun], now: datetime) -> None:
     """After a failed attempt, make its triggers due now.
 
     The planner then waits for the retry, or, with attempts exhausted, moves on to the newest occurrence
@@ -294,7 +294,7 @@ def autopilot_schedule_job(batch_size: int = 100, *, heartbeat_timeout_s: float)
     async def handler(batch: Batch) -> None:
         await dispatch(batch, heartbeat_timeout_s=heartbeat_timeout_s)
 
-    async def fresh(conn: Conn, batch: Batch) -> None:
+    async def in_transaction(conn: Conn, batch: Batch) -> None:
         await dispatch_fresh(conn, batch, heartbeat_timeout_s=heartbeat_timeout_s)
 
     return JobSpec(
@@ -302,6 +302,7 @@ def autopilot_schedule_job(batch_size: int = 100, *, heartbeat_timeout_s: float)
         scope_kind="trigger", max_plans_per_tick=5, run_timeout=timedelta(minutes=2),
         stale_timeout=timedelta(minutes=5), heartbeat=timedelta(seconds=30), stale_reentry=True,
         max_attempts=3, retry_backoff=(timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15)),
-        retry_jitter=0.1, single_flight=True, batch_size=batch_size, on_failure=reconsider, transactional=fresh,
+        retry_jitter=0.1, single_flight=True, batch_size=batch_size, on_failure=make_due_again,
+        transactional=in_transaction,
     )
 
