@@ -1,4 +1,4 @@
-"""The jobs Hookgate schedules: autopilot schedule triggers (latest-only) and maintenance (DESIGN §8).
+"""The autopilot schedule job: schedule triggers fire latest-only (maintenance jobs: ``scheduler.maintenance``).
 
 ``autopilot_schedule_dispatch`` has one scope per enabled schedule trigger. Its planner reads only the
 due triggers (``autopilot_trigger_due_idx``), keeps a trigger's single flight (never two occurrences in
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -24,8 +23,8 @@ from autopilot import admission
 from hookgate import metrics
 from hookgate.database import Conn
 from scheduler.cron import InvalidSchedule, Schedule, latest_only
-from scheduler.manager import hold, succeed_in
-from scheduler.spec import Batch, CustomPlans, Every, JobRun, JobSpec, LatestOnly, Plan
+from scheduler.execution import hold, succeed_in
+from scheduler.spec import Batch, CustomPlans, JobRun, JobSpec, Plan
 from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
@@ -233,7 +232,7 @@ async def dispatch(batch: Batch, *, heartbeat_timeout_s: float) -> None:
         if not runs:
             return
         await _handle(conn, runs, heartbeat_timeout_s, mark_fired=True)
-        await succeed_in(conn, runs, await batch.clock())
+        await succeed_in(conn, runs, await batch.clock.now())
 
 
 async def dispatch_fresh(conn: Conn, batch: Batch, *, heartbeat_timeout_s: float) -> None:
@@ -280,7 +279,7 @@ async def _mark_fired(conn: Conn, fired: list[tuple[asyncpg.Record, datetime]]) 
     )
 
 
-async def reconsider(conn: Conn, runs: list[JobRun], now: datetime) -> None:
+async def make_due_again(conn: Conn, runs: list[JobRun], now: datetime) -> None:
     """After a failed attempt, make its triggers due now.
 
     The planner then waits for the retry, or, with attempts exhausted, moves on to the newest occurrence
@@ -295,7 +294,7 @@ def autopilot_schedule_job(batch_size: int = 100, *, heartbeat_timeout_s: float)
     async def handler(batch: Batch) -> None:
         await dispatch(batch, heartbeat_timeout_s=heartbeat_timeout_s)
 
-    async def fresh(conn: Conn, batch: Batch) -> None:
+    async def in_transaction(conn: Conn, batch: Batch) -> None:
         await dispatch_fresh(conn, batch, heartbeat_timeout_s=heartbeat_timeout_s)
 
     return JobSpec(
@@ -303,27 +302,7 @@ def autopilot_schedule_job(batch_size: int = 100, *, heartbeat_timeout_s: float)
         scope_kind="trigger", max_plans_per_tick=5, run_timeout=timedelta(minutes=2),
         stale_timeout=timedelta(minutes=5), heartbeat=timedelta(seconds=30), stale_reentry=True,
         max_attempts=3, retry_backoff=(timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15)),
-        retry_jitter=0.1, single_flight=True, batch_size=batch_size, on_failure=reconsider, transactional=fresh,
+        retry_jitter=0.1, single_flight=True, batch_size=batch_size, on_failure=make_due_again,
+        transactional=in_transaction,
     )
 
-
-# ------------------------------------------------------------------------------------ maintenance
-#: Maintenance work: one call with a pooled connection and the plan's time; returns a JSON-able result.
-Work = Callable[[Conn], Awaitable[Any]]
-
-
-def maintenance(name: str, every: timedelta, work: Work) -> JobSpec:
-    """A one-line maintenance job: ``work(conn)`` once per ``every`` across all schedulers.
-
-    Latest-only, so never a burst after downtime. E.g.
-    ``maintenance("lease_watchdog", timedelta(seconds=60), watchdog.sweep)``.
-    """
-
-    async def handler(batch: Batch) -> None:
-        async with batch.pool.acquire() as conn:
-            result = await work(conn)
-        for run in batch.runs:
-            run.result = result if isinstance(result, dict) else {"result": result}
-
-    return JobSpec(name=name, handler=handler, cadence=Every(every), catch_up=LatestOnly(late_after=every),
-                   max_plans_per_tick=1, max_attempts=1)

@@ -20,6 +20,7 @@ from uuid import UUID
 import asyncpg
 
 from hookgate.database import Conn
+from scheduler.clock import Clock
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -141,7 +142,7 @@ class JobRun:
     lease_lost: asyncio.Event = field(default_factory=asyncio.Event)
     #: What the handler records as the execution's result (JSON object) on success.
     result: dict[str, Any] | None = None
-    #: Set by :func:`scheduler.manager.succeed_in` when the handler finished it in its own transaction.
+    #: Set by :func:`scheduler.execution.succeed_in` when the handler finished it in its own transaction.
     finished: bool = False
 
     @classmethod
@@ -158,9 +159,9 @@ class Batch:
     spec: JobSpec
     runs: list[JobRun]
     pool: asyncpg.Pool
-    #: The claim time; ``clock()`` gives the scheduler's current time (the database clock, or injected).
+    #: The claim time; ``clock.now()`` gives the scheduler's current time (the database clock, or injected).
     now: datetime
-    clock: Callable[[], Awaitable[datetime]]
+    clock: Clock
 
 
 #: Called after runs were recorded FAILED (same connection), e.g. to make their scopes due again.
@@ -241,7 +242,7 @@ class JobSpec:
 
     def _check_catch_up(self) -> None:
         if self.transactional is not None and self.single_flight and not isinstance(self.catch_up, CustomPlans):
-            # Nothing locks a cadence job's scope while its plan is handled, so two fused transactions of
+            # Nothing locks a cadence job's scope while its plan is handled, so two transactional attempts of
             # one scope (an occurrence and the next) could overlap before either commits.
             raise InvalidJobSpec("a transactional single-flight job needs a custom planner that locks its scopes")
         if isinstance(self.catch_up, CustomPlans):

@@ -21,3 +21,19 @@ WHERE workspace_id = $1 AND api_key_id = $2 AND method = $3 AND route = $4 AND k
 -- workspace $1 (same transaction as the work; only a success is stored, so its status is the endpoint's).
 UPDATE idempotency_key SET response_body = $6
 WHERE workspace_id = $1 AND api_key_id = $2 AND method = $3 AND route = $4 AND key = $5;
+
+-- name: idempotency_delete_expired
+-- Retention: delete up to $2 keys past the 5-minute replay window at $1 (now). Returns how many were deleted.
+-- An expired key is only ever taken over by idempotency_claim, so deleting it changes no answer; a key a
+-- claim holds locked (it locks the row even when it does not take it over) is skipped, never waited on.
+WITH gone AS (
+    DELETE FROM idempotency_key
+    WHERE (workspace_id, api_key_id, method, route, key) IN (
+        SELECT workspace_id, api_key_id, method, route, key FROM idempotency_key
+        WHERE created_at <= $1::timestamptz - interval '5 minutes'
+        ORDER BY created_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone;

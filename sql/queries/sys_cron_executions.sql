@@ -96,7 +96,7 @@ ORDER BY p.scope_id, p.plan_time
 ON CONFLICT DO NOTHING
 RETURNING id, scope_id, plan_time, lease_token;
 
--- name: cron_fuse_limits
+-- name: cron_attempt_limits
 -- For the rest of a transactional attempt (a savepoint: rolled back with it), bound its lock waits by $1
 -- and each statement by $2 (e.g. '1000ms', '120000ms'): an attempt that cannot finish quickly gives up and
 -- its plans are claimed the ordinary way, durably, with heartbeats and liveness.

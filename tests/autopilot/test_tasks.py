@@ -4,8 +4,8 @@ from datetime import timedelta
 import pytest
 
 from autopilot import admission, dispatch, tasks
+from scheduler.maintenance import leases
 from tests import factories
-from worker import watchdog
 
 
 async def _tasks(ctx, conn, n=1, **agent_kw):
@@ -42,7 +42,7 @@ async def test_stale_holder_gets_lease_lost_changes_nothing_and_is_audited(ctx, 
     agent_id, [task_id] = await _tasks(ctx, conn)
     [old] = await _claim(conn, agent_id, holder="old")
     later = await conn.fetchval("SELECT now() + interval '2 minutes'")
-    swept = await watchdog.sweep(conn, now=later, heartbeat_timeout_s=120.0)
+    swept = await leases.sweep(conn, now=later, heartbeat_timeout_s=120.0)
     assert swept.requeued == 1
     [new] = await _claim(conn, agent_id, holder="new")
     assert new.attempt == 2 and new.lease_token != old.lease_token
@@ -107,7 +107,7 @@ async def test_watchdog_fails_a_task_with_no_attempt_left_and_marks_silent_runti
     await conn.execute("INSERT INTO agent_instance (agent_id, instance, heartbeat_at) "
                        "VALUES ($1, 'i1', now() - interval '3 minutes')", pull.row["id"])
     later = await conn.fetchval("SELECT now() + interval '2 minutes'")
-    swept = await watchdog.sweep(conn, now=later, heartbeat_timeout_s=120.0)
+    swept = await leases.sweep(conn, now=later, heartbeat_timeout_s=120.0)
     assert (swept.requeued, swept.failed, swept.offline) == (0, 1, 1)
     run = await conn.fetchrow("SELECT r.* FROM autopilot_run r JOIN agent_task t ON t.run_id = r.id "
                               "WHERE t.id = $1", task_id)

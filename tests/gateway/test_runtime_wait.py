@@ -16,9 +16,9 @@ from autopilot import admission, dispatch, tasks
 from gateway.claim_wait import ClaimWaits
 from gateway.server import HttpServer
 from hookgate.context import Context, open_context
+from scheduler.maintenance import leases
 from tests import factories
 from tests.conftest import make_settings
-from worker import watchdog
 
 HEARTBEAT_S = 120.0
 
@@ -223,7 +223,7 @@ async def test_a_watchdog_expiry_wakes_a_waiting_runtime(db_url):
         started = time.monotonic()
         async with s.ctx.pool.acquire() as conn:
             now = await conn.fetchval("SELECT now()")
-            swept = await watchdog.sweep(conn, heartbeat_timeout_s=HEARTBEAT_S, now=now + timedelta(hours=3))
+            swept = await leases.sweep(conn, heartbeat_timeout_s=HEARTBEAT_S, now=now + timedelta(hours=3))
         answer = await waiting
         elapsed = time.monotonic() - started
     assert swept.requeued == 1

@@ -11,7 +11,7 @@ import pytest
 
 from hookgate.context import Context
 from scheduler.jobs import autopilot_schedule_job
-from scheduler.manager import Scheduler
+from scheduler.manager import Scheduler, SchedulerConfig
 from scheduler.spec import JobSpec
 from tests import factories
 
@@ -36,7 +36,7 @@ class Setup:
     def scheduler(self, jobs: list[JobSpec] | None = None, **kw: Any) -> Scheduler:
         """An in-process scheduler over the test pool (time injected through run_once(now=…))."""
         default = [autopilot_schedule_job(heartbeat_timeout_s=120.0)]
-        return Scheduler(self.ctx.pool, jobs if jobs is not None else default, **kw)
+        return Scheduler(self.ctx.pool, jobs if jobs is not None else default, SchedulerConfig(**kw))
 
     async def runs(self, trigger_id: Any) -> list[asyncpg.Record]:
         """The trigger's runs, by planned time."""

@@ -9,8 +9,9 @@ import pytest
 
 from hookgate import database
 from hookgate.migrations import MIGRATION_LOCK_KEY
+from scheduler.execution import succeed_in
 from scheduler.liveness import LOCK_SPACE
-from scheduler.manager import Scheduler, succeed_in
+from scheduler.manager import Scheduler, SchedulerConfig
 from scheduler.spec import Every, JobRun, JobSpec, LeaseLost
 from tests.processes import free_port
 from tests.scheduler.conftest import utc
@@ -88,14 +89,14 @@ async def insert_running(ctx, runner_lock):
 async def test_a_runner_whose_session_ended_has_its_execution_failed_runner_gone_and_retried_at_once(ctx):
     handler = Gate(ctx)
     spec = job(handler)
-    dead = Scheduler(ctx.pool, [spec], dsn=ctx.dsn, runner_id="dead")
+    dead = Scheduler(ctx.pool, [spec], SchedulerConfig(dsn=ctx.dsn, runner_id="dead"))
     frozen = asyncio.create_task(dead.run_once(T0))
     await handler.started()
     (row,) = await rows(ctx)
     assert (row["runner_id"], row["runner_lock"]) == ("dead", dead.liveness.key)
     await end_session(ctx, dead.liveness.key)
     # Ten seconds later, long before stale_after (five minutes), another runner's tick retries it.
-    report = await Scheduler(ctx.pool, [spec], runner_id="alive").run_once(T0 + 10 * SEC)
+    report = await Scheduler(ctx.pool, [spec], SchedulerConfig(runner_id="alive")).run_once(T0 + 10 * SEC)
     assert (report.gone, report.swept, report.claimed) == (1, 0, {"liveness": 1})
     (row,) = await rows(ctx)
     assert (row["status"], row["attempt"], row["plan_time"], row["runner_id"]) == ("SUCCESS", 2, PLAN, "alive")
@@ -108,10 +109,10 @@ async def test_a_runner_whose_session_ended_has_its_execution_failed_runner_gone
 async def test_a_live_runners_execution_is_never_swept_by_another_runners_tick(ctx):
     handler = Gate(ctx)
     spec = job(handler)
-    busy = Scheduler(ctx.pool, [spec], dsn=ctx.dsn, runner_id="busy")
+    busy = Scheduler(ctx.pool, [spec], SchedulerConfig(dsn=ctx.dsn, runner_id="busy"))
     running = asyncio.create_task(busy.run_once(T0))
     await handler.started()
-    other = Scheduler(ctx.pool, [spec], runner_id="other")
+    other = Scheduler(ctx.pool, [spec], SchedulerConfig(runner_id="other"))
     for later in (SEC, 10 * SEC, timedelta(minutes=4, seconds=59)):  # up to stale_after, not past it
         report = await other.run_once(T0 + later)
         assert (report.gone, report.swept, report.claimed) == (0, 0, {"liveness": 0})
@@ -126,11 +127,11 @@ async def test_a_live_runners_execution_is_never_swept_by_another_runners_tick(c
 async def test_a_runner_wrongly_presumed_dead_is_refused_its_late_writes_after_the_takeover(ctx):
     handler = Gate(ctx)
     spec = job(handler, heartbeat=timedelta(seconds=0.05))
-    cut = Scheduler(ctx.pool, [spec], dsn=ctx.dsn, runner_id="cut")
+    cut = Scheduler(ctx.pool, [spec], SchedulerConfig(dsn=ctx.dsn, runner_id="cut"))
     frozen = asyncio.create_task(cut.run_once(T0))
     await handler.started()
     await end_session(ctx, cut.liveness.key)  # its liveness session is cut, its pool still works
-    await Scheduler(ctx.pool, [spec], runner_id="new").run_once(T0 + 10 * SEC)
+    await Scheduler(ctx.pool, [spec], SchedulerConfig(runner_id="new")).run_once(T0 + 10 * SEC)
     first = handler.calls[0]
     await asyncio.wait_for(first.lease_lost.wait(), 10)  # told by its next heartbeat
     handler.release.set()
@@ -147,13 +148,13 @@ async def test_a_runner_wrongly_presumed_dead_is_refused_its_late_writes_after_t
 async def test_a_runner_takes_its_lock_again_before_it_claims_after_its_session_ended(ctx):
     handler = Gate(ctx)
     handler.release.set()
-    scheduler = Scheduler(ctx.pool, [job(handler)], dsn=ctx.dsn)
+    scheduler = Scheduler(ctx.pool, [job(handler)], SchedulerConfig(dsn=ctx.dsn))
     assert await scheduler.liveness.ensure()  # held across run_once() calls, as in run()
     await scheduler.run_once(T0)
     key, first_pid = scheduler.liveness.key, await holder(ctx, scheduler.liveness.key)
     await end_session(ctx, key)
     report = await scheduler.tick(T0 + timedelta(days=1))  # tick(), unlike run_once(), keeps the lock after
-    while scheduler._inflight:
+    while scheduler.executor.inflight:
         await asyncio.sleep(0.01)
     assert report.live and report.claimed == {"liveness": 1}
     assert scheduler.liveness.key == key
@@ -167,7 +168,7 @@ async def test_a_runner_that_cannot_hold_its_lock_claims_nothing(ctx):
     parts = urlsplit(ctx.dsn)
     unreachable = urlunsplit(parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{free_port()}"))
     handler = Gate(ctx)
-    report = await Scheduler(ctx.pool, [job(handler)], dsn=unreachable).run_once(T0)
+    report = await Scheduler(ctx.pool, [job(handler)], SchedulerConfig(dsn=unreachable)).run_once(T0)
     assert (report.live, report.claimed) == (False, {})
     assert handler.calls == [] and await rows(ctx) == []
 
@@ -203,7 +204,7 @@ async def test_only_this_databases_liveness_locks_keep_a_runner_alive(ctx, serve
 async def test_stop_keeps_the_liveness_lock_until_running_handlers_are_done(ctx):
     handler = Gate(ctx)
     spec = job(handler)
-    scheduler = Scheduler(ctx.pool, [spec], dsn=ctx.dsn, max_tick=0.2)
+    scheduler = Scheduler(ctx.pool, [spec], SchedulerConfig(dsn=ctx.dsn, max_tick=0.2))
     service = asyncio.create_task(scheduler.run())
     await asyncio.wait_for(handler.started(), 10)
     stopping = asyncio.create_task(scheduler.stop(deadline=10))
@@ -224,7 +225,7 @@ async def test_a_scheduler_looks_again_within_the_liveness_poll_while_another_ru
     spec = job(handler)
     busy = asyncio.create_task(Scheduler(ctx.pool, [spec]).run_once(T0))
     await handler.started()
-    watcher = Scheduler(ctx.pool, [spec], max_tick=120, liveness_poll=2)
+    watcher = Scheduler(ctx.pool, [spec], SchedulerConfig(max_tick=120, liveness_poll=2))
     assert await watcher._sleep_for(T0 + SEC) == pytest.approx(2)
     handler.release.set()
     await asyncio.wait_for(busy, 10)

@@ -1,9 +1,11 @@
-"""Maintenance jobs: retention in batches, the auto-pause monitor, and one-line maintenance specs."""
+"""Maintenance jobs: retention in batches, the auto-pause monitor, the lease watchdog, one-line jobs."""
 
 from datetime import timedelta
 
-from scheduler.jobs import maintenance
-from scheduler.maintenance import auto_pause_job, retention_job
+from scheduler.maintenance.auto_pause import auto_pause_job
+from scheduler.maintenance.leases import lease_watchdog_job
+from scheduler.maintenance.periodic import periodic_job
+from scheduler.maintenance.retention import retention_job
 from tests import factories
 from tests.scheduler.conftest import utc
 
@@ -50,6 +52,25 @@ async def test_retention_drops_old_finished_bodies_and_executions_in_batches_and
     assert (result["bodies_dropped"], result["executions_deleted"]) == (5, 5)
 
 
+async def _idempotency_key(conn, world, key, age):
+    await conn.execute(
+        """INSERT INTO idempotency_key (workspace_id, api_key_id, method, route, key, request_digest, created_at)
+           SELECT $1, id, 'POST', '/v1/autopilots', $2, 'd', clock_timestamp() - $3::interval
+           FROM api_key WHERE workspace_id = $1""", world.workspace_id, key, age)
+
+
+async def test_retention_deletes_idempotency_keys_past_their_5_minute_window_in_batches(setup, ctx):
+    async with ctx.pool.acquire() as conn:
+        for i in range(5):
+            await _idempotency_key(conn, setup.world, f"old-{i}", timedelta(minutes=6))
+        await _idempotency_key(conn, setup.world, "live", timedelta(minutes=4))
+    await setup.scheduler([retention_job(timedelta(days=30), batch_size=2)]).run_once()
+    async with ctx.pool.acquire() as conn:
+        keys = [r["key"] for r in await conn.fetch("SELECT key FROM idempotency_key")]
+        result = await conn.fetchval("SELECT result FROM sys_cron_executions WHERE job_name = 'retention'")
+    assert keys == ["live"] and result["idempotency_keys_deleted"] == 5
+
+
 async def _runs(conn, autopilot, failed, completed):
     for status, n in (("failed", failed), ("completed", completed)):
         await conn.execute(
@@ -86,7 +107,7 @@ async def test_a_one_line_maintenance_job_runs_once_per_interval_across_schedule
         calls.append(await conn.fetchval("SELECT 1"))
         return {"expired": 0}
 
-    job = maintenance("lease_watchdog", timedelta(seconds=60), sweep)
+    job = periodic_job("lease_watchdog", timedelta(seconds=60), sweep)
     first, second = setup.scheduler([job]), setup.scheduler([job])
     at = utc(2027, 2, 1, 9, 0, 1)
     await first.run_once(at)
@@ -98,3 +119,10 @@ async def test_a_one_line_maintenance_job_runs_once_per_interval_across_schedule
     async with ctx.pool.acquire() as conn:
         results = await conn.fetch("SELECT result FROM sys_cron_executions WHERE job_name = 'lease_watchdog'")
     assert {r["result"]["expired"] for r in results} == {0}
+
+
+async def test_the_lease_watchdog_job_records_what_its_sweep_did(setup, ctx):
+    await setup.scheduler([lease_watchdog_job(120.0)]).run_once()
+    async with ctx.pool.acquire() as conn:
+        result = await conn.fetchval("SELECT result FROM sys_cron_executions WHERE job_name = 'lease_watchdog'")
+    assert result == {"requeued": 0, "failed": 0, "offline": 0}

@@ -6,7 +6,8 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from scheduler.manager import Scheduler, succeed_in
+from scheduler.execution import succeed_in
+from scheduler.manager import Scheduler, SchedulerConfig
 from scheduler.spec import Every, EveryPlan, JobRun, JobSpec, LatestOnly, LeaseLost
 from tests.scheduler.conftest import utc
 
@@ -100,11 +101,11 @@ async def test_a_stale_runner_is_told_by_its_heartbeat_and_its_late_result_is_ig
             run.result = {"by": "new holder"}
 
     spec = job(Recorder(behave), heartbeat=timedelta(seconds=0.05), cadence=DAILY)
-    slow = asyncio.create_task(Scheduler(ctx.pool, [spec], runner_id="slow").run_once(T0))
+    slow = asyncio.create_task(Scheduler(ctx.pool, [spec], SchedulerConfig(runner_id="slow")).run_once(T0))
     while not await rows(ctx):
         await asyncio.sleep(0.01)
     # Six minutes later (stale after five), another scheduler sweeps the row and takes it over.
-    report = await Scheduler(ctx.pool, [spec], runner_id="new").run_once(T0 + 6 * MIN)
+    report = await Scheduler(ctx.pool, [spec], SchedulerConfig(runner_id="new")).run_once(T0 + 6 * MIN)
     assert report.swept == 1 and report.claimed["sweeper"] == 1
     await asyncio.wait_for(slow, 10)
     assert told.is_set()
@@ -124,10 +125,10 @@ async def test_a_late_terminal_write_with_an_old_token_changes_nothing(ctx):
         run.result = {"attempt": run.attempt}
 
     spec = job(Recorder(behave), heartbeat=timedelta(seconds=60), cadence=DAILY)
-    slow = asyncio.create_task(Scheduler(ctx.pool, [spec], runner_id="slow").run_once(T0))
+    slow = asyncio.create_task(Scheduler(ctx.pool, [spec], SchedulerConfig(runner_id="slow")).run_once(T0))
     while not seen:
         await asyncio.sleep(0.01)
-    await Scheduler(ctx.pool, [spec], runner_id="new").run_once(T0 + 6 * MIN)
+    await Scheduler(ctx.pool, [spec], SchedulerConfig(runner_id="new")).run_once(T0 + 6 * MIN)
     release.set()
     await asyncio.wait_for(slow, 10)
     (row,) = await rows(ctx)
@@ -196,7 +197,7 @@ async def test_stop_lets_a_running_handler_finish_within_the_deadline(ctx):
         await asyncio.sleep(0.3)
         run.result = {"done": True}
 
-    scheduler = Scheduler(ctx.pool, [job(Recorder(behave))], max_tick=0.2)
+    scheduler = Scheduler(ctx.pool, [job(Recorder(behave))], SchedulerConfig(max_tick=0.2))
     task = asyncio.create_task(scheduler.run())
     await asyncio.wait_for(started.wait(), 10)
     await asyncio.wait_for(scheduler.stop(deadline=5), 6)
@@ -212,7 +213,7 @@ async def test_stop_past_its_deadline_cancels_the_handler_and_records_the_shutdo
         started.set()
         await asyncio.sleep(30)
 
-    scheduler = Scheduler(ctx.pool, [job(Recorder(behave))], max_tick=0.2)
+    scheduler = Scheduler(ctx.pool, [job(Recorder(behave))], SchedulerConfig(max_tick=0.2))
     task = asyncio.create_task(scheduler.run())
     await asyncio.wait_for(started.wait(), 10)
     await asyncio.wait_for(scheduler.stop(deadline=0.2), 5)
@@ -223,10 +224,10 @@ async def test_stop_past_its_deadline_cancels_the_handler_and_records_the_shutdo
 
 
 async def test_the_scheduler_sleeps_until_the_next_due_plan(ctx):
-    scheduler = Scheduler(ctx.pool, [job(Recorder())], max_tick=120)
+    scheduler = Scheduler(ctx.pool, [job(Recorder())], SchedulerConfig(max_tick=120))
     await scheduler.run_once(utc(2027, 1, 4, 9, 0, 10))
     assert await scheduler._sleep_for(utc(2027, 1, 4, 9, 0, 10)) == pytest.approx(50)
-    assert await Scheduler(ctx.pool, [job(Recorder())], max_tick=5)._sleep_for(T0) == 5
+    assert await Scheduler(ctx.pool, [job(Recorder())], SchedulerConfig(max_tick=5))._sleep_for(T0) == 5
 
 
 async def test_rows_of_jobs_this_scheduler_does_not_run_never_keep_it_awake(ctx):
@@ -234,14 +235,14 @@ async def test_rows_of_jobs_this_scheduler_does_not_run_never_keep_it_awake(ctx)
         await conn.execute("""INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status,
                                                                lease_token, stale_after, next_retry_at)
                               VALUES ('retired_job', 'global', '-', $1, 'FAILED', gen_random_uuid(), $1, $1)""", T0)
-    scheduler = Scheduler(ctx.pool, [job(Recorder(), cadence=DAILY)], max_tick=30)
+    scheduler = Scheduler(ctx.pool, [job(Recorder(), cadence=DAILY)], SchedulerConfig(max_tick=30))
     await scheduler.run_once(T0 + MIN)
     assert await scheduler._sleep_for(T0 + MIN) == 30
 
 
 async def test_a_frozen_holder_session_is_ended_so_its_row_locks_cannot_outlive_the_stale_timeout(ctx):
     from hookgate import database
-    from scheduler.manager import hold
+    from scheduler.execution import hold
 
     conn = await database.connect(ctx.dsn)
     try:
@@ -258,7 +259,7 @@ async def test_a_frozen_holder_session_is_ended_so_its_row_locks_cannot_outlive_
 async def test_schedule_delay_holds_a_plan_back_until_it_has_settled(ctx):
     handler = Recorder()
     spec = job(handler, schedule_delay=timedelta(seconds=30), catch_up=LatestOnly(late_after=5 * MIN))
-    scheduler = Scheduler(ctx.pool, [spec], max_tick=120)
+    scheduler = Scheduler(ctx.pool, [spec], SchedulerConfig(max_tick=120))
     await scheduler.run_once(utc(2027, 1, 4, 9, 0, 20))
     await scheduler.run_once(utc(2027, 1, 4, 9, 0, 31))
     assert [r.plan_time for r in handler.calls] == [utc(2027, 1, 4, 8, 59), utc(2027, 1, 4, 9, 0)]

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from scheduler.manager import Scheduler
+from scheduler.manager import Scheduler, SchedulerConfig
 from scheduler.spec import Every, JobRun, JobSpec
 from tests.scheduler.conftest import utc
 
@@ -139,7 +139,7 @@ async def test_a_transactional_attempt_that_waits_on_a_lock_falls_back_to_a_dura
     await blocker.execute("LOCK TABLE work IN SHARE MODE")
     try:
         firing = asyncio.create_task(Scheduler(ctx.pool, [job(ordinary_writes, fused)]).run_once(T0))
-        # After the attempt gave up (FUSE_LOCK_TIMEOUT), the plans are claimed RUNNING and committed, so a
+        # After the attempt gave up (ATTEMPT_LOCK_TIMEOUT), the plans are claimed RUNNING and committed, so a
         # crash from now on is seen by liveness and retried, while the ordinary handler waits on the lock.
         for _ in range(200):
             rows = await executions(ctx)
@@ -173,6 +173,6 @@ async def test_a_transactional_plan_is_refused_while_its_scope_has_an_occurrence
     ordinary, fused = Ordinary(), InTransaction()
     spec = JobSpec(name="fused", handler=ordinary, transactional=fused, single_flight=True,
                    catch_up=CustomPlans(careless, never))
-    assert (await Scheduler(ctx.pool, [spec], concurrency=1).run_once(T0)).claimed["fused"] == 0
+    assert (await Scheduler(ctx.pool, [spec], SchedulerConfig(concurrency=1)).run_once(T0)).claimed["fused"] == 0
     assert fused.calls == 1 and await written(ctx) == [] and ordinary.calls == []
     assert [(r["plan_time"], r["status"]) for r in await executions(ctx)] == [(PLAN, "FAILED")]

@@ -1,15 +1,21 @@
-import json
+"""The lease watchdog runs from the scheduler (every minute) and from the worker's own loop."""
+
+from datetime import timedelta
 
 from scheduler.role import default_jobs
-from worker import watchdog
+from scheduler.spec import Every
+from tests import factories
+from worker.watchdog import WatchdogLoop
 
 
 async def test_the_scheduler_runs_the_lease_watchdog_every_minute(settings):
-    names = [job.name for job in default_jobs(settings)]
-    assert "lease_watchdog" in names
+    (job,) = [job for job in default_jobs(settings) if job.name == "lease_watchdog"]
+    assert job.cadence == Every(timedelta(seconds=60))
 
 
-async def test_sweep_job_returns_a_json_result_for_the_execution_log(conn):
-    result = await watchdog.sweep_job(120.0)(conn)
-    assert result == {"requeued": 0, "failed": 0, "offline": 0}
-    json.dumps(result)
+async def test_the_worker_loop_sweeps_a_silent_runtime_offline(ctx, conn):
+    pull = await factories.pull_agent(await factories.world(ctx))
+    await conn.execute("INSERT INTO agent_instance (agent_id, instance, heartbeat_at) "
+                       "VALUES ($1, 'i1', now() - interval '3 minutes')", pull.row["id"])
+    assert await WatchdogLoop(ctx).run_once() == 0
+    assert await conn.fetchval("SELECT status FROM agent_instance WHERE agent_id = $1", pull.row["id"]) == "offline"

@@ -1,0 +1,31 @@
+"""Maintenance jobs on the shared scheduler, one module per job, each with its job spec and its work.
+
+- :mod:`~scheduler.maintenance.leases` ``lease_watchdog`` (60 s): silent runtime instances offline, expired
+  task leases back to the queue (or failed, with their run, when no attempt is left); one transaction.
+- :mod:`~scheduler.maintenance.retention` ``retention`` (hourly): old raw delivery bodies dropped, old
+  finished executions and expired Idempotency-Keys deleted, in short batches.
+- :mod:`~scheduler.maintenance.auto_pause` ``auto_pause`` (5 min): autopilots whose runs mostly fail paused.
+- :mod:`~scheduler.maintenance.periodic`: the shape they share (once per interval across all schedulers,
+  latest-only) and :func:`~scheduler.maintenance.periodic.periodic_job` for a one-line job.
+
+The package lives under ``scheduler`` because the scheduler is what runs these jobs, and the only other
+user is the worker's own watchdog loop (``worker.watchdog``, for deployments without a scheduler), which
+may import the scheduler; the scheduler never imports the worker, and nothing here imports the gateway.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hookgate.settings import Settings
+from scheduler.maintenance import auto_pause, leases, retention
+from scheduler.spec import JobSpec
+
+
+def jobs(settings: Settings) -> list[JobSpec]:
+    """Every maintenance job, configured from settings."""
+    return [
+        retention.retention_job(timedelta(days=settings.retention_age_days), settings.retention_batch_size),
+        auto_pause.auto_pause_job(),
+        leases.lease_watchdog_job(settings.heartbeat_timeout_s),
+    ]
