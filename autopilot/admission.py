@@ -1,4 +1,4 @@
-"""The admission gate (DESIGN §6): decide whether a run may proceed, and admit it exactly once.
+"""The admission gate (ARCHITECTURE §6): decide whether a run may proceed, and admit it exactly once.
 
 A run that cannot proceed is still a run: it is inserted as ``skipped`` with a ``reason_code``, never
 silently dropped. Admission is idempotent by the database: one run per delivery, one per

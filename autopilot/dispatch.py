@@ -1,4 +1,4 @@
-"""Run dispatch (DESIGN §5): turn an admitted run into its issue (create_issue) and its task, exactly once.
+"""Run dispatch (ARCHITECTURE §5): turn an admitted run into its issue (create_issue) and its task, exactly once.
 
 Every step has its dedupe key: one issue per run (unique ``run_id``), one task per run attempt
 (``run:<run id>:1``). The run row is locked first, so concurrent dispatchers of one run queue up and the

@@ -1,7 +1,7 @@
 """Changes to live autopilots and triggers, each with its rule version and publisher re-stamp.
 
-DESIGN §3: every substantive change appends an immutable rule version in the same transaction.
-DESIGN §9: editing re-stamps the publisher, so the member who last edited a rule is accountable for the
+ARCHITECTURE §3: every substantive change appends an immutable rule version in the same transaction.
+ARCHITECTURE §9: editing re-stamps the publisher, so the member who last edited a rule is accountable for the
 runs it starts: a trigger edit re-stamps that trigger, an autopilot edit re-stamps all its triggers.
 Token rotation and signing secrets are not rule changes: they are audited (TOKEN_ROTATE, SECRET_SET).
 """

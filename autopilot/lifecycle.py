@@ -1,4 +1,4 @@
-"""Run lifecycle (DESIGN §6): runs end from downstream facts, never from a guess.
+"""Run lifecycle (ARCHITECTURE §6): runs end from downstream facts, never from a guess.
 
 A task that ends ends its run (succeeded → completed, failed → failed, cancelled → cancelled); an issue
 moved to done or cancelled ends its run too, and cancels the run's unfinished tasks (a holder's later

@@ -1,4 +1,4 @@
-"""Replay a stored delivery as a NEW delivery, admitted like ingress (DESIGN §4, §9).
+"""Replay a stored delivery as a NEW delivery, admitted like ingress (ARCHITECTURE §4, §9).
 
 GitHub's own "redeliver" reuses its delivery id and is deduplicated away; a replay is how a user runs an
 event again. The copy has no dedupe key (it must never collide with the original), keeps the original's

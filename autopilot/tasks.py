@@ -1,4 +1,4 @@
-"""Agent tasks under the claim lock (DESIGN §7), shared by the push worker and the pull runtime API.
+"""Agent tasks under the claim lock (ARCHITECTURE §7), shared by the push worker and the pull runtime API.
 
 P1 no work without a won claim; P2 a lost claim is a skip; P3 readiness (due, backoff elapsed, a free
 concurrency slot of the agent) is checked at claim time, in the database; P4 the holder renews; P5 only

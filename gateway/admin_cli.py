@@ -1,4 +1,4 @@
-"""Admin verbs of the ``hookgate`` command: thin HTTP clients of the admin API (DESIGN §2, §11).
+"""Admin verbs of the ``hookgate`` command: thin HTTP clients of the admin API (ARCHITECTURE §2, §11).
 
 ``hookgate agents create|list|get|update|rotate-secret``, ``autopilots create``,
 ``triggers create|rotate-token|set-secret``, ``runs list|get|start``, ``deliveries list|replay``. Readable

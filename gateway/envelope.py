@@ -1,4 +1,4 @@
-"""Request bodies into the run envelope: `{"event", "payload", "request": {...}}` (DESIGN §4 step 5).
+"""Request bodies into the run envelope: `{"event", "payload", "request": {...}}` (ARCHITECTURE §4 step 5).
 
 Errors (the ingress maps `code` to the HTTP status):
 

@@ -1,4 +1,4 @@
-"""``POST /hooks/{token}``: the twelve steps of DESIGN §4, in that order.
+"""``POST /hooks/{token}``: the twelve steps of ARCHITECTURE §4, in that order.
 
 1 IP gates (:mod:`gateway.ratelimit`) · 2 token lookup by digest (:mod:`gateway.ingress_triggers`) ·
 3 256 KiB cap while streaming · 4 trigger/autopilot/workspace cross-check · 5 envelope

@@ -1,4 +1,4 @@
-"""Webhook token lookup for the ingress (DESIGN §4 step 2), with a short per-process cache.
+"""Webhook token lookup for the ingress (ARCHITECTURE §4 step 2), with a short per-process cache.
 
 The token is looked up by its SHA-256 digest (one prepared statement that also reads the admission
 facts). A hit may be cached for ``LOOKUP_TTL_S``: that is safe only because the persisting statement

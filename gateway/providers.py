@@ -1,4 +1,4 @@
-"""Provider presets: event name, dedupe key and signature check per provider (DESIGN §4 table).
+"""Provider presets: event name, dedupe key and signature check per provider (docs/PROVIDERS.md).
 
 Pure functions over an `Inbound` request; no I/O. `verify` never raises and returns one of
 `not_required` (no secret configured: bearer-only mode), `missing` (a header the scheme needs is absent
@@ -105,7 +105,7 @@ Check = Callable[[Inbound, str], SignatureStatus]
 
 @dataclass(frozen=True)
 class Preset:
-    """How one provider names events, dedupes and signs; build one per row of the DESIGN §4 table."""
+    """How one provider names events, dedupes and signs; build one per preset of docs/PROVIDERS.md."""
 
     name: str
     check: Check

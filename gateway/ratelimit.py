@@ -1,4 +1,4 @@
-"""Per-IP gates of the webhook ingress (DESIGN §4 step 1), held in this process's memory.
+"""Per-IP gates of the webhook ingress (ARCHITECTURE §4 step 1), held in this process's memory.
 
 Two fixed windows per client address, each ``rate_window_s`` long and anchored at the address's first
 request in the window: an absolute cap that every request counts against, and a bad-credential debt that

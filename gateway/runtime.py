@@ -1,4 +1,4 @@
-"""The runtime API for pull agents (DESIGN §7, §11): heartbeat, claim (long-poll), renew, report.
+"""The runtime API for pull agents (ARCHITECTURE §7, §11): heartbeat, claim (long-poll), renew, report.
 
 Pull runtimes authenticate with their ``hgr_`` bearer token (looked up by digest). Renew and report are
 also how an HTTP agent that answered a push with 202 finishes its task: it has no ``hgr_`` token, so for a

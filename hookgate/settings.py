@@ -1,4 +1,4 @@
-"""Configuration from ``HOOKGATE_*`` environment variables (DESIGN §11); nothing else reads the environment."""
+"""Configuration from ``HOOKGATE_*`` environment variables (ARCHITECTURE §11); nothing else reads the environment."""
 
 from __future__ import annotations
 

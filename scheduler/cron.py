@@ -104,7 +104,7 @@ def latest_only(
     window: timedelta = timedelta(hours=24),
     anchor: datetime | None = None,
 ) -> datetime | None:
-    """DESIGN §8 latest-only catch-up: the newest occurrence in (max(last_plan or anchor, now - window), now].
+    """ARCHITECTURE §8 latest-only catch-up: the newest occurrence in (max(last_plan or anchor, now - window), now].
 
     None when there is none or it is more than `late_after` old, so a restart never fires stale work.
     """

@@ -289,7 +289,7 @@ async def make_due_again(conn: Conn, runs: list[JobRun], now: datetime) -> None:
 
 
 def autopilot_schedule_job(batch_size: int = 100, *, heartbeat_timeout_s: float) -> JobSpec:
-    """``autopilot_schedule_dispatch`` with the parameters of DESIGN §8; the gate uses ``heartbeat_timeout_s``."""
+    """``autopilot_schedule_dispatch`` with the parameters of ARCHITECTURE §8; the gate uses ``heartbeat_timeout_s``."""
 
     async def handler(batch: Batch) -> None:
         await dispatch(batch, heartbeat_timeout_s=heartbeat_timeout_s)

@@ -1,4 +1,4 @@
-"""Runner liveness through PostgreSQL: a scheduler holds an advisory lock for its whole life (DESIGN §8).
+"""Runner liveness through PostgreSQL: a scheduler holds an advisory lock for its whole life (ARCHITECTURE §8).
 
 Each scheduler holds, on one dedicated session, the session-level advisory lock ``(LOCK_SPACE, key)`` and
 writes ``key`` on every execution it claims or takes over (``runner_lock``). When its process dies,

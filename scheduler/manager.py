@@ -1,4 +1,4 @@
-"""The scheduler service: every replica ticks, PostgreSQL decides who runs each occurrence (DESIGN §8).
+"""The scheduler service: every replica ticks, PostgreSQL decides who runs each occurrence (ARCHITECTURE §8).
 
 A tick, on the scheduler's clock (the database clock unless a test injects one): make sure this runner holds
 its liveness lock (``scheduler.liveness``; without it, it claims nothing); fail abandoned RUNNING rows, take

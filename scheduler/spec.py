@@ -1,4 +1,4 @@
-"""What a scheduled job is: its cadence or planner, catch-up mode, leases, retries and handler (DESIGN §8).
+"""What a scheduled job is: its cadence or planner, catch-up mode, leases, retries and handler (ARCHITECTURE §8).
 
 Errors::
 

@@ -1,4 +1,4 @@
-"""The admin API under ``/v1`` (DESIGN §9, §11): bearer ``hgk_`` keys, one module per resource.
+"""The admin API under ``/v1`` (ARCHITECTURE §9, §11): bearer ``hgk_`` keys, one module per resource.
 
 ``routes`` mounts every endpoint plus ``GET /openapi.json``, generated from the same pydantic models the
 endpoints validate with.

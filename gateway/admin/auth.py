@@ -1,4 +1,4 @@
-"""Who is calling and what they may do (DESIGN §9).
+"""Who is calling and what they may do (ARCHITECTURE §9).
 
 The caller is the member behind a bearer ``hgk_`` key. Every lookup is scoped by that key's workspace, so
 another workspace's ids are simply not found (404, never 403: existence is not leaked). Members and keys

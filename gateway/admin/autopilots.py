@@ -142,7 +142,7 @@ async def autopilot_out(conn: Conn, row: asyncpg.Record) -> AutopilotOut:
 
 
 async def _check_assignee(call: Call, assignee: Assignee) -> None:
-    """The assignee exists here, and a private agent is only assigned by its owner (DESIGN §6)."""
+    """The assignee exists here, and a private agent is only assigned by its owner (ARCHITECTURE §6)."""
     if not await call.conn.fetchval(Q.assignee_exists, call.principal.workspace_id, assignee.type, assignee.id):
         raise ApiError(422, "invalid_assignee", f"no live {assignee.type} {assignee.id} in this workspace")
     if assignee.type == "agent":

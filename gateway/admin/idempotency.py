@@ -1,4 +1,4 @@
-"""``Idempotency-Key`` on API writes (DESIGN §1): the same key within 5 minutes gets the same response.
+"""``Idempotency-Key`` on API writes (ARCHITECTURE §1): the same key within 5 minutes gets the same response.
 
 The key is claimed in the same transaction as the work and the response is stored before commit, so a
 retry after a lost answer replays the stored response instead of doing the work twice. A concurrent

@@ -1,6 +1,6 @@
 """Runs: start one by hand or from a script, list, read with its causal chain, cancel.
 
-``POST /v1/autopilots/{id}/runs`` goes through the admission gate like every other source (DESIGN §6):
+``POST /v1/autopilots/{id}/runs`` goes through the admission gate like every other source (ARCHITECTURE §6):
 ``manual`` runs record the caller as originator and accountable member (checked live, in the same
 transaction); ``api`` runs have no originator and are accountable to the rule's publisher. A run that
 cannot proceed is still created, ``skipped`` with its reason. A pending run wakes the workers

@@ -1,4 +1,4 @@
-"""Body parsing and the run envelope (DESIGN §4 step 5)."""
+"""Body parsing and the run envelope (ARCHITECTURE §4 step 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""POST /hooks/{token}: the twelve steps of DESIGN §4 in order, and every response body of §11."""
+"""POST /hooks/{token}: the twelve steps of ARCHITECTURE §4 in order, and every response body of §11."""
 
 import asyncio
 import json

@@ -298,7 +298,7 @@ def test_stripe_accepts_exactly_what_the_stripe_sdk_accepts(case: str) -> None:
 
 
 def test_stripe_rejects_future_timestamps_which_its_sdk_would_accept() -> None:
-    # The SDK only bounds the past; DESIGN asks for 5 minutes both ways.
+    # The SDK only bounds the past; Hookgate keeps 5 minutes both ways (docs/PROVIDERS.md).
     assert verify("stripe", signed("stripe", ts=NOW + 301)) == "expired"
     assert verify("stripe", signed("stripe", ts=NOW + 300)) == "valid"
 

@@ -1,4 +1,4 @@
-"""The promises of DESIGN §1 hold in the schema itself, whatever the application code does."""
+"""The promises of ARCHITECTURE §1 hold in the schema itself, whatever the application code does."""
 
 from datetime import UTC, datetime
 
