@@ -1,17 +1,14 @@
-"""Set-based dispatch of deliveries (the common case): claimed and dispatched in one statement.
+"""The delivery worker's take: claim a batch of deliveries and dispatch the plain ones, in one statement.
 
-:func:`take` is the worker's hot path (``delivery_take``, ``sql/functions/hookgate_delivery_take.sql``):
-claim a batch with pacing and, in the same round trip, give every delivery whose admitted run is still plain
-``pending`` (what ingress stores) its task, born claimed for pushing when its HTTP agent has a free slot.
-:func:`dispatch_pending` does the dispatch part for a batch already leased (``delivery_dispatch_batch``,
-``sql/functions/hookgate_dispatch_pending.sql``), the fallback when the one-statement take fails. Both
-keep the guards and per-agent slot claim of :func:`autopilot.dispatch.dispatch_run`; whatever is unusual
-(crash window, create_issue, skipped, half-made, lost lease) is left to the one-by-one path.
+:func:`take_batch` runs ``delivery_take`` (``sql/functions/hookgate_delivery_take.sql``): claim up to ``limit``
+due deliveries with pacing and, in the same round trip, give every delivery whose admitted run is still plain
+``pending`` (what ingress stores) its task, born claimed for pushing when its HTTP agent has a free slot. It
+keeps the guards and per-agent slot claim of :func:`autopilot.dispatch.dispatch_run`; whatever is unusual
+(crash window, create_issue, skipped, half-made, a run held elsewhere) comes back leased for the one-by-one path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
@@ -24,32 +21,8 @@ from sql import Q
 
 
 @dataclass
-class Batch:
-    """What the fast path did: the deliveries it dispatched and the tasks claimed for pushing now."""
-
-    done: set[UUID] = field(default_factory=set)
-    claimed: list[tasks.Claimed] = field(default_factory=list)
-
-
-async def dispatch_pending(
-    conn: Conn, deliveries: Sequence[asyncpg.Record], options: dispatch.Options, capacity: int
-) -> Batch:
-    """Dispatch the plain-pending deliveries of a leased batch; claim up to ``capacity`` tasks to push."""
-    mine = [d for d in deliveries if d["run_id"] is not None]
-    if not mine:
-        return Batch()
-    claim = options.claim or dispatch.ClaimFor("")
-    rows = await conn.fetch(
-        Q.delivery_dispatch_batch, [d["id"] for d in mine], [d["lease_token"] for d in mine],
-        options.task_max_attempts, options.heartbeat_timeout_s, claim.holder,
-        capacity if options.claim is not None else 0, claim.push_timeout_cap_s, claim.push_lease_margin_s,
-    )
-    return Batch({r["delivery_id"] for r in rows}, [tasks.Claimed.from_row(r) for r in rows if r["claimed"]])
-
-
-@dataclass
 class Taken:
-    """What one claim-and-dispatch statement did: dispatched, claimed to push now, and leased for the slow path."""
+    """What one take did: dispatched, claimed to push now, and leased for the one-by-one path."""
 
     dispatched: int = 0
     claimed: list[tasks.Claimed] = field(default_factory=list)
@@ -57,14 +30,13 @@ class Taken:
     triggers: set[UUID] = field(default_factory=set)
 
 
-async def take(
+async def take_batch(
     conn: Conn, *, limit: int, lease_s: float, cursor: UUID | None, fanout: int, options: dispatch.Options,
     capacity: int, now: datetime | None = None,
 ) -> Taken:
     """Claim up to ``limit`` due deliveries, dispatch the plain-pending ones and claim up to ``capacity`` pushes.
 
-    One round trip (``delivery_take``): the claim, its pacing and the dispatch of what ingress stores; the
-    rest comes back leased, for the one-by-one path.
+    One round trip: the claim, its pacing and the dispatch of what ingress stores; the rest comes back leased.
     """
     claim = options.claim or dispatch.ClaimFor("")
     rows = await conn.fetch(
