@@ -137,7 +137,7 @@ async def _ensure_task(conn: Conn, run: asyncpg.Record, issue_id: UUID | None, m
 async def _claim_now(
     conn: Conn, run: asyncpg.Record, task_id: UUID, claim: ClaimFor | None
 ) -> tasks.Claimed | None:
-    """The fast path: the worker that made an HTTP agent's task claims it (if a slot is free) to push it."""
+    """No second queue hop: the worker that made an HTTP agent's task claims it (if a slot is free) to push it."""
     if claim is None or run["runtime_kind"] != "http":
         return None
     lease = tasks.push_lease_s(run["timeout_s"], claim.push_timeout_cap_s, claim.push_lease_margin_s)

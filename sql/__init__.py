@@ -75,7 +75,7 @@ def load_queries() -> dict[str, Query]:
 
 
 class _Queries:
-    """Attribute access to query texts: ``Q.delivery_claim_paced`` is the SQL string."""
+    """Attribute access to query texts: ``Q.delivery_take`` is the SQL string."""
 
     def __init__(self) -> None:
         self._all: dict[str, Query] | None = None

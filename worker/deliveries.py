@@ -4,9 +4,11 @@ Claims are batched, round-robin across triggers, leased with a token (``delivery
 complete/retry/defer write is guarded by ``id + lease_token + status='queued'`` (zero rows: someone else
 owns it now, harmless). Over a trigger's pacing budget a delivery is released to the window's end without
 spending an attempt; a failed dispatch spends one and comes back after exponential backoff with jitter, up
-to ``delivery_max_attempts``. A delivery ingress stored but never admitted (the crash window) is re-checked
-like ingress would (trigger enabled, autopilot active, event filter) and then admitted. For an HTTP agent
-the worker claims the new task in the same transaction and pushes it at once: no second queue hop.
+to ``delivery_max_attempts``. One path: the take (``worker/take.py``) claims a batch and dispatches the plain
+deliveries in one statement; it leases the others for the one-by-one path here. A delivery ingress stored but
+never admitted (the crash window) is re-checked like ingress would (trigger enabled, autopilot active, event
+filter) and then admitted. For an HTTP agent the worker claims the new task in the same transaction and pushes
+it at once: no second queue hop. A take that fails is logged and tried again on the next pass.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from hookgate import metrics
 from hookgate.context import Context
 from hookgate.database import Conn
 from sql import Q
-from worker import fastpath
+from worker import take
+from worker.loop import DB_ERRORS
 from worker.push import Pusher
 from worker.wake import Wakeup
 
@@ -36,7 +39,6 @@ CHANNEL = "hookgate_deliveries"
 TRIGGER_FANOUT = 16
 #: Deliveries a dispatcher commits together on the one-by-one path when the queue is backed up.
 COMMIT_GROUP = 8
-_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
 _IGNORED = {
     "trigger_deleted": "the trigger was deleted",
     "trigger_disabled": "the trigger is disabled",
@@ -73,7 +75,7 @@ class DeliveryWorker:
         self._busy = 0
         self._cursor: UUID | None = None
 
-    async def take_batch(self, limit: int | None = None, now: datetime | None = None) -> fastpath.Taken:
+    async def take_batch(self, limit: int | None = None, now: datetime | None = None) -> take.Taken:
         """Claim up to ``limit`` due deliveries and dispatch the plain ones in one round trip; push what it claimed.
 
         ``leased`` of the result: the deliveries left for the one-by-one path (crash window, create_issue, ...).
@@ -82,9 +84,9 @@ class DeliveryWorker:
         options = options_for(self.ctx, self.holder, self.pusher)
         capacity = self.pusher.capacity() if self.pusher is not None else 0
         async with self.ctx.pool.acquire() as conn:
-            taken = await fastpath.take(conn, limit=limit or s.delivery_batch, lease_s=s.delivery_lease_s,
-                                        cursor=self._cursor, fanout=TRIGGER_FANOUT, options=options,
-                                        capacity=capacity, now=now)
+            taken = await take.take_batch(conn, limit=limit or s.delivery_batch, lease_s=s.delivery_lease_s,
+                                          cursor=self._cursor, fanout=TRIGGER_FANOUT, options=options,
+                                          capacity=capacity, now=now)
         self._cursor = max(taken.triggers) if len(taken.triggers) >= TRIGGER_FANOUT else None
         metrics.CLAIMS.labels("deliveries").inc(taken.dispatched + len(taken.leased))
         metrics.CLAIMS.labels("tasks").inc(len(taken.claimed))
@@ -93,34 +95,6 @@ class DeliveryWorker:
             for claimed in taken.claimed:
                 self.pusher.submit(claimed)
         return taken
-
-    async def _take(self, limit: int, now: datetime | None = None) -> tuple[int, list[asyncpg.Record]]:
-        """Claim and dispatch one batch; returns how many were claimed and those left for the one-by-one path.
-
-        If the one statement fails (it then wrote nothing), the two-step path takes over for this batch: claim
-        with leases, then dispatch set-based what it can.
-        """
-        try:
-            taken = await self.take_batch(limit, now)
-        except asyncpg.PostgresError as exc:
-            log.warning("claim and dispatch failed; two steps", extra={"error": str(exc)})
-            leased = await self.claim_batch(limit, now)
-            rest = await self.fast(leased) if leased else []
-            metrics.count_outcomes("deliveries", ["dispatched"] * (len(leased) - len(rest)))
-            return len(leased), rest
-        return taken.dispatched + len(taken.leased), taken.leased
-
-    async def claim_batch(self, limit: int | None = None, now: datetime | None = None) -> list[asyncpg.Record]:
-        """Lease up to ``limit`` due deliveries (fairly across triggers) and apply per-trigger pacing."""
-        s = self.settings
-        async with self.ctx.pool.acquire() as conn:
-            # Claim and pacing in one round trip (rows over their trigger's budget come back deferred, unseen).
-            rows = await conn.fetch(Q.delivery_claim_paced, limit or s.delivery_batch, s.delivery_lease_s,
-                                    self._cursor, TRIGGER_FANOUT, now)
-            triggers = sorted({r["trigger_id"] for r in rows})
-            self._cursor = triggers[-1] if len(triggers) >= TRIGGER_FANOUT else None
-            metrics.CLAIMS.labels("deliveries").inc(len(rows))
-            return list(rows)
 
     async def process(self, delivery: asyncpg.Record) -> str:
         """Dispatch one leased delivery: ``dispatched``, ``ignored``, ``retry`` or ``lost``."""
@@ -138,35 +112,11 @@ class DeliveryWorker:
             self.pusher.submit(result.claimed)
         return outcome
 
-    async def fast(self, batch: list[asyncpg.Record]) -> list[asyncpg.Record]:
-        """Dispatch the plain-pending part of a batch set-based and push it; returns the rest, untouched."""
-        options = options_for(self.ctx, self.holder, self.pusher)
-        capacity = self.pusher.capacity() if self.pusher is not None else 0
-        try:
-            async with self.ctx.pool.acquire() as conn:
-                done = await fastpath.dispatch_pending(conn, batch, options, capacity)
-        except Exception as exc:
-            # Nothing was written (one statement): the one-by-one path retries each with its own guards.
-            log.warning("batch dispatch failed; one by one", extra={"error": str(exc)})
-            return batch
-        metrics.CLAIMS.labels("tasks").inc(len(done.claimed))
-        if self.pusher is not None:
-            for claimed in done.claimed:
-                self.pusher.submit(claimed)
-        return [d for d in batch if d["id"] not in done.done]
-
-    async def process_many(self, batch: list[asyncpg.Record]) -> list[str]:
-        """Dispatch leased deliveries: the fast path first, the rest in one transaction or one by one."""
-        rest = await self.fast(batch)
-        outcomes = {d["id"]: "dispatched" for d in batch}
-        outcomes.update(zip((d["id"] for d in rest), await self._process_rest(rest), strict=True))
-        return [outcomes[d["id"]] for d in batch]
-
-    async def _process_rest(self, batch: list[asyncpg.Record]) -> list[str]:
-        """Dispatch the other deliveries in groups of COMMIT_GROUP per transaction; on any error, one by one."""
+    async def dispatch_leased(self, batch: list[asyncpg.Record]) -> list[str]:
+        """The one-by-one path: dispatch leased deliveries, COMMIT_GROUP per transaction; on any error, singly."""
         if len(batch) > COMMIT_GROUP:
             return [o for i in range(0, len(batch), COMMIT_GROUP)
-                    for o in await self._process_rest(batch[i:i + COMMIT_GROUP])]
+                    for o in await self.dispatch_leased(batch[i:i + COMMIT_GROUP])]
         if len(batch) <= 1:
             return [await self.process(d) for d in batch]
         options = options_for(self.ctx, self.holder, self.pusher)
@@ -225,21 +175,21 @@ class DeliveryWorker:
             async with self.ctx.pool.acquire() as conn:
                 await conn.fetchrow(Q.delivery_retry, d["id"], d["lease_token"], delay, s.delivery_max_attempts,
                                     f"{exc.__class__.__name__}: {exc}"[:500])
-        except _DB_ERRORS as db_exc:
+        except DB_ERRORS as db_exc:
             # The lease expires on its own; the delivery is claimable again then.
             log.warning("could not record a dispatch retry", extra={"error": str(db_exc)})
 
     async def run_once(self, now: datetime | None = None) -> int:
         """Claim one batch and dispatch all of it (tests, bench); returns how many were claimed."""
-        claimed, batch = await self._take(self.settings.delivery_batch, now)
+        taken = await self.take_batch(self.settings.delivery_batch, now)
         gate = asyncio.Semaphore(self.settings.delivery_concurrency)
 
         async def one(d: asyncpg.Record) -> None:
             async with gate:
                 metrics.count_outcomes("deliveries", [await self.process(d)])
 
-        await asyncio.gather(*(one(d) for d in batch))
-        return claimed
+        await asyncio.gather(*(one(d) for d in taken.leased))
+        return taken.dispatched + len(taken.leased)
 
     async def run(self) -> None:
         """Claim and dispatch until stopped."""
@@ -258,13 +208,14 @@ class DeliveryWorker:
                 await self._pause(self._taken.wait(), self.settings.worker_poll_s)
                 continue
             try:
-                got, rest = await self._take(room)
-            except _DB_ERRORS as exc:
-                log.warning("delivery claim failed", extra={"error": str(exc)})
-                got, rest = 0, []
-            for row in rest:
+                taken = await self.take_batch(room)
+            except DB_ERRORS as exc:
+                # The take is one statement: it wrote nothing. Its deliveries are taken again on the next pass.
+                log.warning("delivery take failed; trying again next pass", extra={"error": str(exc)})
+                taken = take.Taken()
+            for row in taken.leased:
                 self._queue.put_nowait(row)
-            if got < room:
+            if taken.dispatched + len(taken.leased) < room:
                 await self._pause(self._wake(), self.settings.worker_poll_s)
 
     async def _wake(self) -> None:
@@ -290,8 +241,8 @@ class DeliveryWorker:
                 batch.append(self._queue.get_nowait())
             self._taken.set()
             try:
-                # What is queued is what the set-based dispatch left: the one-by-one path.
-                metrics.count_outcomes("deliveries", await self._process_rest(batch))
+                # What is queued is what the take leased: the one-by-one path.
+                metrics.count_outcomes("deliveries", await self.dispatch_leased(batch))
             finally:
                 self._busy -= 1
 
@@ -300,7 +251,7 @@ class DeliveryWorker:
         leftovers = []
         while not self._queue.empty():
             leftovers.append(self._queue.get_nowait())
-        with contextlib.suppress(*_DB_ERRORS):
+        with contextlib.suppress(*DB_ERRORS):
             async with self.ctx.pool.acquire() as conn:
                 for d in leftovers:
                     await conn.execute(Q.delivery_release, d["id"], d["lease_token"])

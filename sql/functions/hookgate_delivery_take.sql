@@ -1,23 +1,22 @@
 -- hookgate_delivery_take: the delivery worker's claim, pacing and dispatch in one statement, its hot path
 -- (since 0008_dispatch_take; key plans since 0010_take_key_plans).
--- Claim exactly like delivery_claim_paced: up to p_limit due queued deliveries, round-robin across at most
--- p_fanout triggers after cursor p_cursor, locked FOR UPDATE SKIP LOCKED, one pacing grant per trigger
--- (hookgate_pace_take), rows over their trigger's budget released to the window's end without spending an
--- attempt. Then, without writing a lease on them, dispatch every granted delivery whose admitted run is
--- still plain 'pending' in run_only mode with an unarchived agent whose runtime is ready (what ingress
--- stores; the conditions of hookgate_dispatch_pending): the delivery row is locked by this transaction from
--- the claim to its 'dispatched' write, which is what the lease token guards in the two-step path. Runs are
--- locked SKIP LOCKED (a run another dispatcher holds goes to the one-by-one path, which waits for it). The
--- first p_claims tasks of HTTP agents that get a free slot (hookgate_slots_take) are inserted already
--- 'running' with a fresh lease token for p_holder, leased least(agent timeout, p_lease_cap_s) +
--- p_lease_margin_s, audited CLAIM, their runs 'running'; the other tasks are inserted 'queued' (runs
--- 'queued') and announced on hookgate_tasks. One task per run attempt: idempotency key 'run:<run id>:1' (ON
--- CONFLICT DO NOTHING; such a delivery is leased, not dispatched). Every other granted delivery (crash
--- window, create_issue, skipped, half-made, run locked elsewhere) is leased for p_lease_s seconds and
--- returned for the one-by-one path. p_at: clock override (nullable). Returns one row per granted delivery:
--- kind 'dispatched' (task columns set; claimed = its lease is ours; previous_secret_ct = the agent's
--- previous signing secret while its rotation window lasts) or 'leased' (the delivery columns of
--- delivery_claim_paced). Result type since 0014_agent_update (previous_secret_ct).
+-- Claim up to p_limit due queued deliveries, round-robin across at most p_fanout triggers after cursor
+-- p_cursor, locked FOR UPDATE SKIP LOCKED, one pacing grant per trigger (hookgate_pace_take), rows over their
+-- trigger's budget released to the window's end without spending an attempt. Then, without writing a lease on
+-- them, dispatch every granted delivery whose admitted run is still plain 'pending' in run_only mode with an
+-- unarchived agent (hookgate_assignee_agent) whose runtime is ready (hookgate_runtime_ready): what ingress
+-- stores. The delivery row is locked by this transaction from the claim to its 'dispatched' write, which is
+-- what the lease token guards on the one-by-one path. Runs are locked SKIP LOCKED (a run another dispatcher
+-- holds goes to the one-by-one path, which waits for it). The first p_claims tasks of HTTP agents that get a
+-- free slot (hookgate_slots_take) are inserted already 'running' with a fresh lease token for p_holder, leased
+-- least(agent timeout, p_lease_cap_s) + p_lease_margin_s, audited CLAIM, their runs 'running'; the other tasks
+-- are inserted 'queued' (runs 'queued') and announced on hookgate_tasks. One task per run attempt: idempotency
+-- key 'run:<run id>:1' (ON CONFLICT DO NOTHING; such a delivery is leased, not dispatched). Every other granted
+-- delivery (crash window, create_issue, skipped, half-made, run locked elsewhere) is leased for p_lease_s
+-- seconds (lease token, available_at = lease end) and returned for the one-by-one path. p_at: clock override
+-- (nullable). Returns one row per granted delivery: kind 'dispatched' (task columns set; claimed = its lease is
+-- ours; previous_secret_ct = the agent's previous signing secret while its rotation window lasts) or 'leased'
+-- (the delivery columns). Result type since 0014_agent_update (previous_secret_ct).
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -122,15 +121,10 @@ BEGIN
         JOIN webhook_delivery w ON w.id = g.id
         JOIN autopilot_run r ON r.id = w.run_id
         JOIN autopilot a ON a.id = r.autopilot_id
-        LEFT JOIN squad s ON a.assignee_type = 'squad' AND s.id = a.assignee_id
-        JOIN agent ag ON ag.id = CASE WHEN a.assignee_type = 'agent' THEN a.assignee_id ELSE s.leader_agent_id END
-                     AND ag.workspace_id = a.workspace_id AND ag.archived_at IS NULL
+        CROSS JOIN LATERAL hookgate_assignee_agent(a.assignee_type, a.assignee_id, a.workspace_id) ag
+        CROSS JOIN LATERAL hookgate_runtime_ready(ag.id, ag.runtime_kind, ag.endpoint_url, p_heartbeat_s, now()) rt
         WHERE r.status = 'pending' AND r.issue_id IS NULL AND r.task_id IS NULL AND a.execution_mode = 'run_only'
-          AND CASE WHEN ag.runtime_kind = 'http' THEN ag.endpoint_url IS NOT NULL
-                   ELSE EXISTS (SELECT 1 FROM agent_instance i
-                                WHERE i.agent_id = ag.id AND i.status = 'online'
-                                  AND i.heartbeat_at > now() - make_interval(secs => p_heartbeat_s))
-              END
+          AND ag.archived_at IS NULL AND rt.ready
         FOR UPDATE OF r SKIP LOCKED
     ) q;
 
@@ -210,7 +204,7 @@ BEGIN
     JOIN autopilot ap ON ap.id = r.autopilot_id
     ORDER BY x.n;
 
-    -- The rest is leased like delivery_claim_paced leases it, for the one-by-one path.
+    -- The rest is leased for the one-by-one path.
     RETURN QUERY
     WITH leased AS (
         UPDATE webhook_delivery w

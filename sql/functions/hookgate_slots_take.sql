@@ -1,5 +1,5 @@
--- hookgate_slots_take: the batched slot rule, shared by the take and hookgate_task_claim_many (since
--- 0008_dispatch_take; key plans since 0010_take_key_plans).
+-- hookgate_slots_take: the slot rule, the one place it is written: used by the take (tasks born claimed) and by
+-- hookgate_task_claim (since 0008_dispatch_take; key plans since 0010_take_key_plans).
 -- Lock up to p_want free concurrency slots of agent p_agent and return their numbers; the caller gives each
 -- a fresh lease token in the same transaction. Lock free slots in slot order from a random start (SKIP
 -- LOCKED, so concurrent claimers take different ones), then re-check them with a fresh snapshot (READ

@@ -1,11 +1,12 @@
--- hookgate_task_claim: the one-by-one task claim of pull runtimes and the push worker (since 0003_dispatch).
--- Claim up to p_limit due queued tasks of one agent (or only p_task) within its concurrency cap. In READ
--- COMMITTED every statement of this volatile function takes a fresh snapshot, so the re-check after a slot
--- is locked sees every claim committed before: two claimers can never fill one slot.
+-- hookgate_task_claim: the task claim of pull runtimes and the push worker (since 0003_dispatch; its slots
+-- come from hookgate_slots_take since 0015_one_dispatch_path).
+-- Claim up to p_limit due queued tasks of one agent (or only p_task) within its concurrency cap, each leased
+-- for p_lease_s seconds from p_at to p_holder. The slot rule is hookgate_slots_take's, the one the take uses
+-- for tasks born claimed: lock free slots from a random start (SKIP LOCKED), re-check them with a fresh snapshot
+-- (READ COMMITTED: every claim committed before is seen), so two claimers can never fill one slot. Then lock as
+-- many due tasks (oldest first, SKIP LOCKED) and give each a slot stamped with a fresh lease token.
 -- A running task holds one agent_slot row, stamped with its lease token: the slot is free again as soon as
--- that lease ends (report, retry, expiry, cancel) without any write on release. A lowered cap stays strict
--- (since 0014_agent_update): the cap is read again once the slot is held, and a task still running on a slot
--- the lower cap retired takes the free slot over (hookgate_slots_settle).
+-- that lease ends (report, retry, expiry, cancel) without any write on release.
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -16,70 +17,43 @@ CREATE OR REPLACE FUNCTION hookgate_task_claim(p_agent uuid, p_task uuid, p_limi
 RETURNS SETOF agent_task
 LANGUAGE plpgsql AS $$
 DECLARE
-    cap    integer;
-    s      integer;
-    t      uuid;
-    tok    uuid;
-    tried  integer[] := '{}';
-    n      integer := 0;
-    off    integer;
+    free   integer[];
+    todo   uuid[];
 BEGIN
-    SELECT max_concurrency INTO cap FROM agent WHERE id = p_agent AND archived_at IS NULL;
-    IF NOT FOUND THEN
+    free := hookgate_slots_take(p_agent, p_limit);
+    IF cardinality(free) = 0 THEN
         RETURN;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM agent_slot WHERE agent_id = p_agent AND slot = cap - 1) THEN
-        INSERT INTO agent_slot (agent_id, slot) SELECT p_agent, g FROM generate_series(0, cap - 1) g
-        ON CONFLICT DO NOTHING;
-    END IF;
-    -- Start the slot scan at a random slot, so concurrent claimers rarely probe the same busy slots.
-    off := floor(random() * cap)::integer;
-    WHILE n < p_limit LOOP
-        SELECT sl.slot INTO s FROM agent_slot sl
-        WHERE sl.agent_id = p_agent AND sl.slot >= off AND sl.slot < cap AND sl.slot <> ALL (tried)
-          AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token)
-        ORDER BY sl.slot
-        LIMIT 1
-        FOR UPDATE OF sl SKIP LOCKED;
-        IF NOT FOUND THEN
-            SELECT sl.slot INTO s FROM agent_slot sl
-            WHERE sl.agent_id = p_agent AND sl.slot < off AND sl.slot <> ALL (tried)
-              AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running'
-                                AND r.lease_token = sl.lease_token)
-            ORDER BY sl.slot
-            LIMIT 1
-            FOR UPDATE OF sl SKIP LOCKED;
-        END IF;
-        EXIT WHEN NOT FOUND;
-        tried := tried || s;
-        -- Fresh snapshot: is the slot still free now that we hold it, and still under the cap (a lower one
-        -- may have been set since it was read)?
-        SELECT max_concurrency INTO cap FROM agent WHERE id = p_agent;
-        CONTINUE WHEN s >= cap
-            OR EXISTS (SELECT 1 FROM agent_slot sl JOIN agent_task r ON r.lease_token = sl.lease_token
-                       WHERE sl.agent_id = p_agent AND sl.slot = s AND r.status = 'running');
-        -- A task still running over a lowered cap takes the free slot instead of a new claim.
-        CONTINUE WHEN cardinality(hookgate_slots_settle(p_agent, cap, ARRAY[s])) = 0;
-        IF p_task IS NULL THEN
-            SELECT id INTO t FROM agent_task
+    IF p_task IS NULL THEN
+        SELECT array_agg(q.id ORDER BY q.available_at, q.id) INTO todo FROM (
+            SELECT id, available_at FROM agent_task
             WHERE agent_id = p_agent AND status = 'queued' AND available_at <= p_at
-            ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED;
-        ELSE
-            SELECT id INTO t FROM agent_task
+            ORDER BY available_at, id LIMIT cardinality(free) FOR UPDATE SKIP LOCKED
+        ) q;
+    ELSE
+        SELECT array_agg(q.id) INTO todo FROM (
+            SELECT id FROM agent_task
             WHERE id = p_task AND agent_id = p_agent AND status = 'queued' AND available_at <= p_at
-            FOR UPDATE SKIP LOCKED;
-        END IF;
-        EXIT WHEN NOT FOUND;
-        tok := gen_random_uuid();
-        UPDATE agent_slot SET lease_token = tok WHERE agent_id = p_agent AND slot = s;
-        RETURN QUERY
-        UPDATE agent_task
-        SET status = 'running', attempt = attempt + 1, lease_token = tok,
-            lease_expires_at = p_at + make_interval(secs => p_lease_s), holder_instance = p_holder,
-            started_at = coalesce(started_at, now()), updated_at = now()
-        WHERE id = t
-        RETURNING *;
-        n := n + 1;
-    END LOOP;
+            FOR UPDATE SKIP LOCKED
+        ) q;
+    END IF;
+    IF todo IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH pairs AS (
+        SELECT s.slot, k.id, gen_random_uuid() AS token
+        FROM unnest(free) WITH ORDINALITY AS s(slot, n)
+        JOIN unnest(todo) WITH ORDINALITY AS k(id, n) USING (n)
+    ), slotted AS (
+        UPDATE agent_slot sl SET lease_token = p.token FROM pairs p WHERE sl.agent_id = p_agent AND sl.slot = p.slot
+    )
+    UPDATE agent_task t
+    SET status = 'running', attempt = t.attempt + 1, lease_token = p.token,
+        lease_expires_at = p_at + make_interval(secs => p_lease_s), holder_instance = p_holder,
+        started_at = coalesce(t.started_at, now()), updated_at = now()
+    FROM pairs p
+    WHERE t.id = p.id
+    RETURNING t.*;
 END
 $$;

@@ -11,11 +11,7 @@ SELECT x.n, a.id AS autopilot_id, a.workspace_id, a.status AS autopilot_status, 
        rv.id AS rule_version_id, rv.publisher_id AS rule_publisher_id,
        ag.id AS agent_id, ag.archived_at IS NOT NULL AS agent_archived, ag.runtime_kind,
        ag.visibility AS agent_visibility, ag.owner_id AS agent_owner_id,
-       CASE WHEN ag.runtime_kind = 'http' THEN ag.endpoint_url IS NOT NULL
-            ELSE EXISTS (SELECT 1 FROM agent_instance i
-                         WHERE i.agent_id = ag.id AND i.status = 'online'
-                           AND i.heartbeat_at > now() - make_interval(secs => $4))
-       END AS runtime_ready,
+       rt.ready AS runtime_ready,
        (SELECT id FROM member o WHERE o.workspace_id = a.workspace_id AND o.role = 'owner'
           AND o.disabled_at IS NULL ORDER BY o.created_at, o.id LIMIT 1) AS owner_id,
        clicker.id AS clicker_id, clicker.role AS clicker_role,
@@ -28,9 +24,8 @@ JOIN autopilot a ON a.id = x.autopilot_id
 LEFT JOIN autopilot_trigger t ON t.id = x.trigger_id AND t.autopilot_id = a.id
 LEFT JOIN LATERAL (SELECT id, publisher_id FROM autopilot_rule_version v
                    WHERE v.autopilot_id = a.id ORDER BY v.version DESC LIMIT 1) rv ON true
-LEFT JOIN squad s ON a.assignee_type = 'squad' AND s.id = a.assignee_id
-LEFT JOIN agent ag ON ag.id = CASE WHEN a.assignee_type = 'agent' THEN a.assignee_id ELSE s.leader_agent_id END
-                  AND ag.workspace_id = a.workspace_id
+LEFT JOIN LATERAL hookgate_assignee_agent(a.assignee_type, a.assignee_id, a.workspace_id) ag ON true
+CROSS JOIN LATERAL hookgate_runtime_ready(ag.id, ag.runtime_kind, ag.endpoint_url, $4, now()) rt
 LEFT JOIN member clicker ON clicker.id = x.clicker_id AND clicker.workspace_id = a.workspace_id
                         AND clicker.disabled_at IS NULL
 LEFT JOIN member publisher ON publisher.id = coalesce(t.published_by_id, rv.publisher_id)
@@ -68,16 +63,11 @@ SELECT * FROM autopilot_run WHERE workspace_id = $1 AND id = $2;
 SELECT r.id, r.workspace_id, r.autopilot_id, r.status, r.payload, r.issue_id, r.task_id, r.source,
        a.title, a.instructions, a.execution_mode, a.assignee_type, a.assignee_id, a.issue_title_template,
        ag.id AS agent_id, ag.archived_at IS NOT NULL AS agent_archived, ag.runtime_kind, ag.timeout_s,
-       CASE WHEN ag.runtime_kind = 'http' THEN ag.endpoint_url IS NOT NULL
-            ELSE EXISTS (SELECT 1 FROM agent_instance i
-                         WHERE i.agent_id = ag.id AND i.status = 'online'
-                           AND i.heartbeat_at > now() - make_interval(secs => $2))
-       END AS runtime_ready
+       rt.ready AS runtime_ready
 FROM autopilot_run r
 JOIN autopilot a ON a.id = r.autopilot_id
-LEFT JOIN squad s ON a.assignee_type = 'squad' AND s.id = a.assignee_id
-LEFT JOIN agent ag ON ag.id = CASE WHEN a.assignee_type = 'agent' THEN a.assignee_id ELSE s.leader_agent_id END
-                  AND ag.workspace_id = a.workspace_id
+LEFT JOIN LATERAL hookgate_assignee_agent(a.assignee_type, a.assignee_id, a.workspace_id) ag ON true
+CROSS JOIN LATERAL hookgate_runtime_ready(ag.id, ag.runtime_kind, ag.endpoint_url, $2, now()) rt
 WHERE r.id = $1
 FOR UPDATE OF r;
 

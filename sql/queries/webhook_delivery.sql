@@ -79,11 +79,7 @@ SELECT t.id AS trigger_id, t.workspace_id, t.autopilot_id, t.provider, t.event_f
        rv.id AS rule_version_id, rv.publisher_id AS rule_publisher_id,
        ag.id AS agent_id, ag.archived_at IS NOT NULL AS agent_archived, ag.runtime_kind,
        ag.visibility AS agent_visibility, ag.owner_id AS agent_owner_id,
-       CASE WHEN ag.runtime_kind = 'http' THEN ag.endpoint_url IS NOT NULL
-            ELSE EXISTS (SELECT 1 FROM agent_instance i
-                         WHERE i.agent_id = ag.id AND i.status = 'online'
-                           AND i.heartbeat_at > clock.now - make_interval(secs => $2))
-       END AS runtime_ready,
+       rt.ready AS runtime_ready,
        (SELECT id FROM member o WHERE o.workspace_id = a.workspace_id AND o.role = 'owner'
           AND o.disabled_at IS NULL ORDER BY o.created_at, o.id LIMIT 1) AS owner_id,
        NULL::uuid AS clicker_id, NULL::text AS clicker_role, false AS clicker_can_write,
@@ -93,9 +89,8 @@ CROSS JOIN clock
 JOIN autopilot a ON a.id = t.autopilot_id
 LEFT JOIN LATERAL (SELECT id, publisher_id FROM autopilot_rule_version v
                    WHERE v.autopilot_id = a.id ORDER BY v.version DESC LIMIT 1) rv ON true
-LEFT JOIN squad s ON a.assignee_type = 'squad' AND s.id = a.assignee_id
-LEFT JOIN agent ag ON ag.id = CASE WHEN a.assignee_type = 'agent' THEN a.assignee_id ELSE s.leader_agent_id END
-                  AND ag.workspace_id = a.workspace_id
+LEFT JOIN LATERAL hookgate_assignee_agent(a.assignee_type, a.assignee_id, a.workspace_id) ag ON true
+CROSS JOIN LATERAL hookgate_runtime_ready(ag.id, ag.runtime_kind, ag.endpoint_url, $2, clock.now) rt
 LEFT JOIN member publisher ON publisher.id = coalesce(t.published_by_id, rv.publisher_id)
                           AND publisher.disabled_at IS NULL
 WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
@@ -223,73 +218,10 @@ RETURNING *;
 UPDATE webhook_delivery SET run_id = $2, status = $3, reason_code = $4, updated_at = now() WHERE id = $1
 RETURNING id;
 
--- name: delivery_dispatch_batch
--- The set-based fast path of delivery dispatch, one statement (see hookgate_dispatch_pending in
--- 0005_perf.sql): dispatch the plain-pending deliveries of leased batch $1 (lease tokens $2, parallel
--- arrays) with $3 max task attempts and $4 = runtime heartbeat timeout (s); claim up to $6 of their HTTP
--- agents' tasks for holder $5, leased least(agent timeout, $7) + $8 seconds. One row per dispatched delivery.
-SELECT * FROM hookgate_dispatch_pending($1, $2, $3, $4, $5, $6, $7, $8);
-
--- name: delivery_claim_paced
--- The delivery claim with per-trigger pacing (hookgate_pace_take) in one round trip: lease up to $1 due queued
--- deliveries round-robin across triggers (after cursor $3, at most $4 triggers; $2 = lease seconds, $5 =
--- clock override, nullable), then take one pacing grant per trigger of the batch; a trigger's rows beyond
--- its grant (oldest first are granted) are released to its window's end without spending an attempt and
--- not returned. Returns the leased rows (id, lease token, trigger, run, envelope, attempt counts).
-WITH RECURSIVE heads AS (
-    (SELECT d.trigger_id, 1 AS depth FROM webhook_delivery d
-     WHERE d.status = 'queued' AND d.available_at <= coalesce($5::timestamptz, now())
-       AND ($3::uuid IS NULL OR d.trigger_id > $3)
-     ORDER BY d.trigger_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT d.trigger_id FROM webhook_delivery d
-            WHERE d.status = 'queued' AND d.available_at <= coalesce($5::timestamptz, now())
-              AND d.trigger_id > h.trigger_id
-            ORDER BY d.trigger_id LIMIT 1), h.depth + 1
-    FROM heads h WHERE h.trigger_id IS NOT NULL AND h.depth < $4
-), locked AS (
-    -- Ordered by the (trigger_id, available_at) index, so each trigger's head is read, not its whole backlog.
-    SELECT x.id, x.trigger_id, x.available_at,
-           row_number() OVER (PARTITION BY x.trigger_id ORDER BY x.available_at) AS rn
-    FROM heads h CROSS JOIN LATERAL (
-        SELECT d.id, d.trigger_id, d.available_at FROM webhook_delivery d
-        WHERE d.trigger_id = h.trigger_id AND d.status = 'queued'
-          AND d.available_at <= coalesce($5::timestamptz, now())
-        ORDER BY d.available_at
-        LIMIT $1
-        FOR UPDATE SKIP LOCKED
-    ) x
-    WHERE h.trigger_id IS NOT NULL
-), picked AS (
-    SELECT l.id, l.trigger_id, row_number() OVER (PARTITION BY l.trigger_id ORDER BY l.available_at, l.id) AS nth
-    FROM (SELECT id, trigger_id, available_at FROM locked ORDER BY rn, available_at LIMIT $1) l
-), paced AS (
-    -- One pacing take per trigger of the batch (volatile: run once, before the update below reads it).
-    SELECT p.trigger_id, g.granted, g.window_end
-    FROM (SELECT trigger_id, count(*)::integer AS wanted FROM picked GROUP BY trigger_id) p
-    JOIN autopilot_trigger t ON t.id = p.trigger_id
-    CROSS JOIN LATERAL hookgate_pace_take(p.trigger_id, p.wanted, t.rate_limit_per_minute,
-                                          coalesce($5::timestamptz, now())) g
-), leased AS (
-    UPDATE webhook_delivery w
-    SET lease_token = CASE WHEN picked.nth <= paced.granted THEN gen_random_uuid() END,
-        lease_expires_at = CASE WHEN picked.nth <= paced.granted
-                                THEN coalesce($5::timestamptz, now()) + make_interval(secs => $2) END,
-        available_at = CASE WHEN picked.nth <= paced.granted
-                            THEN coalesce($5::timestamptz, now()) + make_interval(secs => $2)
-                            ELSE paced.window_end END,
-        updated_at = now()
-    FROM picked, paced, autopilot_trigger t
-    WHERE w.id = picked.id AND paced.trigger_id = picked.trigger_id AND t.id = w.trigger_id
-    RETURNING w.id, w.lease_token, w.workspace_id, w.trigger_id, w.autopilot_id, w.event, w.envelope, w.run_id,
-              w.dispatch_attempts, w.received_at, t.rate_limit_per_minute
-)
-SELECT * FROM leased WHERE lease_token IS NOT NULL;
-
 -- name: delivery_take
--- The worker's hot path, one round trip (hookgate_delivery_take in 0008_dispatch_take.sql): claim up to $1 due
--- deliveries like delivery_claim_paced ($2 lease seconds, $3 trigger cursor, $4 triggers at most, $5 clock
--- override, nullable), dispatch the plain-pending ones ($6 max task attempts, $7 runtime heartbeat timeout)
--- and claim up to $9 of their HTTP agents' tasks for holder $8 (leased least(agent timeout, $10) + $11 s).
--- Rows: kind 'dispatched' (task columns) or 'leased' (for the one-by-one path).
+-- The worker's claim and dispatch, one round trip (sql/functions/hookgate_delivery_take.sql): claim up to $1
+-- due deliveries round-robin across triggers with pacing ($2 lease seconds, $3 trigger cursor, $4 triggers at
+-- most, $5 clock override, nullable), dispatch the plain-pending ones ($6 max task attempts, $7 runtime heartbeat
+-- timeout) and claim up to $9 of their HTTP agents' tasks for holder $8 (leased least(agent timeout, $10) + $11
+-- s). Rows: kind 'dispatched' (task columns) or 'leased' (for the one-by-one path).
 SELECT * FROM hookgate_delivery_take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);

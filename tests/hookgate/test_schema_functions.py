@@ -57,7 +57,9 @@ DEFINITIONS = f"""
 # Functions whose file was changed on purpose after the migrations that made them, so their definition no longer
 # equals the migrations' (their signature still does).
 CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
-    "hookgate_slots_take", "hookgate_task_claim",  # a lowered concurrency cap stays strict
+    "hookgate_slots_take",  # a lowered concurrency cap stays strict
+    "hookgate_delivery_take",  # uses hookgate_assignee_agent and hookgate_runtime_ready instead of copies
+    "hookgate_task_claim",  # takes its slots from hookgate_slots_take (one slot rule)
 })
 
 

@@ -1,13 +1,17 @@
-"""Claim and dispatch in one statement (``delivery_take``): what the worker's hot path must keep guaranteeing."""
+"""The take (``delivery_take``): claim and dispatch in one statement, what the hot path must keep guaranteeing."""
 
 import asyncio
+import logging
+from datetime import timedelta
 
 from starlette.responses import JSONResponse
 
+from autopilot import dispatch
 from hookgate import database
+from hookgate.context import open_context
 from tests import factories
-from tests.worker.conftest import add_delivery, bulk_deliveries
-from worker import fastpath
+from tests.worker.conftest import add_delivery, bulk_deliveries, wait_for
+from worker import take, watchdog
 from worker.deliveries import DeliveryWorker, options_for
 from worker.push import Pusher
 
@@ -74,7 +78,7 @@ async def test_one_statement_dispatches_plain_runs_with_tasks_born_claimed_withi
     assert {r["id"] for r in taken.leased} == {d for d, _ in unusual}
     tokens = {r["id"]: r["lease_token"] for r in taken.leased}
     assert all(r["status"] == "queued" and r["lease_token"] == tokens[r["id"]] for r in left)
-    assert await worker._process_rest(taken.leased) == ["dispatched", "dispatched"]
+    assert await worker.dispatch_leased(taken.leased) == ["dispatched", "dispatched"]
     release.set()
     await asyncio.gather(*pusher._inflight)
     await pusher.stop(deadline=5)
@@ -95,7 +99,7 @@ async def test_a_run_held_by_another_dispatcher_is_leased_not_dispatched_twice(w
         await holder.execute("SELECT 1 FROM autopilot_run WHERE id = $1 FOR UPDATE", run_id)
         taken = await worker.take_batch()
     assert taken.dispatched == 0 and [r["id"] for r in taken.leased] == [delivery_id]
-    assert await worker._process_rest(taken.leased) == ["dispatched"]
+    assert await worker.dispatch_leased(taken.leased) == ["dispatched"]
     async with wctx.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1
 
@@ -116,7 +120,7 @@ async def test_an_existing_task_for_the_run_attempt_is_not_made_again(wctx, agen
         slots = await conn.fetchval("SELECT count(*) FROM agent_slot WHERE lease_token IS NOT NULL")
         claims = await conn.fetchval("SELECT count(*) FROM audit_log WHERE action = 'CLAIM'")
     assert slots == 0 and claims == 0  # the slot it locked for that task was not given away
-    assert await worker._process_rest(taken.leased) == ["dispatched"]
+    assert await worker.dispatch_leased(taken.leased) == ["dispatched"]
     async with wctx.pool.acquire() as conn:
         assert await conn.fetchval("SELECT task_id FROM autopilot_run WHERE id = $1", run_id) == existing
         assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1
@@ -136,23 +140,72 @@ async def test_the_take_keeps_a_quiet_trigger_from_being_starved(wctx, agent_ser
     assert taken.dispatched == 4 and status == "dispatched"
 
 
-async def test_if_the_one_statement_fails_the_two_step_path_dispatches(wctx, agent_server):
+async def test_a_take_that_fails_is_logged_and_its_deliveries_are_dispatched_on_a_later_pass(
+        wctx, agent_server, caplog):
     _, _, ap, trigger = await _setup(wctx, agent_server)
     async with wctx.pool.acquire() as conn:
         _, run_id = await add_delivery(conn, ap, trigger)
         await add_delivery(conn, ap, trigger, admit=False)  # crash window: the one-by-one path
-        # A real failure of the statement (as a bug or a deadlock would be): the function is gone.
-        await conn.execute("ALTER FUNCTION hookgate_delivery_take RENAME TO hookgate_delivery_take_gone")
-    pusher = Pusher(wctx, holder="t")
-    worker = DeliveryWorker(wctx, holder="t", pusher=pusher)
-    assert await worker.run_once() == 2
-    await asyncio.gather(*pusher._inflight)
+    blocker = await database.connect(wctx.dsn)
+    # A real failure of the statement: the pacing table is locked by another transaction and the worker's
+    # connections stop waiting for a lock after 100 ms (lock_timeout), so the take fails with 55P03.
+    async with open_context(wctx.settings, migrate=False, server_settings={"lock_timeout": "100ms"}) as ctx:
+        pusher = Pusher(ctx, holder="t")
+        worker = DeliveryWorker(ctx, holder="t", pusher=pusher)
+        blocking = blocker.transaction()
+        await blocking.start()
+        await blocker.execute("LOCK TABLE trigger_pace IN EXCLUSIVE MODE")
+        runner = asyncio.create_task(worker.run())
+        try:
+            with caplog.at_level(logging.WARNING, logger="hookgate.deliveries"):
+                await wait_for(lambda: _failed_takes(caplog, 2))
+            async with ctx.pool.acquire() as conn:
+                assert await conn.fetchval("SELECT count(*) FROM webhook_delivery WHERE status = 'queued' "
+                                           "AND lease_token IS NULL") == 2  # the failed takes wrote nothing
+            assert not runner.done()
+            await blocking.rollback()
+
+            async def dispatched() -> bool:
+                async with ctx.pool.acquire() as conn:
+                    return await conn.fetchval("SELECT count(*) FROM webhook_delivery WHERE status = 'dispatched'") == 2
+            await wait_for(dispatched)
+        finally:
+            await worker.stop()
+            await runner
+            await blocker.close()
+        await asyncio.gather(*pusher._inflight)
+        await pusher.stop(deadline=5)
+        async with ctx.pool.acquire() as conn:
+            run = await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id)
+            tasks = await conn.fetchval("SELECT count(*) FROM agent_task")
+    assert run == "completed" and tasks == 2
+
+
+async def _failed_takes(caplog, n: int) -> bool:
+    failed = [r for r in caplog.records if r.name == "hookgate.deliveries" and r.levelno == logging.WARNING
+              and "take failed" in r.getMessage() and "lock timeout" in getattr(r, "error", "")]
+    return len(failed) >= n
+
+
+async def test_a_push_success_after_the_lease_was_lost_is_recorded_not_applied(wctx, agent_server):
+    _, _, ap, trigger = await _setup(wctx, agent_server)
+    async with wctx.pool.acquire() as conn:
+        _, run_id = await add_delivery(conn, ap, trigger)
+        options = dispatch.Options(claim=dispatch.ClaimFor("t1"), heartbeat_timeout_s=120.0)
+        taken = await take.take_batch(conn, limit=8, lease_s=120, cursor=None, fanout=16, options=options,
+                                      capacity=1)
+        [claimed] = taken.claimed
+        later = await conn.fetchval("SELECT now() + interval '1 hour'")
+        await watchdog.sweep(conn, now=later - timedelta(minutes=1), heartbeat_timeout_s=120.0)
+    pusher = Pusher(wctx, holder="t1")
+    assert await pusher.push(claimed) == "done"
     await pusher.stop(deadline=5)
     async with wctx.pool.acquire() as conn:
-        statuses = await conn.fetch("SELECT status FROM webhook_delivery")
+        task = await conn.fetchval("SELECT status FROM agent_task WHERE id = $1", claimed.id)
         run = await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id)
-        tasks = await conn.fetchval("SELECT count(*) FROM agent_task")
-    assert {r["status"] for r in statuses} == {"dispatched"} and run == "completed" and tasks == 2
+        late = await conn.fetchval("SELECT count(*) FROM audit_log WHERE action = 'LATE_RESULT' AND subject_id = $1",
+                                   str(claimed.id))
+    assert task == "queued" and run != "completed" and late == 1
 
 
 _BIG_TABLES = ("webhook_delivery", "agent_task", "agent_slot", "autopilot_run")
@@ -168,18 +221,18 @@ async def test_the_take_keeps_reading_by_index_after_its_plans_were_made_on_smal
         for table in _BIG_TABLES:  # no ANALYZE may replan under the test (that would hide a bad plan)
             await conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
         await add_delivery(conn, ap, trigger)
-        first = await fastpath.take(conn, limit=32, lease_s=120, cursor=None, fanout=16, options=options,
+        first = await take.take_batch(conn, limit=32, lease_s=120, cursor=None, fanout=16, options=options,
                                     capacity=64)
         assert first.dispatched == 1  # every statement of the take ran, so each has its plan now
         await bulk_deliveries(conn, ap, trigger, 3000)
         for _ in range(40):  # the tables grow under the cached plans: ~2,500 tasks, runs, audit rows
-            await fastpath.take(conn, limit=64, lease_s=120, cursor=None, fanout=16, options=options, capacity=64)
+            await take.take_batch(conn, limit=64, lease_s=120, cursor=None, fanout=16, options=options, capacity=64)
         plans: list[str] = []
         conn.add_log_listener(lambda _c, message: plans.append(message.message))
         await conn.execute("LOAD 'auto_explain'")
         await conn.execute("SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; "
                            "SET client_min_messages = log")
-        taken = await fastpath.take(conn, limit=32, lease_s=120, cursor=None, fanout=16, options=options,
+        taken = await take.take_batch(conn, limit=32, lease_s=120, cursor=None, fanout=16, options=options,
                                     capacity=64)
         await conn.execute("SET client_min_messages = notice")
     finally:

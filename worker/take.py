@@ -1,0 +1,67 @@
+"""The delivery worker's take: claim a batch of deliveries and dispatch the plain ones, in one statement.
+
+:func:`take_batch` runs ``delivery_take`` (``sql/functions/hookgate_delivery_take.sql``): claim up to ``limit``
+due deliveries with pacing and, in the same round trip, give every delivery whose admitted run is still plain
+``pending`` (what ingress stores) its task, born claimed for pushing when its HTTP agent has a free slot. It
+keeps the guards and per-agent slot claim of :func:`autopilot.dispatch.dispatch_run`; whatever is unusual
+(crash window, create_issue, skipped, half-made, a run held elsewhere) comes back leased for the one-by-one path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+
+from autopilot import dispatch, tasks
+from hookgate.database import Conn
+from sql import Q
+
+
+@dataclass
+class Taken:
+    """What one take did: dispatched, claimed to push now, and leased for the one-by-one path."""
+
+    dispatched: int = 0
+    claimed: list[tasks.Claimed] = field(default_factory=list)
+    leased: list[asyncpg.Record] = field(default_factory=list)
+    triggers: set[UUID] = field(default_factory=set)
+
+
+async def take_batch(
+    conn: Conn, *, limit: int, lease_s: float, cursor: UUID | None, fanout: int, options: dispatch.Options,
+    capacity: int, now: datetime | None = None,
+) -> Taken:
+    """Claim up to ``limit`` due deliveries, dispatch the plain-pending ones and claim up to ``capacity`` pushes.
+
+    One round trip: the claim, its pacing and the dispatch of what ingress stores; the rest comes back leased.
+    """
+    claim = options.claim or dispatch.ClaimFor("")
+    rows = await conn.fetch(
+        Q.delivery_take, limit, lease_s, cursor, fanout, now, options.task_max_attempts, options.heartbeat_timeout_s,
+        claim.holder, capacity if options.claim is not None else 0, claim.push_timeout_cap_s,
+        claim.push_lease_margin_s,
+    )
+    taken = Taken(triggers={r["trigger_id"] for r in rows})
+    for r in rows:
+        if r["kind"] == "leased":
+            taken.leased.append(r)
+            continue
+        taken.dispatched += 1
+        if r["claimed"]:
+            taken.claimed.append(_claimed(r))
+    return taken
+
+
+def _claimed(row: asyncpg.Record) -> tasks.Claimed:
+    return tasks.Claimed(
+        id=row["task_id"], workspace_id=row["workspace_id"], run_id=row["run_id"], agent_id=row["agent_id"],
+        payload=row["payload"], attempt=row["attempt"], max_attempts=row["max_attempts"],
+        lease_token=row["task_lease_token"], lease_expires_at=row["lease_expires_at"],
+        autopilot_id=row["autopilot_id"], autopilot_title=row["autopilot_title"],
+        autopilot_instructions=row["autopilot_instructions"], endpoint_url=row["endpoint_url"],
+        timeout_s=row["timeout_s"], signing_secret_ct=row["signing_secret_ct"],
+        previous_secret_ct=row["previous_secret_ct"],
+    )
