@@ -1,4 +1,4 @@
-"""The delivery worker (DESIGN §5): a PostgreSQL queue of webhook deliveries, turned into dispatched runs.
+"""The delivery worker (ARCHITECTURE §5): a PostgreSQL queue of webhook deliveries, turned into dispatched runs.
 
 Claims are batched, round-robin across triggers, leased with a token (``delivery_lease_s``); every
 complete/retry/defer write is guarded by ``id + lease_token + status='queued'`` (zero rows: someone else

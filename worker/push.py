@@ -1,4 +1,4 @@
-"""Push tasks to HTTP agents (DESIGN §7, §11), Standard-Webhooks-signed, ``webhook-id`` = task id.
+"""Push tasks to HTTP agents (ARCHITECTURE §7, §11), Standard-Webhooks-signed, ``webhook-id`` = task id.
 
 During a signing-secret rotation's window ``webhook-signature`` holds two space-separated signatures, by the
 new secret and by the old one (Standard Webhooks lets a receiver accept any one it can verify).
@@ -133,7 +133,7 @@ def report_url(public_url: str, task_id: UUID) -> str:
 
 
 def push_body(claimed: tasks.Claimed, public_url: str) -> bytes:
-    """The body of a push, exactly the fields of DESIGN §11."""
+    """The body of a push, exactly the fields of ARCHITECTURE §11."""
     return json.dumps({
         "task_id": str(claimed.id), "run_id": None if claimed.run_id is None else str(claimed.run_id),
         "attempt": claimed.attempt,

@@ -184,7 +184,7 @@ FROM agent_task WHERE workspace_id = $1 AND id = $2;
 
 -- name: task_cancel_queued_for_run
 -- A cancelled run's tasks that no worker holds yet are cancelled too. $1 = run. A running task ends
--- through its holder's report (DESIGN §7 P5), never here.
+-- through its holder's report (ARCHITECTURE §7 P5), never here.
 UPDATE agent_task SET status = 'cancelled', finished_at = now(), updated_at = now()
 WHERE run_id = $1 AND status = 'queued'
 RETURNING id;

@@ -1,5 +1,5 @@
 -- name: admission_facts
--- Everything the admission gate (DESIGN §6) needs, for many admissions in one statement: statuses, the
+-- Everything the admission gate (ARCHITECTURE §6) needs, for many admissions in one statement: statuses, the
 -- resolved agent (a squad resolves to its leader), its readiness, and who is accountable. Parallel arrays,
 -- one element per admission: $1 = autopilot ids, $2 = trigger ids (NULL elements: none), $3 = manual
 -- clickers (NULL elements: none). $4 = runtime heartbeat timeout in seconds. One row per admission whose
@@ -133,7 +133,7 @@ SELECT pg_notify('hookgate_runs', r::text) FROM unnest($1::uuid[]) AS r;
 
 -- name: run_failure_rates
 -- Active autopilots whose finished runs created after $1 - $2 seconds number at least $3 with at least
--- a share $4 failed (the auto-pause rule, DESIGN §6).
+-- a share $4 failed (the auto-pause rule, ARCHITECTURE §6).
 SELECT r.autopilot_id, count(*) AS finished, count(*) FILTER (WHERE r.status = 'failed') AS failed
 FROM autopilot_run r
 JOIN autopilot a ON a.id = r.autopilot_id AND a.status = 'active'

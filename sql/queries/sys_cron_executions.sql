@@ -1,5 +1,5 @@
 -- name: cron_clock
--- The database clock: every scheduling decision uses it, never the host's clock (DESIGN §3).
+-- The database clock: every scheduling decision uses it, never the host's clock (ARCHITECTURE §3).
 SELECT clock_timestamp() AS now;
 
 -- name: cron_sweep_stale

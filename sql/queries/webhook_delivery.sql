@@ -57,7 +57,7 @@ SELECT count(*) AS dropped FROM dropped;
 -- name: ingress_trigger_lookup
 -- Ingress step 2 (and the facts of steps 4, 9, 10) in one round trip: the live webhook trigger whose
 -- token digest is $1, its autopilot, its signing secrets (the previous one only while its grace window
--- is open), and the admission facts of DESIGN §6 with the same column names as admission_facts, so
+-- is open), and the admission facts of ARCHITECTURE §6 with the same column names as admission_facts, so
 -- autopilot.admission.evaluate can judge them. $2 = runtime heartbeat timeout (s), $3 = now override
 -- (nullable; tests). The fingerprint covers every trigger/autopilot field ingress decides on; the
 -- persisting statement recomputes it (keep the two expressions identical) to detect a stale read.

@@ -14,7 +14,7 @@ SELECT id, false FROM workspace WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM in
 SELECT count(*) FROM workspace;
 
 -- name: workspace_first_owner
--- The oldest active owner of workspace $1: the accountable member of last resort (DESIGN §6).
+-- The oldest active owner of workspace $1: the accountable member of last resort (ARCHITECTURE §6).
 SELECT id FROM member
 WHERE workspace_id = $1 AND role = 'owner' AND disabled_at IS NULL
 ORDER BY created_at, id
