@@ -124,21 +124,28 @@ async def client(ctx: Context) -> AsyncIterator[httpx.AsyncClient]:
     await shutdown(app)
 
 
-@pytest.fixture
-async def live_url(ctx: Context) -> AsyncIterator[str]:
-    """The app served by uvicorn on a real loopback socket; yields its base URL."""
-    server = HttpServer(ctx, host="127.0.0.1", port=0)
+@contextlib.asynccontextmanager
+async def serving(ctx: Context, **kw: Any) -> AsyncIterator[HttpServer]:
+    """The app served by uvicorn on a real loopback socket (``HttpServer`` arguments in ``kw``)."""
+    server = HttpServer(ctx, **({"host": "127.0.0.1", "port": 0} | kw))
     task = asyncio.create_task(server.run())
     while not server.server.started:
         if task.done():
             task.result()
         await asyncio.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{server.port}"
+        yield server
     finally:
         await server.stop()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, 10)
+
+
+@pytest.fixture
+async def live_url(ctx: Context) -> AsyncIterator[str]:
+    """The app served by uvicorn on a real loopback socket; yields its base URL."""
+    async with serving(ctx) as server:
+        yield f"http://127.0.0.1:{server.port}"
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import re
 import shutil
@@ -20,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.server import HttpServer
 from hookgate.context import Context, open_context
 from tests import factories
-from tests.conftest import make_settings
+from tests.conftest import make_settings, serving
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "PROVIDERS.md"
 EXAMPLE = re.compile(r"<!-- example: (\w+) -> ([\w.]+) -->\n```sh\n(.*?)```", re.S)
@@ -46,18 +44,8 @@ async def served(db_url: str) -> AsyncIterator[tuple[Context, str]]:
         port = probe.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
     async with open_context(make_settings(db_url, public_url=base), migrate=False) as ctx:
-        server = HttpServer(ctx, host="127.0.0.1", port=port)
-        task = asyncio.create_task(server.run())
-        while not server.server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        try:
+        async with serving(ctx, port=port):
             yield ctx, base
-        finally:
-            await server.stop()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(task, 10)
 
 
 @pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl")), reason="needs curl and openssl")

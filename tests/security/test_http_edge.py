@@ -20,6 +20,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.ingress import ingress_state
 from gateway.server import HttpServer
+from tests import conftest
 from tests.conftest import make_settings
 
 BAD_TOKEN = "/hooks/awt_x"
@@ -40,21 +41,10 @@ def with_settings(**values: object) -> pytest.MarkDecorator:
     return pytest.mark.parametrize("settings", [values], indirect=True, ids=[""])
 
 
-@contextlib.asynccontextmanager
-async def serving(ctx, parser: type[asyncio.Protocol] = HttpToolsProtocol) -> AsyncIterator[HttpServer]:
+def serving(ctx, parser: type[asyncio.Protocol] = HttpToolsProtocol,
+            ) -> contextlib.AbstractAsyncContextManager[HttpServer]:
     """The app served by uvicorn with ``parser`` on a loopback socket, as the ``live_url`` fixture does."""
-    server = HttpServer(ctx, host="127.0.0.1", port=0, parser=parser)
-    task = asyncio.create_task(server.run())
-    while not server.server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield server
-    finally:
-        await server.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 10)
+    return conftest.serving(ctx, parser=parser)
 
 
 async def _statuses(url: str, *forwarded: str | list[str], header: str = "x-forwarded-for") -> list[int]:
