@@ -115,6 +115,8 @@ class Preset:
     """Headers whose values are never stored; `selected_headers` records them as present: True."""
     stored_headers: frozenset[str] = frozenset()
     """Provider headers worth keeping on a delivery, besides content-type, user-agent and dedupe headers."""
+    event_headers: frozenset[str] = frozenset()
+    """Headers `namer` reads the event name from (documented in /openapi.json)."""
 
     def event(self, req: Inbound) -> str:
         """The normalised event name (see module docstring); `webhook.received` if none is given."""
@@ -462,6 +464,7 @@ _PRESET_LIST: tuple[Preset, ...] = (
         dedupe_sources=("header:idempotency-key", "header:x-github-delivery"),
         signature_headers=_HUB,
         stored_headers=frozenset({"x-event-type"}),
+        event_headers=frozenset({"x-event-type"}),
     ),
     Preset(
         name="github",
@@ -472,6 +475,7 @@ _PRESET_LIST: tuple[Preset, ...] = (
         stored_headers=frozenset(
             {"x-github-event", "x-github-hook-id", "x-github-hook-installation-target-type"}
         ),
+        event_headers=frozenset({"x-github-event"}),
     ),
     Preset(
         name="gitlab",
@@ -480,6 +484,7 @@ _PRESET_LIST: tuple[Preset, ...] = (
         dedupe_sources=("header:x-gitlab-event-uuid", "header:idempotency-key"),
         signature_headers=frozenset({"x-gitlab-token"}),  # the secret itself
         stored_headers=frozenset({"x-gitlab-event", "x-gitlab-webhook-uuid", "x-gitlab-instance"}),
+        event_headers=frozenset({"x-gitlab-event"}),
     ),
     Preset(
         name="stripe",
@@ -503,6 +508,7 @@ _PRESET_LIST: tuple[Preset, ...] = (
         dedupe_sources=("header:x-shopify-webhook-id",),
         signature_headers=frozenset({"x-shopify-hmac-sha256"}),
         stored_headers=frozenset({"x-shopify-topic", "x-shopify-event-id", "x-shopify-shop-domain"}),
+        event_headers=frozenset({"x-shopify-topic"}),
     ),
     Preset(
         name="standard",
@@ -519,6 +525,7 @@ _PRESET_LIST: tuple[Preset, ...] = (
         dedupe_sources=("header:linear-delivery",),
         signature_headers=frozenset({"linear-signature"}),
         stored_headers=frozenset({"linear-event"}),
+        event_headers=frozenset({"linear-event"}),
     ),
     Preset(
         name="twilio",

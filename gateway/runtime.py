@@ -25,16 +25,19 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 from uuid import UUID
 
 import asyncpg
+from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from autopilot import agents, dispatch, tasks
 from gateway import bodies, overload, ratelimit
+from gateway.admin.openapi import Answer, Error, Operation
 from gateway.claim_wait import ClaimWaits
 from gateway.errors import ApiError
 from gateway.ingress_store import unstorable
@@ -45,6 +48,86 @@ from sql import Q
 
 DEFAULT_INSTANCE = "default"
 _STATUSES = ("succeeded", "failed")
+
+
+# -- bodies and answers, as documented in /openapi.json -------------------------------------------------
+
+
+class HeartbeatBody(BaseModel):
+    """Which instance of the runtime is alive."""
+
+    instance: str = Field(default=DEFAULT_INSTANCE, min_length=1, max_length=200)
+
+
+class ClaimBody(HeartbeatBody):
+    """Claim a task for this instance, waiting up to ``wait_s`` (capped by HOOKGATE_RUNTIME_CLAIM_MAX_WAIT_S)."""
+
+    wait_s: float = Field(default=0, ge=0)
+
+
+class RenewBody(BaseModel):
+    """The lease token the claim (or the push) handed out."""
+
+    lease_token: UUID
+
+
+class ReportBody(RenewBody):
+    """The holder's final report; a failure with retry_class ``transient`` or ``retryable`` is tried again."""
+
+    status: Literal["succeeded", "failed"]
+    result: Any = None
+    error: str | None = None
+    retry_class: str | None = None
+
+
+class Heartbeat(BaseModel):
+    """The instance is online until ``heartbeat_timeout_s`` passes without a heartbeat or claim."""
+
+    agent_id: UUID
+    instance: str
+    status: str
+    heartbeat_timeout_s: float
+
+
+class TaskAutopilot(BaseModel):
+    """The rule the task carries out."""
+
+    id: UUID | None
+    title: str | None
+    instructions: str | None
+
+
+class ClaimedTask(BaseModel):
+    """A task: its run, its attempt (1 first), the run's payload and its autopilot."""
+
+    id: UUID
+    run_id: UUID | None
+    attempt: int
+    payload: Any
+    autopilot: TaskAutopilot
+
+
+class Claim(BaseModel):
+    """A claimed task and its lease: renew before ``lease_expires_at``, report with the lease token."""
+
+    task: ClaimedTask
+    lease_token: UUID
+    lease_expires_at: datetime
+
+
+class Renewed(BaseModel):
+    """The lease now ends at ``lease_expires_at``."""
+
+    task_id: UUID
+    lease_expires_at: datetime
+
+
+class Reported(BaseModel):
+    """The task's status after the report; ``applied`` is false for a repeat of the same report."""
+
+    task_id: UUID
+    status: str
+    applied: bool
 
 
 def _ctx(request: Request) -> Context:
@@ -126,8 +209,8 @@ async def heartbeat(request: Request) -> Response:
     async with ctx.pool.acquire() as conn:
         row = await conn.fetchrow(Q.instance_heartbeat, agent["id"], _instance(body))
     assert row is not None
-    return JSONResponse({"agent_id": str(agent["id"]), "instance": _instance(body), "status": row["status"],
-                         "heartbeat_timeout_s": ctx.settings.heartbeat_timeout_s})
+    return _json(Heartbeat(agent_id=agent["id"], instance=_instance(body), status=row["status"],
+                           heartbeat_timeout_s=ctx.settings.heartbeat_timeout_s))
 
 
 async def claim(request: Request) -> Response:
@@ -158,7 +241,7 @@ async def claim(request: Request) -> Response:
         found = await attempt()
     else:
         found = await _wait_for_task(request, agent["id"], attempt, undo, wait)
-    return Response(status_code=204) if found is None else JSONResponse(_claim_body(found))
+    return Response(status_code=204) if found is None else _json(_claim_body(found))
 
 
 async def _wait_for_task(
@@ -191,14 +274,15 @@ def claim_waits(request: Request) -> ClaimWaits:
     return waits
 
 
-def _claim_body(won: tasks.Claimed) -> dict[str, Any]:
-    autopilot = {"id": None if won.autopilot_id is None else str(won.autopilot_id), "title": won.autopilot_title,
-                 "instructions": won.autopilot_instructions}
-    return {
-        "task": {"id": str(won.id), "run_id": None if won.run_id is None else str(won.run_id),
-                 "attempt": won.attempt, "payload": won.payload, "autopilot": autopilot},
-        "lease_token": str(won.lease_token), "lease_expires_at": won.lease_expires_at.isoformat(),
-    }
+def _claim_body(won: tasks.Claimed) -> Claim:
+    autopilot = TaskAutopilot(id=won.autopilot_id, title=won.autopilot_title,
+                              instructions=won.autopilot_instructions)
+    task = ClaimedTask(id=won.id, run_id=won.run_id, attempt=won.attempt, payload=won.payload, autopilot=autopilot)
+    return Claim(task=task, lease_token=won.lease_token, lease_expires_at=won.lease_expires_at)
+
+
+def _json(answer: BaseModel) -> JSONResponse:
+    return JSONResponse(answer.model_dump(mode="json"))
 
 
 @dataclass(frozen=True)
@@ -272,7 +356,7 @@ async def renew(request: Request) -> Response:
                                         sent=caller.sent(raw))
         except tasks.LeaseLost:
             raise _lease_lost(request, caller) from None
-    return JSONResponse({"task_id": str(task_id), "lease_expires_at": expires.isoformat()})
+    return _json(Renewed(task_id=task_id, lease_expires_at=expires))
 
 
 def _report_of(body: dict[str, Any]) -> tasks.Report:
@@ -308,7 +392,7 @@ async def report(request: Request) -> Response:
             await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(task_id))
         state = await conn.fetchrow(Q.task_state, task_id)
     assert state is not None
-    return JSONResponse({"task_id": str(task_id), "status": state["status"], "applied": outcome == "applied"})
+    return _json(Reported(task_id=task_id, status=state["status"], applied=outcome == "applied"))
 
 
 # Retried whole on a deadlock or serialization failure: each writes in one transaction at most, and its
@@ -319,3 +403,41 @@ routes = [
     Route("/v1/runtime/tasks/{task_id}/renew", overload.retried(renew), methods=["POST"]),
     Route("/v1/runtime/tasks/{task_id}/report", overload.retried(report), methods=["POST"]),
 ]
+
+Security = tuple[dict[str, list[str]], ...]
+_TOKEN: Security = ({"runtimeToken": []},)
+_TOKEN_OR_LEASE: Security = ({"runtimeToken": []}, {})  # no bearer: an HTTP agent's task; its lease token proves it
+_TASK_ID = {"name": "task_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"},
+            "description": "The task's id (`task.id` of the claim, `task_id` of a push); any other value is 404"}
+_COMMON = {
+    400: Answer("The body is not a JSON object, is nested too deep or holds text a database cannot store", (Error,)),
+    401: Answer("No valid runtime token (`unauthorized`)", (Error,)),
+    413: Answer("The body is larger than HOOKGATE_API_MAX_BODY_BYTES (`payload_too_large`)", (Error,)),
+    422: Answer("A field has the wrong type or value (`invalid_request`)", (Error,)),
+    503: Answer("The database is unavailable or busy (`unavailable`, `busy`); retry after Retry-After",
+                (Error,), retry_after=True),
+}
+_ON_TASK = {
+    **_COMMON,
+    401: Answer("No valid runtime token; without one, the task is not an HTTP agent's (`unauthorized`)", (Error,)),
+    404: Answer("No such task, or it is another agent's (`not_found`)", (Error,)),
+    409: Answer("The lease token no longer holds the task (`lease_lost`); nothing changed", (Error,)),
+    429: Answer("Without a runtime token: too many bad lease tokens from this address (`rate_limited`)",
+                (Error,), retry_after=True),
+}
+OPERATIONS = [
+    Operation("POST", "/v1/runtime/heartbeat", "runtime_heartbeat", "Say this runtime instance is alive", "runtime",
+              {200: Answer("The instance is online", (Heartbeat,)), **_COMMON}, _TOKEN,
+              {"application/json": HeartbeatBody}, description=(heartbeat.__doc__ or "").strip()),
+    Operation("POST", "/v1/runtime/claim", "runtime_claim", "Claim the next task, long-polling up to wait_s",
+              "runtime", {200: Answer("A task and its lease", (Claim,)), 204: Answer("No task within wait_s"),
+                          **_COMMON}, _TOKEN, {"application/json": ClaimBody},
+              description=(claim.__doc__ or "").strip()),
+    Operation("POST", "/v1/runtime/tasks/{task_id}/renew", "runtime_renew", "Extend a task's lease", "runtime",
+              {200: Answer("The lease is extended", (Renewed,)), **_ON_TASK}, _TOKEN_OR_LEASE,
+              {"application/json": RenewBody}, (_TASK_ID,), (renew.__doc__ or "").strip()),
+    Operation("POST", "/v1/runtime/tasks/{task_id}/report", "runtime_report", "Report a task's outcome", "runtime",
+              {200: Answer("The report is recorded (or was already)", (Reported,)), **_ON_TASK}, _TOKEN_OR_LEASE,
+              {"application/json": ReportBody}, (_TASK_ID,), (report.__doc__ or "").strip()),
+]
+"""The runtime API in ``/openapi.json``: bodies and answers are the models the handlers answer with."""

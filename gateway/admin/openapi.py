@@ -6,13 +6,13 @@ limit of :mod:`gateway.bodies` (400 ``invalid_json``), validates path/query/body
 errors, never a stack trace), hands the handler a :class:`Call` holding one pooled connection in one
 transaction (run again whole after a lost deadlock or serialization failure), and renders the model as
 JSON. ``/openapi.json`` is built from the same declarations, so the documented schema is the one the
-code validates against.
+code validates against; the runtime API and the webhook ingress add theirs as :class:`Operation` values.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -212,27 +212,93 @@ _ERRORS = {400: "Malformed request", 401: "Missing or unknown API key", 403: "No
            404: "Not found in this workspace", 409: "Conflicts with the current state",
            422: "Request failed validation"}
 _BODY_ERRORS = {413: "Request body too large"}
+SECURITY_SCHEMES = {
+    "bearer": {"type": "http", "scheme": "bearer", "description": "An admin API key, `hgk_…`."},
+    "runtimeToken": {"type": "http", "scheme": "bearer",
+                     "description": "A pull agent's runtime token, `hgr_…` (shown once when the agent is created)."},
+}
+"""``bearer``: the admin API; ``runtimeToken``: the runtime API. The webhook token travels in the path."""
 
 
-def document(endpoints: list[Endpoint], version: str) -> dict[str, Any]:
-    """The OpenAPI 3.1 document for ``endpoints``, schemas generated from their pydantic models."""
+@dataclass(frozen=True)
+class Answer:
+    """One documented status of an :class:`Operation`: a sentence, the JSON shapes its body may take, headers."""
+
+    description: str
+    models: tuple[type[BaseModel], ...] = ()
+    """No model: no body (204). Several: the body is one of them."""
+    retry_after: bool = False
+
+
+@dataclass(frozen=True)
+class Operation:
+    """An operation outside the typed admin endpoints (runtime API, webhook ingress), documented beside them."""
+
+    method: str
+    path: str
+    operation_id: str
+    summary: str
+    tag: str
+    answers: dict[int, Answer]
+    security: tuple[dict[str, list[str]], ...]
+    """Alternatives, any one suffices; ``{}`` among them: no credential at all is also accepted."""
+    body: dict[str, type[BaseModel]] = field(default_factory=dict)
+    """The request body model by media type."""
+    parameters: tuple[dict[str, Any], ...] = ()
+    description: str = ""
+
+
+def document(endpoints: list[Endpoint], version: str, operations: Sequence[Operation] = ()) -> dict[str, Any]:
+    """The OpenAPI 3.1 document for ``endpoints`` and ``operations``, schemas generated from their pydantic models."""
     wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [(Error, "serialization")]
     for e in endpoints:
         wanted += [(e.body, "validation")] if e.body else []
         wanted += [(e.response, "serialization")] if e.response else []
+    for o in operations:
+        wanted += [(model, "validation") for model in o.body.values()]
+        wanted += [(model, "serialization") for answer in o.answers.values() for model in answer.models]
     refs, defs = models_json_schema(list(dict.fromkeys(wanted)), ref_template="#/components/schemas/{model}")
     paths: dict[str, dict[str, Any]] = {}
     for e in endpoints:
         paths.setdefault(e.path, {})[e.method.lower()] = _operation(e, refs)
+    for o in operations:
+        paths.setdefault(o.path, {})[o.method.lower()] = _documented(o, refs)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "Hookgate admin API", "version": version,
-                 "description": "Admin API of Hookgate. Bearer hgk_ API keys; see docs/API.md."},
+        "info": {"title": "Hookgate API", "version": version,
+                 "description": "Hookgate's HTTP surface: the admin API (bearer `hgk_` keys, docs/API.md), the "
+                                "runtime API of agents (`hgr_` runtime tokens or a lease token, docs/DISPATCH.md) "
+                                "and the webhook ingress (the trigger's token in the path, docs/PROVIDERS.md)."},
         "paths": paths,
-        "components": {"schemas": defs.get("$defs", {}),
-                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {"schemas": defs.get("$defs", {}), "securitySchemes": SECURITY_SCHEMES},
         "security": [{"bearer": []}],
     }
+
+
+def _documented(o: Operation, refs: dict[Any, Any]) -> dict[str, Any]:
+    op: dict[str, Any] = {"operationId": o.operation_id, "summary": o.summary, "tags": [o.tag],
+                          "security": list(o.security), "parameters": [
+                              *({"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+                                for name in _path_names(o.path) if name not in {p["name"] for p in o.parameters}),
+                              *o.parameters]}
+    if o.description:
+        op["description"] = o.description
+    if o.body:
+        op["requestBody"] = {"required": False, "content": {
+            media: {"schema": refs[(model, "validation")]} for media, model in o.body.items()}}
+    op["responses"] = {str(status): _answer(answer, refs) for status, answer in sorted(o.answers.items())}
+    return op
+
+
+def _answer(answer: Answer, refs: dict[Any, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": answer.description}
+    schemas = [refs[(model, "serialization")] for model in answer.models]
+    if schemas:
+        out["content"] = {"application/json": {"schema": schemas[0] if len(schemas) == 1 else {"oneOf": schemas}}}
+    if answer.retry_after:
+        out["headers"] = {"Retry-After": {"description": "Seconds to wait before trying again",
+                                          "schema": {"type": "string", "pattern": "^[0-9]+$"}}}
+    return out
 
 
 def _operation(e: Endpoint, refs: dict[Any, Any]) -> dict[str, Any]:

@@ -949,3 +949,15 @@ def test_any_signed_body_verifies_and_any_changed_byte_does_not(
     changed = raw[:index] + bytes([raw[index] ^ 0x01]) + raw[index + 1 :]
     forged = Inbound(raw=changed, headers=req.headers, body=req.body, url=req.url, now=req.now)
     assert get_preset(name).verify(forged, [secret]) == "invalid"
+
+
+@pytest.mark.parametrize("preset", PRESETS.values(), ids=lambda preset: preset.name)
+def test_declared_event_headers_are_the_headers_the_event_name_is_read_from(preset: Preset) -> None:
+    # /openapi.json documents `event_headers`: each must name the event alone, and no other header may.
+    def named(headers: dict[str, str]) -> str:
+        return preset.event(Inbound(raw=b"{}", headers=headers, body={}, url="https://h.test/hooks/x", now=0.0))
+
+    for name in preset.event_headers:
+        assert named({name: "Order Paid"}) != DEFAULT_EVENT, name
+    others = {n: "Order Paid" for p in PRESETS.values() for n in p.event_headers | p.stored_headers}
+    assert named({n: v for n, v in others.items() if n not in preset.event_headers}) == DEFAULT_EVENT
