@@ -1,4 +1,14 @@
-"""The admission gate (ARCHITECTURE §6): decide whether a run may proceed, and admit it exactly once.
+"""The admission gate (ARCHITECTURE §6) and ingress step 9: is a delivery taken, may its run proceed; admit it.
+
+The one vocabulary: :data:`REASONS` holds every code and text of an ignored delivery (step 9,
+:func:`ignore_reason`) and of a skipped run (the gate, :func:`evaluate`). Ingress, replays, the delivery
+worker's crash window and the scheduler all decide with these functions over :class:`Facts`, and all but
+ingress (whose run is written by its own batched statement) admit with :func:`admit_many`.
+
+Event filters: the trigger's ``event_filters`` is a JSON array of event names or shell-style glob
+patterns (``*`` any run of characters, dots included; ``?`` one character; ``[abc]`` a set), matched
+case-insensitively against the whole normalised event name (``github.pull_request.*``,
+``stripe.invoice.*``). An empty array lets every event through; non-string entries are ignored.
 
 A run that cannot proceed is still a run: it is inserted as ``skipped`` with a ``reason_code``, never
 silently dropped. Admission is idempotent by the database: one run per delivery, one per
@@ -10,7 +20,9 @@ passes ``settings.heartbeat_timeout_s`` (``HOOKGATE_HEARTBEAT_TIMEOUT_S``); ther
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -20,9 +32,61 @@ import asyncpg
 from hookgate.database import Conn
 from sql import Q
 
+REASONS = {
+    # Step 9: the delivery is ignored (the first four also skip a run the gate is asked about).
+    "trigger_deleted": "the trigger was deleted",
+    "trigger_disabled": "the trigger is disabled",
+    "autopilot_paused": "the autopilot is paused",
+    "autopilot_archived": "the autopilot is archived",
+    "event_filtered": "the event does not match the trigger's event filters",
+    # The gate: the run is skipped.
+    "assignee_missing": "the assignee (agent or squad leader) does not exist",
+    "agent_archived": "the assigned agent is archived",
+    "runtime_offline": "the agent's runtime is not ready (no instance heartbeated recently)",
+    "actor_forbidden": "the actor may not invoke this autopilot",
+    "agent_private": "the agent is private to another member",
+    "no_accountable_member": "no member can be held accountable for this run",
+}
+"""Every reason code of an ignored delivery or a skipped run, and the text stored with it."""
+
 
 class AdmissionError(Exception):
     """The autopilot to admit a run for does not exist (a caller bug or a race with deletion)."""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What step 9 and the gate decide on: a row of ``admission_facts`` (or of ``ingress_trigger_lookup``)."""
+
+    workspace_id: UUID
+    autopilot_status: str
+    execution_mode: str
+    trigger_id: UUID | None
+    trigger_enabled: bool | None
+    trigger_deleted: bool | None
+    event_filters: tuple[str, ...]
+    """The trigger's filters; non-string entries (and a non-array value) are ignored."""
+    rule_version_id: UUID | None
+    agent_id: UUID | None
+    agent_archived: bool | None
+    agent_visibility: str | None
+    agent_owner_id: UUID | None
+    runtime_ready: bool | None
+    owner_id: UUID | None
+    clicker_id: UUID | None
+    clicker_can_write: bool
+    publisher_live_id: UUID | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> Facts:
+        """The facts of one row (its other columns are left out)."""
+        filters = row["event_filters"]
+        values = {name: row[name] for name in _FACT_COLUMNS}
+        values["event_filters"] = tuple(f for f in filters if isinstance(f, str)) if isinstance(filters, list) else ()
+        return cls(**values)
+
+
+_FACT_COLUMNS = [f.name for f in fields(Facts)]
 
 
 @dataclass(frozen=True)
@@ -35,6 +99,26 @@ class Decision:
     rule_version_id: UUID | None
     workspace_id: UUID
 
+    @classmethod
+    def of(cls, facts: Facts, source: str) -> Decision:
+        """The gate over ``facts`` for a run from ``source`` (pure)."""
+        code = evaluate(facts, source)
+        return cls(code, REASONS.get(code) if code else None, accountable(facts, source), facts.rule_version_id,
+                   facts.workspace_id)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One run to admit; ``delivery_id`` or ``(trigger_id, planned_at)`` make it idempotent."""
+
+    autopilot_id: UUID
+    source: str
+    payload: dict[str, Any]
+    trigger_id: UUID | None = None
+    delivery_id: UUID | None = None
+    planned_at: datetime | None = None
+    clicker_id: UUID | None = None
+
 
 @dataclass(frozen=True)
 class Admission:
@@ -45,52 +129,71 @@ class Admission:
     reason_code: str | None
     created: bool
 
-
-_SKIP = {
-    "autopilot_paused": "the autopilot is paused",
-    "autopilot_archived": "the autopilot is archived",
-    "trigger_disabled": "the trigger is disabled",
-    "trigger_deleted": "the trigger was deleted",
-    "assignee_missing": "the assignee (agent or squad leader) does not exist",
-    "agent_archived": "the assigned agent is archived",
-    "runtime_offline": "the agent's runtime is not ready (no instance heartbeated recently)",
-    "actor_forbidden": "the actor may not invoke this autopilot",
-    "agent_private": "the agent is private to another member",
-    "no_accountable_member": "no member can be held accountable for this run",
-}
+    @classmethod
+    def from_row(cls, row: asyncpg.Record, *, created: bool) -> Admission:
+        """The run of a row with ``id``, ``status`` and ``reason_code``."""
+        return cls(row["id"], row["status"], row["reason_code"], created)
 
 
-def accountable(facts: asyncpg.Record | dict[str, Any], source: str) -> UUID | None:
+def event_allowed(filters: Sequence[str], event: str) -> bool:
+    """No filters admit every event; else one must match (shell-style glob, case-insensitive)."""
+    name = event.lower()
+    return not filters or any(fnmatch.fnmatchcase(name, f.lower()) for f in filters)
+
+
+def ignore_reason(facts: Facts, event: str) -> str | None:
+    """Step 9: why a delivery of ``event`` is not taken, or None.
+
+    A deleted or disabled trigger, a paused or archived autopilot, an event its filters leave out.
+    """
+    if facts.trigger_id is None or facts.trigger_deleted:
+        return "trigger_deleted"
+    if not facts.trigger_enabled:
+        return "trigger_disabled"
+    if facts.autopilot_status in ("paused", "archived"):
+        return f"autopilot_{facts.autopilot_status}"
+    if not event_allowed(facts.event_filters, event):
+        return "event_filtered"
+    return None
+
+
+def accountable(facts: Facts, source: str) -> UUID | None:
     """Manual runs: the clicker. Others: trigger publisher, else rule publisher, else workspace owner."""
     if source == "manual":
-        return facts["clicker_id"]  # type: ignore[no-any-return]
-    return facts["publisher_live_id"] or facts["owner_id"]  # type: ignore[no-any-return]
+        return facts.clicker_id
+    return facts.publisher_live_id or facts.owner_id
 
 
-def evaluate(facts: asyncpg.Record | dict[str, Any], source: str) -> str | None:
+def evaluate(facts: Facts, source: str) -> str | None:
     """The first reason the run cannot proceed, or None. Pure: facts come from ``admission_facts``."""
-    if facts["autopilot_status"] == "paused":
-        return "autopilot_paused"
-    if facts["autopilot_status"] == "archived":
-        return "autopilot_archived"
-    if facts["trigger_id"] is not None and facts["trigger_deleted"]:
+    if facts.autopilot_status in ("paused", "archived"):
+        return f"autopilot_{facts.autopilot_status}"
+    if facts.trigger_id is not None and facts.trigger_deleted:
         return "trigger_deleted"
-    if facts["trigger_id"] is not None and not facts["trigger_enabled"]:
+    if facts.trigger_id is not None and not facts.trigger_enabled:
         return "trigger_disabled"
-    if source == "manual" and not facts["clicker_can_write"]:
+    if source == "manual" and not facts.clicker_can_write:
         return "actor_forbidden"
     who = accountable(facts, source)
     if who is None:
         return "no_accountable_member"
-    if facts["agent_id"] is None:
+    if facts.agent_id is None:
         return "assignee_missing"
-    if facts["agent_archived"]:
+    if facts.agent_archived:
         return "agent_archived"
-    if facts["agent_visibility"] == "private" and facts["agent_owner_id"] != who:
+    if facts.agent_visibility == "private" and facts.agent_owner_id != who:
         return "agent_private"
-    if facts["execution_mode"] == "run_only" and not facts["runtime_ready"]:
+    if facts.execution_mode == "run_only" and not facts.runtime_ready:
         return "runtime_offline"
     return None
+
+
+async def read_facts(conn: Conn, requests: Sequence[Request], heartbeat_timeout_s: float) -> list[Facts | None]:
+    """The facts of every request in one statement; None where the autopilot does not exist."""
+    rows = await conn.fetch(Q.admission_facts, [r.autopilot_id for r in requests], [r.trigger_id for r in requests],
+                            [r.clicker_id for r in requests], heartbeat_timeout_s)
+    found = {row["n"]: Facts.from_row(row) for row in rows}
+    return [found.get(n) for n in range(1, len(requests) + 1)]
 
 
 async def decide(
@@ -98,14 +201,44 @@ async def decide(
     clicker_id: UUID | None = None,
 ) -> Decision:
     """Read the facts (one round trip) and evaluate the gate."""
-    facts = await conn.fetchrow(Q.admission_facts, [autopilot_id], [trigger_id], [clicker_id], heartbeat_timeout_s)
+    [facts] = await read_facts(conn, [Request(autopilot_id, source, {}, trigger_id, clicker_id=clicker_id)],
+                               heartbeat_timeout_s)
     if facts is None:
         raise AdmissionError(f"autopilot {autopilot_id} does not exist")
-    code = evaluate(facts, source)
-    return Decision(
-        reason_code=code, reason=_SKIP.get(code) if code else None, accountable_id=accountable(facts, source),
-        rule_version_id=facts["rule_version_id"], workspace_id=facts["workspace_id"],
-    )
+    return Decision.of(facts, source)
+
+
+async def admit_many(
+    conn: Conn, requests: Sequence[Request], *, heartbeat_timeout_s: float, facts: Sequence[Facts | None] = (),
+) -> list[Admission]:
+    """Run the gate for every request and insert their runs (``pending`` or ``skipped``) in one statement.
+
+    A run admitted before is returned as it is. ``facts``: already read by :func:`read_facts` (step 9).
+    """
+    if not requests:
+        return []
+    known = list(facts) or await read_facts(conn, requests, heartbeat_timeout_s)
+    decisions = []
+    for request, fact in zip(requests, known, strict=True):
+        if fact is None:
+            raise AdmissionError(f"autopilot {request.autopilot_id} does not exist")
+        decisions.append(Decision.of(fact, request.source))
+    rows = await conn.fetch(Q.run_insert_many, *_run_columns(requests, decisions))
+    return [Admission.from_row(row, created=True) if row["id"] is not None else await _existing(conn, request)
+            for request, row in zip(requests, rows, strict=True)]
+
+
+def _run_columns(requests: Sequence[Request], decisions: Sequence[Decision]) -> list[list[Any]]:
+    """``run_insert_many``'s parallel arrays, $1..$13."""
+    pairs = list(zip(requests, decisions, strict=True))
+    return [
+        [d.workspace_id for _, d in pairs], [r.autopilot_id for r, _ in pairs], [r.trigger_id for r, _ in pairs],
+        [r.delivery_id for r, _ in pairs], [r.source for r, _ in pairs],
+        ["skipped" if d.reason_code else "pending" for _, d in pairs], [d.rule_version_id for _, d in pairs],
+        [r.planned_at for r, _ in pairs], [r.payload for r, _ in pairs],
+        [r.clicker_id if r.source == "manual" else None for r, _ in pairs], [d.accountable_id for _, d in pairs],
+        [d.reason_code for _, d in pairs], [d.reason for _, d in pairs],
+    ]
 
 
 async def admit(
@@ -114,28 +247,16 @@ async def admit(
     clicker_id: UUID | None = None,
 ) -> Admission:
     """Run the gate and insert the run (``pending`` or ``skipped``), or return the one already admitted."""
-    decision = await decide(
-        conn, autopilot_id=autopilot_id, trigger_id=trigger_id, source=source, clicker_id=clicker_id,
-        heartbeat_timeout_s=heartbeat_timeout_s,
-    )
-    status = "skipped" if decision.reason_code else "pending"
-    row = await conn.fetchrow(
-        Q.run_insert, decision.workspace_id, autopilot_id, trigger_id, delivery_id, source, status,
-        decision.rule_version_id, planned_at, payload, clicker_id if source == "manual" else None,
-        decision.accountable_id, decision.reason_code, decision.reason,
-    )
-    if row is not None:
-        return Admission(row["id"], row["status"], row["reason_code"], created=True)
-    return await _existing(conn, delivery_id, trigger_id, planned_at)
+    request = Request(autopilot_id, source, payload, trigger_id, delivery_id, planned_at, clicker_id)
+    [admitted] = await admit_many(conn, [request], heartbeat_timeout_s=heartbeat_timeout_s)
+    return admitted
 
 
-async def _existing(
-    conn: Conn, delivery_id: UUID | None, trigger_id: UUID | None, planned_at: datetime | None
-) -> Admission:
-    if delivery_id is not None:
-        row = await conn.fetchrow(Q.run_get_by_delivery, delivery_id)
+async def _existing(conn: Conn, request: Request) -> Admission:
+    if request.delivery_id is not None:
+        row = await conn.fetchrow(Q.run_get_by_delivery, request.delivery_id)
     else:
-        row = await conn.fetchrow(Q.run_get_by_plan, trigger_id, planned_at)
+        row = await conn.fetchrow(Q.run_get_by_plan, request.trigger_id, request.planned_at)
     if row is None:
         raise AdmissionError("run insert conflicted on a key this admission does not carry")
-    return Admission(row["id"], row["status"], row["reason_code"], created=False)
+    return Admission.from_row(row, created=False)

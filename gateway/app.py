@@ -11,8 +11,9 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
-from gateway import access, admin, dashboard, errors, health, ingress, metrics_endpoint, overload, runtime
+from gateway import access, admin, dashboard, errors, health, metrics_endpoint, overload, runtime
 from gateway.claim_wait import ClaimWaits
+from gateway.ingress import endpoint as ingress
 from hookgate.context import Context
 
 

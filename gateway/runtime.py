@@ -39,8 +39,8 @@ from autopilot import agents, dispatch, tasks
 from gateway import bodies, overload, ratelimit
 from gateway.admin.openapi import Answer, Error, Operation
 from gateway.claim_wait import ClaimWaits
+from gateway.envelope import unstorable
 from gateway.errors import ApiError
-from gateway.ingress_store import unstorable
 from hookgate import crypto
 from hookgate.context import Context
 from hookgate.database import Conn
@@ -300,7 +300,7 @@ class Caller:
 
 
 def _gates(request: Request) -> ratelimit.RateGates:
-    from gateway.ingress import ingress_state  # the ingress owns the per-IP gates; the debt is shared
+    from gateway.ingress.endpoint import ingress_state  # the ingress owns the per-IP gates; the debt is shared
 
     return ingress_state(request.app).gates
 

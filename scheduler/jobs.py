@@ -10,7 +10,6 @@ finds and reuses the run), applies the overlap policy, and wakes workers with NO
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -158,44 +157,12 @@ def _payload(state: asyncpg.Record, plan: datetime) -> dict[str, Any]:
 Todo = list[tuple[JobRun, asyncpg.Record]]
 
 
-async def _admit_pending(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> dict[JobRun, admission.Admission]:
-    """The hot path: the gate's facts for the whole batch in one statement, the pending runs in one INSERT.
-
-    Mirrors ``admission.admit`` for runs the gate lets through (same facts, same accountable member and
-    rule version). Only runs inserted now are returned; the caller sends every other run (a skip reason,
-    a run an earlier attempt already admitted) through ``admission.admit`` itself.
-    """
-    facts = await conn.fetch(Q.admission_facts, [s["autopilot_id"] for _, s in todo], [s["id"] for _, s in todo],
-                             [None] * len(todo), heartbeat_timeout_s)
-    if len(facts) != len(todo):
-        return {}
-    ready = [(run, s, f) for (run, s), f in zip(todo, facts, strict=True) if admission.evaluate(f, "schedule") is None]
-    if not ready:
-        return {}
-    rows = await conn.fetch(
-        Q.run_insert_schedule_many, [f["workspace_id"] for _, _, f in ready], [s["autopilot_id"] for _, s, _ in ready],
-        [s["id"] for _, s, _ in ready], [f["rule_version_id"] for _, _, f in ready], [r.plan_time for r, _, _ in ready],
-        [json.dumps(_payload(s, r.plan_time)) for r, s, _ in ready],
-        [admission.accountable(f, "schedule") for _, _, f in ready],
-    )
-    inserted = {(row["trigger_id"], row["planned_at"]): row for row in rows}
-    found = {}
-    for run, state, _ in ready:
-        row = inserted.get((state["id"], run.plan_time))
-        if row is not None:
-            found[run] = admission.Admission(row["id"], row["status"], row["reason_code"], created=True)
-    return found
-
-
 async def _admit_all(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> dict[JobRun, dict[str, Any]]:
-    """Admit every occurrence's run (or find the one a crashed attempt admitted), then apply overlap."""
-    fast = await _admit_pending(conn, todo, heartbeat_timeout_s)
-    found: dict[JobRun, admission.Admission] = {}
-    for run, state in todo:
-        found[run] = fast.get(run) or await admission.admit(
-            conn, autopilot_id=state["autopilot_id"], source="schedule", payload=_payload(state, run.plan_time),
-            trigger_id=state["id"], planned_at=run.plan_time, heartbeat_timeout_s=heartbeat_timeout_s,
-        )
+    """Admit every occurrence's run in one batch (or find the one a crashed attempt admitted), then apply overlap."""
+    requests = [admission.Request(state["autopilot_id"], "schedule", _payload(state, run.plan_time), state["id"],
+                                  planned_at=run.plan_time) for run, state in todo]
+    admitted = await admission.admit_many(conn, requests, heartbeat_timeout_s=heartbeat_timeout_s)
+    found = {run: adm for (run, _), adm in zip(todo, admitted, strict=True)}
     skipped = await _apply_overlap(conn, todo, found)
     results = {}
     for run, _ in todo:

@@ -20,9 +20,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-import asyncpg
-
-from autopilot import admission, dispatch, replays, tasks
+from autopilot import admission, dispatch, tasks
+from autopilot.deliveries import Delivery
 from hookgate import metrics
 from hookgate.context import Context
 from hookgate.database import Conn
@@ -39,13 +38,6 @@ CHANNEL = "hookgate_deliveries"
 TRIGGER_FANOUT = 16
 #: Deliveries a dispatcher commits together on the one-by-one path when the queue is backed up.
 COMMIT_GROUP = 8
-_IGNORED = {
-    "trigger_deleted": "the trigger was deleted",
-    "trigger_disabled": "the trigger is disabled",
-    "autopilot_paused": "the autopilot is paused",
-    "autopilot_archived": "the autopilot is archived",
-    "event_filtered": "the event does not match the trigger's event filters",
-}
 
 
 class _LeaseLost(Exception):
@@ -69,7 +61,7 @@ class DeliveryWorker:
     def __init__(self, ctx: Context, *, holder: str, pusher: Pusher | None = None, wake: Wakeup | None = None):
         self.ctx, self.settings, self.holder, self.pusher, self.wake = ctx, ctx.settings, holder, pusher, wake
         self._buffer = max(self.settings.delivery_batch, self.settings.delivery_concurrency)
-        self._queue: asyncio.Queue[asyncpg.Record] = asyncio.Queue()
+        self._queue: asyncio.Queue[Delivery] = asyncio.Queue()
         self._stopping = asyncio.Event()
         self._taken = asyncio.Event()
         self._busy = 0
@@ -96,7 +88,7 @@ class DeliveryWorker:
                 self.pusher.submit(claimed)
         return taken
 
-    async def process(self, delivery: asyncpg.Record) -> str:
+    async def process(self, delivery: Delivery) -> str:
         """Dispatch one leased delivery: ``dispatched``, ``ignored``, ``retry`` or ``lost``."""
         options = options_for(self.ctx, self.holder, self.pusher)
         try:
@@ -105,14 +97,14 @@ class DeliveryWorker:
         except _LeaseLost:
             return "lost"
         except Exception as exc:
-            log.warning("dispatch failed; will retry", exc_info=exc, extra={"delivery_id": str(delivery["id"])})
+            log.warning("dispatch failed; will retry", exc_info=exc, extra={"delivery_id": str(delivery.id)})
             await self._retry(delivery, exc)
             return "retry"
         if result is not None and result.claimed is not None and self.pusher is not None:
             self.pusher.submit(result.claimed)
         return outcome
 
-    async def dispatch_leased(self, batch: list[asyncpg.Record]) -> list[str]:
+    async def dispatch_leased(self, batch: list[Delivery]) -> list[str]:
         """The one-by-one path: dispatch leased deliveries, COMMIT_GROUP per transaction; on any error, singly."""
         if len(batch) > COMMIT_GROUP:
             return [o for i in range(0, len(batch), COMMIT_GROUP)
@@ -132,48 +124,45 @@ class DeliveryWorker:
         return [outcome for outcome, _ in done]
 
     async def _dispatch(
-        self, conn: Conn, d: asyncpg.Record, options: dispatch.Options
+        self, conn: Conn, d: Delivery, options: dispatch.Options
     ) -> tuple[str, dispatch.Dispatched | None]:
         async with conn.transaction():
             return await self._dispatch_in(conn, d, options)
 
     async def _dispatch_in(
-        self, conn: Conn, d: asyncpg.Record, options: dispatch.Options
+        self, conn: Conn, d: Delivery, options: dispatch.Options
     ) -> tuple[str, dispatch.Dispatched | None]:
         """Admit (crash window) and dispatch one delivery inside the caller's transaction."""
-        run_id = d["run_id"] or await conn.fetchval(Q.run_get_by_delivery, d["id"])
+        run_id = d.run_id or await conn.fetchval(Q.run_get_by_delivery, d.id)
         if run_id is None:
-            reason = await self._gate(conn, d)
-            if reason is not None:
-                if await conn.fetchval(Q.delivery_ignore, d["id"], d["lease_token"], reason,
-                                       _IGNORED[reason]) is None:
-                    raise _LeaseLost
+            admitted = await self._admit(conn, d)
+            if admitted is None:
                 return "ignored", None
-            admitted = await admission.admit(
-                conn, autopilot_id=d["autopilot_id"], source="webhook", payload=d["envelope"] or {},
-                trigger_id=d["trigger_id"], delivery_id=d["id"],
-                heartbeat_timeout_s=self.settings.heartbeat_timeout_s,
-            )
             run_id = admitted.run_id
         result = await dispatch.dispatch_run(conn, run_id, options)
-        if await conn.fetchval(Q.delivery_complete, d["id"], d["lease_token"], run_id) is None:
+        if await conn.fetchval(Q.delivery_complete, d.id, d.lease_token, run_id) is None:
             raise _LeaseLost
         return "dispatched", result
 
-    async def _gate(self, conn: Conn, d: asyncpg.Record) -> str | None:
-        """Crash-window re-check (ingress step 9): why the delivery would have been ignored, or None."""
-        facts = await conn.fetchrow(Q.delivery_admission_facts, d["trigger_id"])
-        if facts is None or facts["deleted"]:
-            return "trigger_deleted"
-        # One definition of step 9 (and of the event-filter globs) with ingress and replays.
-        return replays.ignore_reason(facts, facts["autopilot_status"], d["event"])
+    async def _admit(self, conn: Conn, d: Delivery) -> admission.Admission | None:
+        """The crash window: ingress steps 9-10 again, over one read of the facts; None when ignored."""
+        request = d.admission()
+        hb = self.settings.heartbeat_timeout_s
+        [facts] = await admission.read_facts(conn, [request], hb)
+        reason = "trigger_deleted" if facts is None else admission.ignore_reason(facts, d.event)
+        if reason is None:
+            [admitted] = await admission.admit_many(conn, [request], heartbeat_timeout_s=hb, facts=[facts])
+            return admitted
+        if await conn.fetchval(Q.delivery_ignore, d.id, d.lease_token, reason, admission.REASONS[reason]) is None:
+            raise _LeaseLost
+        return None
 
-    async def _retry(self, d: asyncpg.Record, exc: BaseException) -> None:
+    async def _retry(self, d: Delivery, exc: BaseException) -> None:
         s = self.settings
-        delay = tasks.backoff(d["dispatch_attempts"] + 1, s.delivery_backoff_base_s, s.delivery_backoff_cap_s)
+        delay = tasks.backoff(d.dispatch_attempts + 1, s.delivery_backoff_base_s, s.delivery_backoff_cap_s)
         try:
             async with self.ctx.pool.acquire() as conn:
-                await conn.fetchrow(Q.delivery_retry, d["id"], d["lease_token"], delay, s.delivery_max_attempts,
+                await conn.fetchrow(Q.delivery_retry, d.id, d.lease_token, delay, s.delivery_max_attempts,
                                     f"{exc.__class__.__name__}: {exc}"[:500])
         except DB_ERRORS as db_exc:
             # The lease expires on its own; the delivery is claimable again then.
@@ -184,7 +173,7 @@ class DeliveryWorker:
         taken = await self.take_batch(self.settings.delivery_batch, now)
         gate = asyncio.Semaphore(self.settings.delivery_concurrency)
 
-        async def one(d: asyncpg.Record) -> None:
+        async def one(d: Delivery) -> None:
             async with gate:
                 metrics.count_outcomes("deliveries", [await self.process(d)])
 
@@ -254,7 +243,7 @@ class DeliveryWorker:
         with contextlib.suppress(*DB_ERRORS):
             async with self.ctx.pool.acquire() as conn:
                 for d in leftovers:
-                    await conn.execute(Q.delivery_release, d["id"], d["lease_token"])
+                    await conn.execute(Q.delivery_release, d.id, d.lease_token)
         while self._busy:
             await asyncio.sleep(0.01)
         for w in workers:

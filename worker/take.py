@@ -16,6 +16,7 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import dispatch, tasks
+from autopilot.deliveries import Delivery
 from hookgate.database import Conn
 from sql import Q
 
@@ -26,7 +27,7 @@ class Taken:
 
     dispatched: int = 0
     claimed: list[tasks.Claimed] = field(default_factory=list)
-    leased: list[asyncpg.Record] = field(default_factory=list)
+    leased: list[Delivery] = field(default_factory=list)
     triggers: set[UUID] = field(default_factory=set)
 
 
@@ -47,7 +48,7 @@ async def take_batch(
     taken = Taken(triggers={r["trigger_id"] for r in rows})
     for r in rows:
         if r["kind"] == "leased":
-            taken.leased.append(r)
+            taken.leased.append(Delivery.from_row(r))
             continue
         taken.dispatched += 1
         if r["claimed"]:

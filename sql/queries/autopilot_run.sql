@@ -1,13 +1,14 @@
 -- name: admission_facts
--- Everything the admission gate (ARCHITECTURE §6) needs, for many admissions in one statement: statuses, the
--- resolved agent (a squad resolves to its leader), its readiness, and who is accountable. Parallel arrays,
--- one element per admission: $1 = autopilot ids, $2 = trigger ids (NULL elements: none), $3 = manual
--- clickers (NULL elements: none). $4 = runtime heartbeat timeout in seconds. One row per admission whose
--- autopilot exists, in array order (x.n); one admission passes one-element arrays.
+-- Everything ingress step 9 and the admission gate (ARCHITECTURE §6) need, for many admissions in one
+-- statement: statuses, the trigger's event filters, the resolved agent (a squad resolves to its leader), its
+-- readiness, and who is accountable (autopilot/admission.py Facts). Parallel arrays, one element per
+-- admission: $1 = autopilot ids, $2 = trigger ids (NULL elements: none), $3 = manual clickers (NULL elements:
+-- none). $4 = runtime heartbeat timeout in seconds. One row per admission whose autopilot exists, in array
+-- order (x.n); one admission passes one-element arrays.
 SELECT x.n, a.id AS autopilot_id, a.workspace_id, a.status AS autopilot_status, a.execution_mode,
        a.assignee_type, a.assignee_id, a.created_by,
        t.id AS trigger_id, t.enabled AS trigger_enabled, (t.deleted_at IS NOT NULL) AS trigger_deleted,
-       t.published_by_id AS trigger_publisher_id,
+       t.event_filters, t.published_by_id AS trigger_publisher_id,
        rv.id AS rule_version_id, rv.publisher_id AS rule_publisher_id,
        ag.id AS agent_id, ag.archived_at IS NOT NULL AS agent_archived, ag.runtime_kind,
        ag.visibility AS agent_visibility, ag.owner_id AS agent_owner_id,
@@ -32,17 +33,32 @@ LEFT JOIN member publisher ON publisher.id = coalesce(t.published_by_id, rv.publ
                           AND publisher.disabled_at IS NULL
 ORDER BY x.n;
 
--- name: run_insert
--- Admit a run, idempotently: a second admission of the same delivery or the same (trigger, planned_at)
--- returns nothing (the caller then reads the existing run). $1 = workspace, $2 = autopilot,
--- $3 = trigger, $4 = delivery, $5 = source, $6 = status ('pending' or 'skipped'), $7 = rule version,
--- $8 = planned_at, $9 = payload, $10 = originator, $11 = accountable, $12 = reason code, $13 = reason.
-INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source, status,
-                           rule_version_id, planned_at, payload, originator_id, accountable_id,
-                           reason_code, reason, finished_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, CASE WHEN $6 = 'skipped' THEN now() END)
-ON CONFLICT DO NOTHING
-RETURNING id, status, reason_code, reason, created_at;
+-- name: run_insert_many
+-- Admit runs in one statement (autopilot/admission.py), idempotently: a run whose delivery or
+-- (trigger, planned_at) already has one is not inserted (its row here has a NULL id; the caller reads the
+-- existing run). Parallel arrays, one element per run: $1 = workspaces, $2 = autopilots, $3 = triggers,
+-- $4 = deliveries, $5 = sources, $6 = statuses ('pending' or 'skipped'), $7 = rule versions, $8 = planned_at,
+-- $9 = payloads, $10 = originators, $11 = accountable members, $12 = reason codes, $13 = reasons. Inserted in
+-- (trigger, planned_at) order, so concurrent batches take the unique index's locks in one order. Returns one
+-- row per run in array order: n, id, status, reason_code.
+WITH x AS (
+    SELECT r.*, hookgate_uuid7() AS id  -- the column's default, made here to tell which rows were inserted
+    FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::uuid[],
+                $8::timestamptz[], $9::jsonb[], $10::uuid[], $11::uuid[], $12::text[], $13::text[])
+        WITH ORDINALITY AS r(workspace_id, autopilot_id, trigger_id, delivery_id, source, status, rule_version_id,
+                             planned_at, payload, originator_id, accountable_id, reason_code, reason, n)
+), made AS (
+    INSERT INTO autopilot_run (id, workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source, status,
+                               rule_version_id, planned_at, payload, originator_id, accountable_id,
+                               reason_code, reason, finished_at)
+    SELECT id, workspace_id, autopilot_id, trigger_id, delivery_id, source, status, rule_version_id, planned_at,
+           payload, originator_id, accountable_id, reason_code, reason, CASE WHEN status = 'skipped' THEN now() END
+    FROM x
+    ORDER BY trigger_id, planned_at, n
+    ON CONFLICT DO NOTHING
+    RETURNING id, status, reason_code
+)
+SELECT x.n, made.id, made.status, made.reason_code FROM x LEFT JOIN made USING (id) ORDER BY x.n;
 
 -- name: run_get_by_delivery
 -- The run admitted for delivery $1, if any.
@@ -142,20 +158,6 @@ WHERE r.created_at > $1::timestamptz - make_interval(secs => $2)
 GROUP BY r.autopilot_id
 HAVING count(*) >= $3::bigint AND count(*) FILTER (WHERE r.status = 'failed') >= $4::float8 * count(*);
 
--- name: run_insert_schedule_many
--- The scheduler's hot path: admit many pending schedule runs in ONE statement (the multi-row twin of
--- run_insert, same columns), idempotently: an occurrence already admitted (trigger, planned_at) is
--- skipped and absent from the result. One array element per run: $1 workspace, $2 autopilot,
--- $3 trigger, $4 rule version, $5 planned_at, $6 payload (JSON text), $7 accountable member.
-INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, source, status, rule_version_id, planned_at,
-                           payload, accountable_id)
-SELECT r.workspace_id, r.autopilot_id, r.trigger_id, 'schedule', 'pending', r.rule_version_id, r.planned_at,
-       r.payload::jsonb, r.accountable_id
-FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::timestamptz[], $6::text[], $7::uuid[])
-     AS r(workspace_id, autopilot_id, trigger_id, rule_version_id, planned_at, payload, accountable_id)
-ORDER BY r.trigger_id, r.planned_at
-ON CONFLICT DO NOTHING
-RETURNING id, trigger_id, planned_at, status, reason_code;
 -- name: run_list
 -- Runs of workspace $1, newest first. Filters (each nullable): $2 = autopilot, $3 = status, $4 = source,
 -- $5 = cursor (the last id seen). $6 = at most.

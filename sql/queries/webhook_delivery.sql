@@ -35,12 +35,6 @@ SET available_at = now(), lease_token = NULL, lease_expires_at = NULL, updated_a
 WHERE id = $1 AND lease_token = $2 AND status = 'queued'
 RETURNING id;
 
--- name: delivery_admission_facts
--- What crash-window admission re-checks for trigger $1 (ingress step 9): enabled, live, autopilot status,
--- event filters.
-SELECT t.enabled, t.deleted_at IS NOT NULL AS deleted, t.event_filters, a.status AS autopilot_status
-FROM autopilot_trigger t JOIN autopilot a ON a.id = t.autopilot_id
-WHERE t.id = $1;
 -- name: delivery_drop_bodies
 -- Retention: clear the raw body of up to $2 finished deliveries (not queued) received before $1; the
 -- row, its envelope and its headers stay for audit. Returns how many bodies were dropped.
@@ -97,7 +91,7 @@ WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 
 -- name: delivery_ingest
 -- Ingress steps 7-10 for one or many requests in one statement, so one atomic commit: the ingress's group
--- commit (gateway/ingress_batch.py) has concurrent requests share one round trip and one commit; a request
+-- commit (gateway/ingress/batch.py) has concurrent requests share one round trip and one commit; a request
 -- written alone passes one-element arrays. Per request: re-check that its trigger still has the token digest
 -- and the fingerprint of ingress_trigger_lookup (a rotated token, a new secret, an edited trigger or
 -- autopilot persists nothing: live = 0 and the caller looks up again), insert the delivery with its final
@@ -106,7 +100,7 @@ WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 -- array order, so the first wins. Rejected rows are outside the dedupe index, so a forged request never
 -- collides. No NOTIFY here: a NOTIFY in a transaction takes a database-wide lock at commit that serialises
 -- every notifying commit (and its WAL flush), which cut ingress throughput by about half; the caller wakes
--- the worker right after the commit instead (gateway/ingress_wake.py), and the worker's poll covers a lost
+-- the worker right after the commit instead (gateway/ingress/notifier.py), and the worker's poll covers a lost
 -- hint. Parallel arrays, one element per request: $1 = trigger ids, $2 = token digests, $3 = fingerprints,
 -- $4 = received_at, $5 = raw bodies, $6 = content types, $7 = selected headers, $8 = envelopes (also the
 -- run payloads), $9 = providers, $10 = events, $11 = dedupe keys, $12 = dedupe sources, $13 = signature

@@ -1,4 +1,5 @@
 import asyncio
+from dataclasses import replace
 
 from autopilot import admission
 from tests import factories
@@ -88,3 +89,37 @@ async def test_concurrent_admissions_of_one_delivery_make_one_run(ctx):
     results = await asyncio.gather(*(one_admission() for _ in range(8)))
     assert len({r.run_id for r in results}) == 1
     assert sum(r.created for r in results) == 1
+
+
+async def test_admit_many_admits_a_batch_once_and_gives_back_the_runs_already_admitted(ctx, conn):
+    from datetime import UTC, datetime
+
+    _, _, ap, trigger = await _setup(ctx)
+    plans = [datetime(2030, 1, 1, h, tzinfo=UTC) for h in range(3)]
+
+    def requests(hours):
+        return [admission.Request(ap["id"], "schedule", {"h": h}, trigger["id"], planned_at=plans[h]) for h in hours]
+
+    first = await admission.admit_many(conn, requests([0, 1]), heartbeat_timeout_s=120.0)
+    again = await admission.admit_many(conn, requests([1, 0, 2]), heartbeat_timeout_s=120.0)
+    assert [a.created for a in first] == [True, True] and [a.created for a in again] == [False, False, True]
+    assert [again[1].run_id, again[0].run_id] == [a.run_id for a in first]
+    assert await conn.fetchval("SELECT count(*) FROM autopilot_run WHERE trigger_id = $1", trigger["id"]) == 3
+
+
+async def test_each_ignore_reason_comes_first_in_step_9_order_and_has_its_text(ctx, conn):
+    _, _, ap, trigger = await _setup(ctx)
+    [facts] = await admission.read_facts(conn, [admission.Request(ap["id"], "webhook", {}, trigger["id"])], 120.0)
+    assert facts is not None and admission.ignore_reason(facts, "anything") is None
+    cases = [
+        ({"trigger_deleted": True, "trigger_enabled": False, "autopilot_status": "paused"}, "trigger_deleted"),
+        ({"trigger_enabled": False, "autopilot_status": "archived"}, "trigger_disabled"),
+        ({"autopilot_status": "paused", "event_filters": ("other.*",)}, "autopilot_paused"),
+        ({"autopilot_status": "archived"}, "autopilot_archived"),
+        ({"event_filters": ("github.push", "stripe.*")}, "event_filtered"),
+    ]
+    for change, code in cases:
+        assert admission.ignore_reason(replace(facts, **change), "github.pull_request.opened") == code
+        assert admission.REASONS[code]
+    assert admission.ignore_reason(replace(facts, event_filters=("GitHub.Pull_Request.*",)),
+                                   "github.pull_request.opened") is None

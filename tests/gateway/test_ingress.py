@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 
 from gateway.app import create_app
-from gateway.ingress import BODY_CAP, NOT_FOUND
+from gateway.ingress.endpoint import BODY_CAP, NOT_FOUND
 from hookgate import crypto, metrics
 from tests import factories
 from tests.gateway import ingress_kit as kit

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from gateway.ingress import NOT_FOUND
+from gateway.ingress.endpoint import NOT_FOUND
 from hookgate import crypto
 from tests.gateway import ingress_kit as kit
 

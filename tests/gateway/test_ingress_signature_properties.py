@@ -77,6 +77,6 @@ async def test_odd_token_shapes_are_the_same_404(hooks, token):
 
 
 def kit_not_found() -> bytes:
-    from gateway.ingress import NOT_FOUND
+    from gateway.ingress.endpoint import NOT_FOUND
 
     return NOT_FOUND

@@ -7,7 +7,7 @@ import pytest
 from starlette.datastructures import Headers
 
 from gateway import ratelimit
-from gateway.ingress import IngressState
+from gateway.ingress.endpoint import IngressState
 from gateway.ratelimit import RateGates, Window, client_address, parse_networks, rate_key
 from hookgate import crypto
 from tests.conftest import make_settings

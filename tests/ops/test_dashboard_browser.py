@@ -65,7 +65,7 @@ async def test_log_in_see_the_overview_and_log_out(page, live_url: str, small: S
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gateway.ingress") is None,
-                    reason="needs the ingress (gateway/ingress.py) on this branch")
+                    reason="needs the ingress (gateway/ingress/) on this branch")
 async def test_log_in_see_a_posted_webhook_appear_and_replay_it(page, live_url: str, ctx: Context, small: Small):
     await log_in(page, live_url, small.world.api_key)
     await page.goto(f"{live_url}/dashboard/deliveries")

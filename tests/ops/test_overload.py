@@ -12,7 +12,7 @@ from tests.conftest import make_settings
 from tests.ops.conftest import Small, log_in
 
 needs_ingress = pytest.mark.skipif(importlib.util.find_spec("gateway.ingress") is None,
-                                   reason="needs gateway/ingress.py on this branch")
+                                   reason="needs gateway/ingress/ on this branch")
 
 
 async def _timed(http: httpx.AsyncClient, method: str, path: str, **kw) -> tuple[httpx.Response, float]:

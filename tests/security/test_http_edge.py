@@ -18,7 +18,7 @@ import pytest
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway.ingress import ingress_state
+from gateway.ingress.endpoint import ingress_state
 from gateway.server import HttpServer
 from tests import conftest
 from tests.conftest import make_settings

@@ -110,7 +110,7 @@ async def test_a_stale_lease_write_is_refused(wctx):
         await conn.execute("UPDATE webhook_delivery SET available_at = now() WHERE id = $1", delivery_id)
     second = DeliveryWorker(wctx, holder="b")
     [again] = (await second.take_batch()).leased
-    assert again["lease_token"] != leased["lease_token"]
+    assert again.lease_token != leased.lease_token
     assert await first.process(leased) == "lost"
     assert await second.process(again) == "dispatched"
     async with wctx.pool.acquire() as conn:

@@ -75,8 +75,8 @@ async def test_one_statement_dispatches_plain_runs_with_tasks_born_claimed_withi
                for d in delivered)
     assert listener_hits == [str(queued[0]["id"])]  # the task left queued is announced
     # The unusual ones come back leased (guarded by their token) for the one-by-one path.
-    assert {r["id"] for r in taken.leased} == {d for d, _ in unusual}
-    tokens = {r["id"]: r["lease_token"] for r in taken.leased}
+    assert {r.id for r in taken.leased} == {d for d, _ in unusual}
+    tokens = {r.id: r.lease_token for r in taken.leased}
     assert all(r["status"] == "queued" and r["lease_token"] == tokens[r["id"]] for r in left)
     assert await worker.dispatch_leased(taken.leased) == ["dispatched", "dispatched"]
     release.set()
@@ -98,7 +98,7 @@ async def test_a_run_held_by_another_dispatcher_is_leased_not_dispatched_twice(w
     async with wctx.pool.acquire() as holder, holder.transaction():
         await holder.execute("SELECT 1 FROM autopilot_run WHERE id = $1 FOR UPDATE", run_id)
         taken = await worker.take_batch()
-    assert taken.dispatched == 0 and [r["id"] for r in taken.leased] == [delivery_id]
+    assert taken.dispatched == 0 and [r.id for r in taken.leased] == [delivery_id]
     assert await worker.dispatch_leased(taken.leased) == ["dispatched"]
     async with wctx.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1
@@ -115,7 +115,7 @@ async def test_an_existing_task_for_the_run_attempt_is_not_made_again(wctx, agen
             f"run:{run_id}:1")
     worker = DeliveryWorker(wctx, holder="t1", pusher=Pusher(wctx, holder="t1"))
     taken = await worker.take_batch()
-    assert taken.dispatched == 0 and taken.claimed == [] and [r["id"] for r in taken.leased] == [delivery_id]
+    assert taken.dispatched == 0 and taken.claimed == [] and [r.id for r in taken.leased] == [delivery_id]
     async with wctx.pool.acquire() as conn:
         slots = await conn.fetchval("SELECT count(*) FROM agent_slot WHERE lease_token IS NOT NULL")
         claims = await conn.fetchval("SELECT count(*) FROM audit_log WHERE action = 'CLAIM'")

@@ -1,5 +1,7 @@
 """Webhook token lookup for the ingress (ARCHITECTURE §4 step 2), with a short per-process cache.
 
+Concurrent lookups of one digest share one query (:class:`TriggerLookup`).
+
 The token is looked up by its SHA-256 digest (one prepared statement that also reads the admission
 facts). A hit may be cached for ``LOOKUP_TTL_S``: that is safe only because the persisting statement
 re-checks the digest and a fingerprint of every trigger and autopilot field ingress decides on, so a
@@ -11,6 +13,7 @@ its grace window has left.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -21,8 +24,9 @@ from uuid import UUID
 
 import asyncpg
 
-from autopilot import rules
-from hookgate import crypto
+from autopilot import admission, rules
+from hookgate import crypto, metrics
+from hookgate.context import Context
 from hookgate.database import Conn
 from sql import Q
 
@@ -40,13 +44,11 @@ class Trigger:
     provider: str
     digest: bytes
     consistent: bool
-    enabled: bool
-    autopilot_status: str
-    event_filters: tuple[str, ...]
     secrets: tuple[str, ...]
     fingerprint: str
     """Digest of the fields decided on; the persisting statement refuses to write if it changed."""
-    facts: asyncpg.Record
+    facts: admission.Facts
+    """What step 9 and the admission gate decide on, read with the token."""
     db_offset: float
     """Database clock minus this process's clock, seconds: signature tolerances use the DB's time."""
 
@@ -62,14 +64,10 @@ def _secrets(row: asyncpg.Record, keyring: crypto.Keyring) -> tuple[str, ...]:
 
 
 def _trigger(row: asyncpg.Record, digest: bytes, keyring: crypto.Keyring) -> Trigger:
-    filters = row["event_filters"] if isinstance(row["event_filters"], list) else []
     return Trigger(
         id=row["trigger_id"], workspace_id=row["workspace_id"], autopilot_id=row["autopilot_id"],
-        provider=row["provider"], digest=digest, consistent=row["consistent"], enabled=row["trigger_enabled"],
-        autopilot_status=row["autopilot_status"],
-        event_filters=tuple(f for f in filters if isinstance(f, str)), secrets=_secrets(row, keyring),
-        fingerprint=row["fingerprint"], facts=row,
-        db_offset=row["db_epoch"] - time.time(),
+        provider=row["provider"], digest=digest, consistent=row["consistent"], secrets=_secrets(row, keyring),
+        fingerprint=row["fingerprint"], facts=admission.Facts.from_row(row), db_offset=row["db_epoch"] - time.time(),
     )
 
 
@@ -120,3 +118,41 @@ async def lookup(conn: Conn, keyring: crypto.Keyring, digest: bytes, cache: Trig
         grace: Any = row["previous_secret_ttl_s"]
         cache.put(trigger, cache.ttl if grace is None else float(grace))
     return trigger
+
+
+class TriggerLookup:
+    """Step 2 over a pool: the cache first, else one query per digest however many requests wait for it."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx, self.cache = ctx, TriggerCache()
+        self.inflight: dict[bytes, asyncio.Task[Trigger | None]] = {}
+        """Lookups in flight by digest: concurrent requests for one token share one query."""
+
+    async def find(self, digest: bytes, *, cached: bool = True) -> Trigger | None:
+        """The trigger of ``digest``, from the cache if ``cached`` and fresh, else from the database.
+
+        A cache miss joins the lookup already in flight for the same digest, if there is one: when a busy
+        trigger's entry expires, every request that arrives before the first lookup returns would otherwise
+        send its own query (dozens per second under load, and as many pooled connections).
+        """
+        if not cached:
+            return await self._fetch(digest)
+        if (hit := self.cache.get(digest)) is not None:
+            return hit  # no connection taken at all
+        pending = self.inflight.get(digest)
+        if pending is None:
+            pending = self.inflight[digest] = asyncio.ensure_future(self._fetch(digest))
+            pending.add_done_callback(lambda done: self._done(digest, done))
+        return await asyncio.shield(pending)  # a waiter that goes away does not cancel the others' lookup
+
+    def _done(self, digest: bytes, done: asyncio.Task[Trigger | None]) -> None:
+        if self.inflight.get(digest) is done:
+            del self.inflight[digest]
+        if not done.cancelled():
+            done.exception()  # retrieved here: every waiter may be gone (their own errors are raised to them)
+
+    async def _fetch(self, digest: bytes) -> Trigger | None:
+        metrics.INGRESS_LOOKUPS.inc()
+        s = self.ctx.settings
+        async with self.ctx.pool.acquire(timeout=s.pool_acquire_timeout) as conn:
+            return await lookup(conn, self.ctx.keyring, digest, self.cache, heartbeat_timeout_s=s.heartbeat_timeout_s)

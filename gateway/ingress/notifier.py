@@ -29,7 +29,7 @@ CHANNEL = "hookgate_deliveries"
 INTERVAL_S = 0.001
 
 
-class Waker:
+class DeliveryNotifier:
     """Coalescing sender of ``hookgate_deliveries`` notifications over a pool."""
 
     def __init__(self, pool: asyncpg.Pool, acquire_timeout: float, interval: float = INTERVAL_S) -> None:
@@ -39,7 +39,7 @@ class Waker:
         self._last = 0.0
         self.sent = 0
 
-    def wake(self, delivery_id: str) -> None:
+    def announce(self, delivery_id: str) -> None:
         """Announce a queued delivery (soon, coalesced with others)."""
         self._pending = delivery_id
         if self._task is None or self._task.done():

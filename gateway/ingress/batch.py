@@ -14,20 +14,91 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from dataclasses import dataclass, fields
+from datetime import datetime
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 import asyncpg
 
-from gateway.ingress_store import unavailable
 from hookgate import metrics
 from hookgate.database import Conn
 from sql import Q
 
-#: One request's elements of ``delivery_ingest``'s parameter arrays, in the statement's order.
-Params = tuple[Any, ...]
-_Pending = tuple[Params, "asyncio.Future[asyncpg.Record]"]
+if TYPE_CHECKING:
+    from gateway.ingress.decision import Plan, Received
+    from gateway.ingress.triggers import Trigger
+
+# SQLSTATE classes that mean "the database is not there" rather than "this statement is wrong".
+_UNAVAILABLE_CLASSES = ("08", "53", "57", "58")
+
+
+@dataclass(slots=True)
+class IngestRow:
+    """One request's elements of ``delivery_ingest``'s parallel arrays: the fields are ``$1..$25`` in order."""
+
+    trigger_id: UUID
+    digest: bytes
+    fingerprint: str
+    received_at: datetime
+    raw: bytes
+    content_type: str | None
+    headers: dict[str, Any]
+    envelope: dict[str, Any]
+    provider: str
+    event: str
+    dedupe_key: str | None
+    dedupe_source: str | None
+    signature: str
+    status: str
+    reason_code: str | None
+    response_status: int
+    response: dict[str, Any]
+    run_status: str | None
+    rule_version_id: UUID | None
+    accountable_id: UUID | None
+    run_reason_code: str | None
+    run_reason: str | None
+    delivery_id: UUID
+    run_id: UUID | None
+    reason: str | None
+
+    @classmethod
+    def of(cls, trigger: Trigger, r: Received, p: Plan) -> IngestRow:
+        """The row of a decided request, with new UUIDv7 ids by the database clock (so ids sort like received_at)."""
+        ts = r.received_at.timestamp()
+        return cls(trigger.id, trigger.digest, trigger.fingerprint, r.received_at, r.raw, r.content_type,
+                   r.headers, r.envelope, trigger.provider, r.event, r.dedupe_key, r.dedupe_source, r.signature,
+                   p.status, p.reason_code, p.response_status, p.response, p.run_status, p.rule_version_id,
+                   p.accountable_id, p.run_reason_code, p.run_reason, uuid7(ts),
+                   None if p.run_status is None else uuid7(ts), p.reason)
+
+    @staticmethod
+    def arguments(rows: Sequence[IngestRow]) -> list[list[Any]]:
+        """``delivery_ingest``'s arguments for ``rows``: one array per field, in ``$n`` order."""
+        return [list(column) for column in zip(*map(_FIELDS, rows), strict=True)]
+
+
+_FIELDS = attrgetter(*(f.name for f in fields(IngestRow)))
+_Pending = tuple[IngestRow, "asyncio.Future[asyncpg.Record]"]
+
+
+def uuid7(unix_s: float) -> UUID:
+    """A UUIDv7 (48-bit millisecond time, version 7, RFC 4122 variant, random rest), like hookgate_uuid7()."""
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (int(unix_s * 1000) & (1 << 48) - 1) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64
+    return UUID(int=value | 0b10 << 62 | rand & (1 << 62) - 1)
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether a failure means the database is unreachable (503), not that a statement or the gate failed."""
+    if isinstance(exc, asyncpg.PostgresError):
+        return str(exc.sqlstate or "")[:2] in _UNAVAILABLE_CLASSES
+    return isinstance(exc, OSError | TimeoutError | asyncpg.InterfaceError | asyncpg.InternalClientError)
 
 
 class IngestBatcher:
@@ -45,10 +116,10 @@ class IngestBatcher:
         async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
             yield conn
 
-    async def ingest(self, params: Params) -> asyncpg.Record:
+    async def ingest(self, request: IngestRow) -> asyncpg.Record:
         """Write one request in the next batch; its row of ``delivery_ingest`` once the batch committed."""
         done: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
-        self._queue.append((params, done))
+        self._queue.append((request, done))
         if self._running < self.inflight:
             self._running += 1
             writer = asyncio.create_task(self._write_while_queued())
@@ -84,7 +155,7 @@ class IngestBatcher:
         metrics.INGEST_BATCH.observe(len(batch))
         if len(batch) > 1:
             try:
-                rows = await _ingest(conn, [params for params, _ in batch])
+                rows = await _ingest(conn, [request for request, _ in batch])
             except Exception as exc:
                 if unavailable(exc):
                     raise
@@ -93,9 +164,9 @@ class IngestBatcher:
                     if not done.done():
                         done.set_result(row)
                 return
-        for params, done in batch:  # alone, or again one by one after the batch failed
+        for request, done in batch:  # alone, or again one by one after the batch failed
             try:
-                [row] = await _ingest(conn, [params])
+                [row] = await _ingest(conn, [request])
             except Exception as exc:
                 if not done.done():
                     done.set_exception(exc)
@@ -106,6 +177,5 @@ class IngestBatcher:
                 done.set_result(row)
 
 
-async def _ingest(conn: Conn, requests: Sequence[Params]) -> list[asyncpg.Record]:
-    """``delivery_ingest`` over requests' parameters, transposed into its parallel arrays."""
-    return await conn.fetch(Q.delivery_ingest, *(list(column) for column in zip(*requests, strict=True)))
+async def _ingest(conn: Conn, rows: Sequence[IngestRow]) -> list[asyncpg.Record]:
+    return await conn.fetch(Q.delivery_ingest, *IngestRow.arguments(rows))

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from gateway.ingress_wake import CHANNEL, INTERVAL_S, Waker
+from gateway.ingress.notifier import CHANNEL, INTERVAL_S, DeliveryNotifier
 from hookgate import database
 
 pytestmark = pytest.mark.asyncio
@@ -28,30 +28,30 @@ async def _next(heard):
 async def test_wakes_spaced_wider_than_the_window_each_go_out_at_once(ctx, heard):
     # Steady arrivals slower than the window (at 200 req/s they come 5 ms apart, against a 1 ms window):
     # each wake-up goes out on its own, at once, with its own payload.
-    waker = Waker(ctx.pool, 5.0, interval=0.2)
+    notifier = DeliveryNotifier(ctx.pool, 5.0, interval=0.2)
     start = time.monotonic()
     for n in range(4):
         await asyncio.sleep(max(0.0, start + n * 0.3 - time.monotonic()))
         sent = time.monotonic()
-        waker.wake(f"d{n}")
+        notifier.announce(f"d{n}")
         at, payload = await _next(heard)
         assert payload == f"d{n}"
         assert at - sent < 0.15  # a round trip, not the 0.2 s window
-    assert waker.sent == 4
+    assert notifier.sent == 4
 
 
 async def test_a_burst_within_the_window_is_coalesced_into_one_more_with_the_newest_payload(ctx, heard):
-    waker = Waker(ctx.pool, 5.0, interval=0.2)
-    waker.wake("d0")
+    notifier = DeliveryNotifier(ctx.pool, 5.0, interval=0.2)
+    notifier.announce("d0")
     first, oldest = await _next(heard)  # the first after a quiet spell: at once
     assert oldest == "d0"
     for n in range(1, 200):
-        waker.wake(f"d{n}")
+        notifier.announce(f"d{n}")
         if n % 20 == 0:
             await asyncio.sleep(0.001)
     second, newest = await _next(heard)
     await asyncio.sleep(0.3)
-    assert newest == "d199" and heard.empty() and waker.sent == 2
+    assert newest == "d199" and heard.empty() and notifier.sent == 2
     assert second - first >= 0.15  # held back until the window passed
 
 

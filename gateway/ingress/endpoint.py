@@ -1,11 +1,12 @@
 """``POST /hooks/{token}``: the twelve steps of ARCHITECTURE §4, in that order.
 
-1 IP gates (:mod:`gateway.ratelimit`) · 2 token lookup by digest (:mod:`gateway.ingress_triggers`) ·
+1 IP gates (:mod:`gateway.ratelimit`) · 2 token lookup by digest (:mod:`gateway.ingress.triggers`) ·
 3 256 KiB cap while streaming · 4 trigger/autopilot/workspace cross-check · 5 envelope
-(:mod:`gateway.envelope`) · 6 event, dedupe key and signature (:mod:`gateway.providers`) · 7-10, 12
-persist, reject, ignore, admit, answer (:mod:`gateway.ingress_store`, written with concurrent requests
-in one commit by :mod:`gateway.ingress_batch`) · 11 wake the worker
-(:mod:`gateway.ingress_wake`).
+(:mod:`gateway.envelope`) · 6 event, dedupe key and signature (:mod:`gateway.providers`,
+:mod:`gateway.ingress.decision`) · 8-10 reject, ignore, admit, decided without I/O
+(:mod:`gateway.ingress.decision`) · 7-10, 12 persist and answer (:mod:`gateway.ingress.persist`, written
+with concurrent requests in one commit by :mod:`gateway.ingress.batch`) · 11 wake the worker
+(:mod:`gateway.ingress.notifier`).
 
 Every miss (malformed, unknown, rotated, schedule or deleted trigger, workspace mismatch) is the same
 404 bytes. The body of an unknown token is never read. No 2xx leaves before its commit; if the database
@@ -15,11 +16,9 @@ is unreachable, a connection cannot be had in ``pool_acquire_timeout`` or the wr
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 
 import asyncpg
 from starlette.applications import Starlette
@@ -29,13 +28,13 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway import bodies, ratelimit
-from gateway import ingress_store as store
-from gateway.envelope import BodyError, build_envelope, parse_body
-from gateway.ingress_batch import IngestBatcher
-from gateway.ingress_triggers import Trigger, TriggerCache, lookup
-from gateway.ingress_wake import Waker
-from gateway.providers import Inbound, get_preset, selected_headers, slack_challenge
-from hookgate import crypto, logs, metrics
+from gateway.envelope import BodyError, parse_body, unstorable
+from gateway.ingress import decision, persist
+from gateway.ingress.batch import IngestBatcher
+from gateway.ingress.notifier import DeliveryNotifier
+from gateway.ingress.triggers import Trigger, TriggerLookup
+from gateway.providers import Inbound, slack_challenge
+from hookgate import crypto, logs
 from hookgate.context import Context
 
 log = logging.getLogger("hookgate.ingress")
@@ -54,23 +53,21 @@ _DB_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceErr
 
 @dataclass
 class IngressState:
-    """Per-app state of the ingress: the context, the IP gates, the lookup cache and the worker waker."""
+    """Per-app state of the ingress: the context, the IP gates, the token lookup, the notifier and writer."""
 
     ctx: Context
     gates: ratelimit.RateGates
-    cache: TriggerCache
-    waker: Waker
+    triggers: TriggerLookup
+    notifier: DeliveryNotifier
     writer: IngestBatcher
-    lookups: dict[bytes, asyncio.Task[Trigger | None]] = field(default_factory=dict)
-    """Lookups in flight by digest: concurrent requests for one token share one query."""
 
     @classmethod
     def create(cls, ctx: Context) -> IngressState:
-        """Fresh gates, cache, waker and batch writer for an app over ``ctx``."""
+        """Fresh gates, lookup cache, notifier and batch writer for an app over ``ctx``."""
         s = ctx.settings
-        waker = Waker(ctx.pool, s.pool_acquire_timeout)
+        notifier = DeliveryNotifier(ctx.pool, s.pool_acquire_timeout)
         writer = IngestBatcher(ctx.pool, s.pool_acquire_timeout, size=s.ingest_batch_max, inflight=s.ingest_inflight)
-        return cls(ctx, ratelimit.RateGates(s), TriggerCache(), waker, writer)
+        return cls(ctx, ratelimit.RateGates(s), TriggerLookup(ctx), notifier, writer)
 
 
 def ingress_state(app: Starlette) -> IngressState:
@@ -121,84 +118,41 @@ async def _read_capped(receive: Receive, declared: str) -> bytes | None:
         return b""  # the sender is gone; an empty body is refused as invalid and nothing is stored
 
 
-async def _lookup(state: IngressState, digest: bytes, cached: bool) -> Trigger | None:
-    """Step 2: the trigger of ``digest``, from the cache if ``cached`` and fresh, else from the database.
-
-    A cache miss joins the lookup already in flight for the same digest, if there is one: when a busy
-    trigger's entry expires, every request that arrives before the first lookup returns would otherwise
-    send its own query (dozens per second under load, and as many pooled connections).
-    """
-    if not cached:
-        return await _fetch(state, digest)
-    if (hit := state.cache.get(digest)) is not None:
-        return hit  # no connection taken at all
-    pending = state.lookups.get(digest)
-    if pending is None:
-        pending = state.lookups[digest] = asyncio.ensure_future(_fetch(state, digest))
-        pending.add_done_callback(lambda done: _lookup_done(state, digest, done))
-    return await asyncio.shield(pending)  # a waiter that goes away does not cancel the others' lookup
-
-
-def _lookup_done(state: IngressState, digest: bytes, done: asyncio.Task[Trigger | None]) -> None:
-    if state.lookups.get(digest) is done:
-        del state.lookups[digest]
-    if not done.cancelled():
-        done.exception()  # retrieved here: every waiter may be gone (their own errors are raised to them)
-
-
-async def _fetch(state: IngressState, digest: bytes) -> Trigger | None:
-    metrics.INGRESS_LOOKUPS.inc()
-    async with state.ctx.pool.acquire(timeout=state.ctx.settings.pool_acquire_timeout) as conn:
-        return await lookup(conn, state.ctx.keyring, digest, state.cache,
-                            heartbeat_timeout_s=state.ctx.settings.heartbeat_timeout_s)
-
-
-def _verify(state: IngressState, scope: Scope, trigger: Trigger, raw: bytes, headers: dict[str, str],
-            payload: dict[str, object] | list[object]) -> tuple[store.Delivery, Inbound]:
-    """Step 6 (and the envelope of step 5): event, dedupe key, signature, selected headers."""
-    preset = get_preset(trigger.provider)
+def _inbound(state: IngressState, scope: Scope, trigger: Trigger, raw: bytes, headers: dict[str, str],
+             payload: dict[str, object] | list[object]) -> Inbound:
+    """What a provider preset verifies: the request as sent, at the URL the provider signed, by the DB clock."""
     query = scope.get("query_string", b"").decode("latin-1")
     url = state.ctx.settings.public_url.rstrip("/") + scope["path"] + (f"?{query}" if query else "")
-    now = trigger.now()
-    inbound = Inbound(raw=raw, headers=headers, body=payload, url=url, now=now)
-    event = preset.event(inbound)
-    key, source = preset.dedupe_key(inbound)
-    received_at = datetime.fromtimestamp(now, UTC)
-    content_type = headers.get("content-type")
-    delivery = store.Delivery(
-        received_at=received_at, raw=raw, content_type=content_type,
-        headers=selected_headers(preset, headers), event=event, dedupe_key=key, dedupe_source=source,
-        envelope=build_envelope(event, payload, received_at, content_type),
-        signature=preset.verify(inbound, trigger.secrets),
-    )
-    return delivery, inbound
+    return Inbound(raw=raw, headers=headers, body=payload, url=url, now=trigger.now())
 
 
-async def _steps_4_to_12(state: IngressState, scope: Scope, ip: bytes, trigger: Trigger, raw: bytes) -> Reply:
+async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigger: Trigger, raw: bytes) -> Reply:
+    """Steps 4-12 for a request whose trigger was found and whose body was read."""
     if not trigger.consistent:  # step 4
         state.gates.charge(ip)
         return _NOT_FOUND
     headers = _headers(scope)
     try:  # step 5
         payload = parse_body(raw, headers.get("content-type"))
-        if (why := store.unstorable(raw, payload)) is not None:
+        if (why := unstorable(raw, payload)) is not None:
             raise BodyError(why)
     except BodyError as exc:
         status = 415 if exc.code == "unsupported_media_type" else 400
         return Reply.json(status, {"error": exc.code, "message": exc.detail, "detail": exc.detail})
     for attempt in range(2):
-        delivery, inbound = _verify(state, scope, trigger, raw, headers, payload)  # step 6
-        if trigger.provider == "slack" and delivery.signature in ("valid", "not_required"):
+        inbound = _inbound(state, scope, trigger, raw, headers, payload)
+        received = decision.verify(trigger, inbound, payload)  # step 6
+        if trigger.provider == "slack" and received.signature in ("valid", "not_required"):
             challenge = slack_challenge(inbound)
             if challenge is not None:
                 return Reply.json(200, {"challenge": challenge})
         try:
-            answer = await store.store(state.writer, trigger, delivery)  # steps 7-12
-        except store.Stale:
-            state.cache.drop(trigger.digest)
+            answer = await persist.persist_delivery(state.writer, trigger, received)  # steps 7-12
+        except persist.Stale:
+            state.triggers.cache.drop(trigger.digest)
             if attempt:
                 break  # changed again under us: the provider retries shortly
-            fresh = await _lookup(state, trigger.digest, cached=False)
+            fresh = await state.triggers.find(trigger.digest, cached=False)
             if fresh is None or not fresh.consistent:
                 state.gates.charge(ip)
                 return _NOT_FOUND
@@ -207,7 +161,7 @@ async def _steps_4_to_12(state: IngressState, scope: Scope, ip: bytes, trigger: 
         if answer.charge:
             state.gates.charge(ip)
         if answer.wake is not None:
-            state.waker.wake(answer.wake)  # step 11, after the commit
+            state.notifier.announce(answer.wake)  # step 11, after the commit
         logs.bind(outcome=answer.body.get("status"), delivery_id=answer.body.get("delivery_id"),
                   run_id=answer.body.get("run_id"))  # access log, ingress metrics (gateway.access)
         return Reply.json(answer.status, answer.body)
@@ -228,7 +182,7 @@ async def _answer(scope: Scope, receive: Receive) -> Reply:
         state.gates.charge(ip)
         return _NOT_FOUND
     try:
-        trigger = await _lookup(state, crypto.digest(token), cached=True)
+        trigger = await state.triggers.find(crypto.digest(token))
         if trigger is None:
             state.gates.charge(ip)
             return _NOT_FOUND
@@ -236,7 +190,7 @@ async def _answer(scope: Scope, receive: Receive) -> Reply:
         raw = await _read_capped(receive, request_headers.get("content-length", ""))  # step 3
         if raw is None:
             return _TOO_LARGE
-        return await _steps_4_to_12(state, scope, ip, trigger, raw)
+        return await verify_and_ingest(state, scope, ip, trigger, raw)
     except _DB_ERRORS as exc:
         log.warning("ingress answered 503", extra={"error": exc.__class__.__name__})
         return _UNAVAILABLE

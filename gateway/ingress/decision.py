@@ -1,0 +1,113 @@
+"""Ingress steps 6 and 8-10 as decisions without I/O: verify a request, then decide what it becomes.
+
+A request that passed the token, size and body steps becomes exactly one of:
+
+- ``rejected`` (bad, missing or expired signature): a row outside the dedupe index, debt, 401;
+- ``ignored`` (step 9, :func:`autopilot.admission.ignore_reason`): a row, 200;
+- ``accepted``: a ``queued`` delivery and its ``pending`` run, admitted through the gate of
+  :mod:`autopilot.admission` over the facts read with the token; the delivery worker dispatches the run;
+- ``skipped``: the gate said no: the run is inserted ``skipped`` with its reason, and the delivery is
+  ``dispatched`` at once (its run is final: there is nothing left for a worker to do).
+
+(The fifth outcome, ``duplicate``, is found by the write itself: see :mod:`gateway.ingress.persist`.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from autopilot import admission
+from gateway.envelope import build_envelope
+from gateway.ingress.triggers import Trigger
+from gateway.providers import Inbound, get_preset, selected_headers
+
+REJECTED = {"invalid": "invalid_signature", "missing": "missing_signature", "expired": "expired_timestamp"}
+"""Signature status → the rejected delivery's reason code (step 8)."""
+REJECTED_TEXT = {
+    "invalid_signature": "the signature does not match",
+    "missing_signature": "the signature is missing",
+    "expired_timestamp": "the signed timestamp is outside the tolerance",
+}
+
+
+@dataclass(frozen=True)
+class Received:
+    """A received request, normalised and verified (steps 3-6)."""
+
+    received_at: datetime
+    raw: bytes
+    content_type: str | None
+    headers: dict[str, Any]
+    envelope: dict[str, Any]
+    event: str
+    dedupe_key: str | None
+    dedupe_source: str | None
+    signature: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the delivery becomes: its status and reason, the answer, and the run to admit (if any)."""
+
+    status: str
+    reason_code: str | None
+    response_status: int
+    response: dict[str, Any]
+    run_status: str | None = None
+    rule_version_id: UUID | None = None
+    accountable_id: UUID | None = None
+    run_reason_code: str | None = None
+    run_reason: str | None = None
+
+    @property
+    def reason(self) -> str | None:
+        """The text stored with the delivery's reason code."""
+        code = self.reason_code
+        return None if code is None else REJECTED_TEXT.get(code) or admission.REASONS.get(code)
+
+
+def verify(trigger: Trigger, inbound: Inbound, payload: dict[str, object] | list[object]) -> Received:
+    """Step 6 (and the envelope of step 5): event, dedupe key, signature, selected headers."""
+    preset = get_preset(trigger.provider)
+    event = preset.event(inbound)
+    key, source = preset.dedupe_key(inbound)
+    received_at = datetime.fromtimestamp(inbound.now, UTC)
+    content_type = inbound.headers.get("content-type")
+    return Received(
+        received_at=received_at, raw=inbound.raw, content_type=content_type,
+        headers=selected_headers(preset, inbound.headers), event=event, dedupe_key=key, dedupe_source=source,
+        envelope=build_envelope(event, payload, received_at, content_type),
+        signature=preset.verify(inbound, trigger.secrets),
+    )
+
+
+def decide(trigger: Trigger, received: Received) -> Plan:
+    """Steps 8-10 as a decision over the facts read with the token (no I/O)."""
+    if received.signature in REJECTED:
+        code = REJECTED[received.signature]
+        body = {"status": "rejected", "reason": code, "error": code, "message": REJECTED_TEXT[code]}
+        return Plan("rejected", code, 401, body)
+    ignored = admission.ignore_reason(trigger.facts, received.event)
+    if ignored is not None:
+        return Plan("ignored", ignored, 200, {"status": "ignored", "reason": ignored})
+    return admitted(trigger)
+
+
+def admitted(trigger: Trigger) -> Plan:
+    """Step 10 through the admission gate: a pending run, or a skipped one with its reason."""
+    d = admission.Decision.of(trigger.facts, "webhook")
+    if d.reason_code is None:
+        body = {"status": "accepted", "autopilot_id": str(trigger.autopilot_id), "trigger_id": str(trigger.id)}
+        return Plan("queued", None, 200, body, "pending", d.rule_version_id, d.accountable_id)
+    return Plan("dispatched", d.reason_code, 200, {"status": "skipped", "reason": d.reason_code}, "skipped",
+                d.rule_version_id, d.accountable_id, d.reason_code, d.reason)
+
+
+def left_for_worker(trigger: Trigger) -> Plan:
+    """The crash-window state: the delivery alone, queued, for the worker to admit."""
+    body = {"status": "accepted", "run_id": None, "autopilot_id": str(trigger.autopilot_id),
+            "trigger_id": str(trigger.id)}
+    return Plan("queued", None, 200, body)
