@@ -12,8 +12,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from gateway import ingress
 from gateway.admin.openapi import Answer, Error, Operation
+from gateway.ingress import endpoint as ingress
 from gateway.providers import PRESETS, Preset
 
 

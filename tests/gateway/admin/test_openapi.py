@@ -40,7 +40,8 @@ def _routes(routes: list[Any]) -> set[tuple[str, str]]:
 
 
 async def test_openapi_document_describes_every_admin_runtime_and_webhook_route(client):
-    from gateway import admin, ingress, runtime
+    from gateway import admin, runtime
+    from gateway.ingress import endpoint as ingress
 
     doc = (await client.get("/openapi.json")).json()
     assert doc["openapi"] == "3.1.0" and doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
