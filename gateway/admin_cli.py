@@ -1,32 +1,84 @@
 """Admin verbs of the ``hookgate`` command: thin HTTP clients of the admin API (ARCHITECTURE §2, §11).
 
-``hookgate agents create|list|get|update|rotate-secret``, ``autopilots create``,
-``triggers create|rotate-token|set-secret``, ``runs list|get|start``, ``deliveries list|replay``. Readable
-tables by default, the API's JSON with ``--json``. Every verb takes ``--url`` and ``--key`` (env
-``HOOKGATE_URL``, ``HOOKGATE_API_KEY``).
+``hookgate agents …``, ``autopilots …``, ``triggers …``, ``runs …``, ``deliveries …`` (``tail`` follows new
+ones), ``members …`` and ``keys …``. Readable tables by default, the API's JSON with ``--json``. Every verb
+takes ``--url`` and ``--key`` (env ``HOOKGATE_URL``, else ``http://HOOKGATE_HOST:HOOKGATE_PORT``, and
+``HOOKGATE_API_KEY``).
+
+Exit codes: 0 done; 1 the API refused (one line: ``hookgate: error: 404 not_found: no such run``); 2 the
+request was never answered: bad input, no key, a malformed id, bad client settings, the gateway unreachable.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, NoReturn
 
 import httpx
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Verb = Callable[["Client", argparse.Namespace], Awaitable[Any]]
 
 
 class ClientSettings(BaseSettings):
-    """Where the admin API is and which key to use (``HOOKGATE_URL``, ``HOOKGATE_API_KEY``)."""
+    """Where the gateway is and which credential to use (``HOOKGATE_URL``, ``HOOKGATE_API_KEY``, …)."""
 
     model_config = SettingsConfigDict(env_prefix="HOOKGATE_", extra="ignore")
-    url: str = Field(default="http://127.0.0.1:8080", description="Base URL of a Hookgate gateway")
+    url: str | None = Field(default=None, description="Base URL of a Hookgate gateway (default from host and port)")
+    host: str = Field(default="127.0.0.1", description="The gateway's bind address, when HOOKGATE_URL is unset")
+    port: int = Field(default=8080, ge=1, le=65535, description="The gateway's port, when HOOKGATE_URL is unset")
     api_key: SecretStr | None = Field(default=None, description="An hgk_ admin API key")
+    runtime_token: SecretStr | None = Field(default=None, description="A pull agent's hgr_ token (hookgate listen)")
+
+    def base_url(self) -> str:
+        """``HOOKGATE_URL``, else the address the gateway of this environment binds (a wildcard read as loopback)."""
+        if self.url:
+            return self.url.rstrip("/")
+        host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``hookgate: error: <message>`` (one line) and exit with ``code``."""
+    print(f"hookgate: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    raise SystemExit(code)
+
+
+def client_settings() -> ClientSettings:
+    """The client's settings from the environment; a bad one is one error line and exit 2."""
+    try:
+        return ClientSettings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "HOOKGATE_" + "_".join(str(p) for p in first["loc"]).upper()
+        fail(f"{name}: {first['msg']}")
+
+
+def resource_id(noun: str) -> Callable[[str], str]:
+    """An argparse type: the id of a ``noun``, a UUID, refused before any request when malformed."""
+    def parse(text: str) -> str:
+        try:
+            return str(uuid.UUID(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {noun} id (a UUID): {text!r}") from None
+    parse.__name__ = f"{noun}_id"
+    return parse
+
+
+def json_value(text: str) -> Any:
+    """An argparse type: a JSON document, refused before any request when it does not parse."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc})") from None
 
 
 class ApiFailure(Exception):
@@ -50,15 +102,24 @@ class Client:
         try:
             body = answer.json()
         except ValueError:
-            body = {"error": "bad_response", "message": answer.text[:200]}
+            raise ApiFailure(answer.status_code, "bad_response", "not a JSON answer: is this a Hookgate gateway?"
+                             ) from None
         if answer.status_code >= 400:
-            raise ApiFailure(answer.status_code, body.get("error", "error"), body.get("message", ""))
+            error = body if isinstance(body, dict) else {}
+            raise ApiFailure(answer.status_code, str(error.get("error", "error")), str(error.get("message", "")))
         return body
+
+
 
 
 # ---------------------------------------------------------------------------------------------------
 # Verbs
 # ---------------------------------------------------------------------------------------------------
+
+def _page(a: argparse.Namespace, **filters: Any) -> dict[str, Any]:
+    """The query of a list verb: its filters, ``--limit`` and ``--cursor``."""
+    return filters | {"limit": a.limit, "cursor": a.cursor}
+
 
 async def agents_create(c: Client, a: argparse.Namespace) -> Any:
     """POST /v1/agents."""
@@ -70,7 +131,7 @@ async def agents_create(c: Client, a: argparse.Namespace) -> Any:
 
 async def agents_list(c: Client, a: argparse.Namespace) -> Any:
     """GET /v1/agents."""
-    return await c.call("GET", "/v1/agents", params={"limit": a.limit})
+    return await c.call("GET", "/v1/agents", params=_page(a))
 
 
 async def agents_get(c: Client, a: argparse.Namespace) -> Any:
@@ -99,7 +160,7 @@ async def autopilots_create(c: Client, a: argparse.Namespace) -> Any:
 
 async def autopilots_list(c: Client, a: argparse.Namespace) -> Any:
     """GET /v1/autopilots."""
-    return await c.call("GET", "/v1/autopilots", params={"limit": a.limit, "status": a.status})
+    return await c.call("GET", "/v1/autopilots", params=_page(a, status=a.status))
 
 
 async def triggers_create(c: Client, a: argparse.Namespace) -> Any:
@@ -110,6 +171,26 @@ async def triggers_create(c: Client, a: argparse.Namespace) -> Any:
     else:
         body = {"kind": "webhook", "provider": a.provider, "event_filters": a.event or []}
     return await c.call("POST", f"/v1/autopilots/{a.autopilot}/triggers", json_body=body)
+
+
+async def triggers_list(c: Client, a: argparse.Namespace) -> Any:
+    """GET /v1/autopilots/{id}/triggers."""
+    return await c.call("GET", f"/v1/autopilots/{a.autopilot}/triggers", params=_page(a))
+
+
+async def triggers_get(c: Client, a: argparse.Namespace) -> Any:
+    """GET /v1/triggers/{id}."""
+    return await c.call("GET", f"/v1/triggers/{a.trigger}")
+
+
+async def triggers_pause(c: Client, a: argparse.Namespace) -> Any:
+    """PATCH /v1/triggers/{id} ``{"enabled": false}``."""
+    return await c.call("PATCH", f"/v1/triggers/{a.trigger}", json_body={"enabled": False})
+
+
+async def triggers_resume(c: Client, a: argparse.Namespace) -> Any:
+    """PATCH /v1/triggers/{id} ``{"enabled": true}``."""
+    return await c.call("PATCH", f"/v1/triggers/{a.trigger}", json_body={"enabled": True})
 
 
 async def triggers_rotate(c: Client, a: argparse.Namespace) -> Any:
@@ -128,8 +209,8 @@ async def triggers_set_secret(c: Client, a: argparse.Namespace) -> Any:
 
 async def runs_list(c: Client, a: argparse.Namespace) -> Any:
     """GET /v1/runs."""
-    return await c.call("GET", "/v1/runs", params={"autopilot_id": a.autopilot, "status": a.status,
-                                                   "source": a.source, "limit": a.limit})
+    return await c.call("GET", "/v1/runs", params=_page(a, autopilot_id=a.autopilot, status=a.status,
+                                                        source=a.source))
 
 
 async def runs_get(c: Client, a: argparse.Namespace) -> Any:
@@ -139,21 +220,130 @@ async def runs_get(c: Client, a: argparse.Namespace) -> Any:
 
 async def runs_start(c: Client, a: argparse.Namespace) -> Any:
     """POST /v1/autopilots/{id}/runs (manual: you are the originator)."""
-    body = {"source": a.source} | ({"payload": json.loads(a.payload)} if a.payload else {})
+    body = {"source": a.source} | ({"payload": a.payload} if a.payload is not None else {})
     return await c.call("POST", f"/v1/autopilots/{a.autopilot}/runs", json_body=body,
                         headers={"Idempotency-Key": a.idempotency_key} if a.idempotency_key else None)
 
 
+async def runs_cancel(c: Client, a: argparse.Namespace) -> Any:
+    """POST /v1/runs/{id}/cancel."""
+    return await c.call("POST", f"/v1/runs/{a.run}/cancel", json_body={"reason": a.reason})
+
+
 async def deliveries_list(c: Client, a: argparse.Namespace) -> Any:
     """GET /v1/deliveries."""
-    return await c.call("GET", "/v1/deliveries", params={"trigger_id": a.trigger, "status": a.status,
-                                                         "limit": a.limit})
+    return await c.call("GET", "/v1/deliveries", params=_page(a, trigger_id=a.trigger, status=a.status))
+
+
+async def deliveries_get(c: Client, a: argparse.Namespace) -> Any:
+    """GET /v1/deliveries/{id} (headers, body and envelope included)."""
+    return await c.call("GET", f"/v1/deliveries/{a.delivery}")
 
 
 async def deliveries_replay(c: Client, a: argparse.Namespace) -> Any:
     """POST /v1/deliveries/{id}/replay."""
     return await c.call("POST", f"/v1/deliveries/{a.delivery}/replay",
                         headers={"Idempotency-Key": a.idempotency_key} if a.idempotency_key else None)
+
+
+async def members_list(c: Client, a: argparse.Namespace) -> Any:
+    """GET /v1/members."""
+    return await c.call("GET", "/v1/members", params=_page(a))
+
+
+async def members_get(c: Client, a: argparse.Namespace) -> Any:
+    """GET /v1/members/{id}."""
+    return await c.call("GET", f"/v1/members/{a.member}")
+
+
+async def members_update(c: Client, a: argparse.Namespace) -> Any:
+    """PATCH /v1/members/{id} with ``role`` and/or ``disabled``."""
+    body = {"role": a.role, "disabled": a.disabled}
+    return await c.call("PATCH", f"/v1/members/{a.member}", json_body={k: v for k, v in body.items() if v is not None})
+
+
+async def keys_list(c: Client, a: argparse.Namespace) -> Any:
+    """GET /v1/keys (yours, or a member's within your reach)."""
+    return await c.call("GET", "/v1/keys", params=_page(a, member_id=a.member))
+
+
+async def keys_revoke(c: Client, a: argparse.Namespace) -> Any:
+    """DELETE /v1/keys/{id}."""
+    return await c.call("DELETE", f"/v1/keys/{a.key_id}")
+
+
+async def deliveries_tail(c: Client, a: argparse.Namespace) -> None:
+    """Follow new deliveries: poll the newest page every ``--interval`` s and print each one once, oldest first.
+
+    Ends cleanly on Ctrl-C or SIGTERM (exit 0). Deliveries already there at start are shown only with ``--last``.
+    """
+    with _stop_on_signals() as stop:
+        start = await _newest(c, a, a.last or 1, seen=None)
+        seen = Seen(start)
+        _show(start[-a.last:] if a.last else [], a.json)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), a.interval)
+            if not stop.is_set():
+                fresh = await _newest(c, a, 100, seen=seen)
+                seen.add(fresh)
+                _show(fresh, a.json)
+
+
+class Seen:
+    """What a tail printed or found at start; the newest ``keep`` ids are enough to recognise the first pages."""
+
+    def __init__(self, start: list[dict[str, Any]], keep: int = 5000) -> None:
+        self.ids = dict.fromkeys(d["id"] for d in start)
+        self.keep = keep
+        # Deliveries older than the oldest found at start are history: never printed (ids grow with time).
+        self.floor = min((uuid.UUID(d["id"]) for d in start), default=None)
+
+    def add(self, items: list[dict[str, Any]]) -> None:
+        """Remember ``items``; forget the oldest ids beyond ``keep``."""
+        self.ids.update(dict.fromkeys(d["id"] for d in items))
+        while len(self.ids) > self.keep:
+            del self.ids[next(iter(self.ids))]
+
+    def new(self, item: dict[str, Any]) -> bool:
+        """Not printed yet and newer than where the tail started."""
+        return item["id"] not in self.ids and (self.floor is None or uuid.UUID(item["id"]) > self.floor)
+
+
+async def _newest(c: Client, a: argparse.Namespace, limit: int, seen: Seen | None) -> list[dict[str, Any]]:
+    """The deliveries not seen yet, oldest first; follows the cursor while a whole page is new (a burst)."""
+    found: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = await c.call("GET", "/v1/deliveries", params={"trigger_id": a.trigger, "status": a.status,
+                                                             "limit": limit, "cursor": cursor})
+        items = page["items"] if seen is None else [d for d in page["items"] if seen.new(d)]
+        found.extend(items)
+        cursor = page.get("next_cursor")
+        if seen is None or not cursor or len(items) < len(page["items"]):
+            return found[::-1]
+
+
+def _show(items: list[dict[str, Any]], as_json: bool) -> None:
+    for d in items:
+        if as_json:
+            print(json.dumps(d), flush=True)
+        else:
+            print("  ".join(_cell(d.get(k)) for k in ("received_at", "status", "signature_status", "event", "id",
+                                                    "run_id")), flush=True)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[asyncio.Event]:
+    """An event set by SIGINT or SIGTERM while the block runs: a follower ends cleanly instead of by a traceback."""
+    loop, stop = asyncio.get_running_loop(), asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        yield stop
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -163,8 +353,11 @@ async def deliveries_replay(c: Client, a: argparse.Namespace) -> Any:
 COLUMNS = {
     "agents": ("id", "name", "runtime.kind", "runtime.url", "visibility", "archived_at"),
     "autopilots": ("id", "title", "status", "execution_mode", "assignee.type", "version"),
+    "triggers": ("id", "kind", "enabled", "provider", "cron", "event_filters", "next_fire_at"),
     "runs": ("id", "source", "status", "autopilot_id", "reason_code", "created_at"),
     "deliveries": ("id", "status", "signature_status", "event", "run_id", "received_at"),
+    "members": ("id", "name", "email", "role", "disabled_at"),
+    "keys": ("id", "member_id", "hint", "last_used_at", "revoked_at"),
 }
 
 
@@ -206,12 +399,13 @@ def render(noun: str, answer: Any) -> str:
 # Parser
 # ---------------------------------------------------------------------------------------------------
 
-ENV_HELP = "env HOOKGATE_URL / HOOKGATE_API_KEY supply --url / --key"
-NOUNS = ("agents", "autopilots", "triggers", "runs", "deliveries")
+ENV_HELP = ("env HOOKGATE_URL (default http://HOOKGATE_HOST:HOOKGATE_PORT) / HOOKGATE_API_KEY supply --url / --key; "
+            "exit 1 when the API refuses, 2 when the request is not answered (bad input, unreachable)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", help="gateway base URL (env HOOKGATE_URL, default http://127.0.0.1:8080)")
+    p.add_argument("--url", help="gateway base URL (env HOOKGATE_URL, default http://127.0.0.1:8080 from "
+                                 "HOOKGATE_HOST and HOOKGATE_PORT)")
     p.add_argument("--key", help="admin API key hgk_… (env HOOKGATE_API_KEY)")
     p.add_argument("--json", action="store_true", help="print the API's JSON answer instead of a table")
 
@@ -223,10 +417,20 @@ def _verb(nouns: Any, name: str, fn: Verb, text: str) -> argparse.ArgumentParser
     return p
 
 
-def add_commands(sub: Any) -> None:
-    """Add the admin nouns and their verbs to the ``hookgate`` command tree."""
-    agents = sub.add_parser("agents", help="create, list, show and change agents (admin API client)").add_subparsers(
-        dest="verb", required=True, metavar="VERB")
+def _list(nouns: Any, fn: Verb, text: str) -> argparse.ArgumentParser:
+    p = _verb(nouns, "list", fn, text)
+    p.add_argument("--limit", type=int, default=50, help="page size (default 50, max 500)")
+    p.add_argument("--cursor", help="the next page: the cursor a previous list printed")
+    return p
+
+
+def _noun(sub: Any, name: str, text: str) -> Any:
+    return sub.add_parser(name, help=text, description=text).add_subparsers(dest="verb", required=True,
+                                                                              metavar="VERB")
+
+
+def _agents(sub: Any) -> None:
+    agents = _noun(sub, "agents", "create, list, show and change agents (admin API client)")
     p = _verb(agents, "create", agents_create, "create an http agent (--endpoint) or a pull agent (--pull)")
     p.add_argument("--name", required=True, help="agent name")
     kind = p.add_mutually_exclusive_group(required=True)
@@ -235,10 +439,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=10.0, help="push timeout in seconds (default 10)")
     p.add_argument("--private", action="store_true", help="only you may assign work to it")
     p.add_argument("--max-concurrency", type=int, default=4, help="tasks at once (default 4)")
-    _verb(agents, "list", agents_list, "list agents").add_argument("--limit", type=int, default=50)
-    _verb(agents, "get", agents_get, "show an agent").add_argument("agent")
+    _list(agents, agents_list, "list agents")
+    _verb(agents, "get", agents_get, "show an agent").add_argument("agent", type=resource_id("agent"))
     p = _verb(agents, "update", agents_update, "change an agent's name, endpoint, timeout, concurrency, visibility")
-    p.add_argument("agent")
+    p.add_argument("agent", type=resource_id("agent"))
     p.add_argument("--name", help="new name")
     p.add_argument("--endpoint", help="new URL we push tasks to (http agent; checked like at creation)")
     p.add_argument("--timeout", type=float, help="push timeout in seconds (http agent)")
@@ -250,80 +454,134 @@ def add_commands(sub: Any) -> None:
                       help="every member may assign work to it")
     _verb(agents, "rotate-secret", agents_rotate_secret,
           "give an http agent a new signing secret (shown once); the old one also signs pushes for 24 hours"
-          ).add_argument("agent")
+          ).add_argument("agent", type=resource_id("agent"))
 
-    autopilots = sub.add_parser("autopilots", help="create and list autopilots (admin API client)").add_subparsers(
-        dest="verb", required=True, metavar="VERB")
+
+def _autopilots(sub: Any) -> None:
+    autopilots = _noun(sub, "autopilots", "create and list autopilots (admin API client)")
     p = _verb(autopilots, "create", autopilots_create, "create an autopilot assigned to an agent or a squad")
     p.add_argument("--title", required=True, help="autopilot title")
     p.add_argument("--instructions", default="", help="what the agent should do")
     who = p.add_mutually_exclusive_group(required=True)
-    who.add_argument("--agent", help="assignee agent id")
-    who.add_argument("--squad", help="assignee squad id (its leader does the work)")
+    who.add_argument("--agent", type=resource_id("agent"), help="assignee agent id")
+    who.add_argument("--squad", type=resource_id("squad"), help="assignee squad id (its leader does the work)")
     p.add_argument("--mode", choices=("run_only", "create_issue"), default="create_issue",
                    help="create an issue per run (default) or run the agent directly")
-    p = _verb(autopilots, "list", autopilots_list, "list autopilots")
-    p.add_argument("--status", choices=("active", "paused", "archived"))
-    p.add_argument("--limit", type=int, default=50)
+    _list(autopilots, autopilots_list, "list autopilots").add_argument(
+        "--status", choices=("active", "paused", "archived"))
 
-    triggers = sub.add_parser("triggers", help="create triggers, rotate tokens, set secrets").add_subparsers(
-        dest="verb", required=True, metavar="VERB")
+
+def _triggers(sub: Any) -> None:
+    triggers = _noun(sub, "triggers", "create, list, pause and resume triggers; rotate tokens, set secrets")
+    trigger_id = resource_id("trigger")
     p = _verb(triggers, "create", triggers_create, "create a webhook trigger, or a schedule with --cron")
-    p.add_argument("--autopilot", required=True, help="autopilot id")
+    p.add_argument("--autopilot", required=True, type=resource_id("autopilot"), help="autopilot id")
     p.add_argument("--provider", default="generic", help="webhook preset: generic, github, stripe, … (webhook)")
     p.add_argument("--event", action="append", help="event filter, repeatable, * wildcards (webhook)")
     p.add_argument("--cron", help="5-field cron expression: makes a schedule trigger")
     p.add_argument("--timezone", default="UTC", help="IANA zone the cron is read in (schedule)")
     p.add_argument("--overlap", choices=("skip", "buffer_one", "allow"), default="skip",
                    help="what an occurrence does while the previous run is active (schedule)")
+    _list(triggers, triggers_list, "list an autopilot's live triggers, oldest first").add_argument(
+        "--autopilot", required=True, type=resource_id("autopilot"), help="autopilot id")
+    _verb(triggers, "get", triggers_get, "show a trigger (its token and URL only if you may edit it)"
+          ).add_argument("trigger", type=trigger_id)
+    _verb(triggers, "pause", triggers_pause, "disable a trigger: its webhooks are ignored (trigger_disabled), "
+          "its schedule stops firing").add_argument("trigger", type=trigger_id)
+    _verb(triggers, "resume", triggers_resume, "enable a trigger again (a schedule plans its next fire from now)"
+          ).add_argument("trigger", type=trigger_id)
     _verb(triggers, "rotate-token", triggers_rotate, "give a webhook trigger a new token; the old URL answers 404"
-          ).add_argument("trigger")
+          ).add_argument("trigger", type=trigger_id)
     p = _verb(triggers, "set-secret", triggers_set_secret, "set (or --remove) a webhook trigger's signing secret")
-    p.add_argument("trigger")
+    p.add_argument("trigger", type=trigger_id)
     p.add_argument("--secret", help="the provider's signing secret (read from stdin when omitted)")
     p.add_argument("--grace", type=int, default=0, help="seconds the previous secret still verifies")
     p.add_argument("--remove", action="store_true", help="remove the secret (bearer-only mode)")
 
-    runs = sub.add_parser("runs", help="list, show and start runs").add_subparsers(
-        dest="verb", required=True, metavar="VERB")
-    p = _verb(runs, "list", runs_list, "list runs, newest first")
-    p.add_argument("--autopilot")
-    p.add_argument("--status")
+
+RUN_STATUSES = ("pending", "issue_created", "queued", "running", "completed", "failed", "cancelled", "skipped")
+
+
+def _runs(sub: Any) -> None:
+    runs = _noun(sub, "runs", "list, show, start and cancel runs (a retry verb awaits a retry endpoint in the API)")
+    p = _list(runs, runs_list, "list runs, newest first")
+    p.add_argument("--autopilot", type=resource_id("autopilot"))
+    p.add_argument("--status", choices=RUN_STATUSES)
     p.add_argument("--source", choices=("manual", "schedule", "webhook", "api"))
-    p.add_argument("--limit", type=int, default=50)
-    _verb(runs, "get", runs_get, "show a run and its chain (delivery → run → issue → task)").add_argument("run")
+    _verb(runs, "get", runs_get, "show a run and its chain (delivery → run → issue → task)").add_argument(
+        "run", type=resource_id("run"))
     p = _verb(runs, "start", runs_start, "start a run of an autopilot by hand")
-    p.add_argument("autopilot")
-    p.add_argument("--payload", help="JSON object passed to the agent")
+    p.add_argument("autopilot", type=resource_id("autopilot"))
+    p.add_argument("--payload", type=json_value, help="JSON object passed to the agent")
     p.add_argument("--source", choices=("manual", "api"), default="manual")
     p.add_argument("--idempotency-key", help="retry-safe: the same key within 5 minutes starts one run")
+    p = _verb(runs, "cancel", runs_cancel, "end an unfinished run and cancel its queued tasks (409 if finished)")
+    p.add_argument("run", type=resource_id("run"))
+    p.add_argument("--reason", help="why (kept on the run)")
 
-    deliveries = sub.add_parser("deliveries", help="list and replay webhook deliveries").add_subparsers(
-        dest="verb", required=True, metavar="VERB")
-    p = _verb(deliveries, "list", deliveries_list, "list deliveries, newest first")
-    p.add_argument("--trigger")
-    p.add_argument("--status", choices=("queued", "dispatched", "rejected", "ignored", "failed"))
-    p.add_argument("--limit", type=int, default=50)
+
+DELIVERY_STATUSES = ("queued", "dispatched", "rejected", "ignored", "failed")
+
+
+def _deliveries(sub: Any) -> None:
+    deliveries = _noun(sub, "deliveries", "list, show, follow and replay webhook deliveries")
+    p = _list(deliveries, deliveries_list, "list deliveries, newest first")
+    p.add_argument("--trigger", type=resource_id("trigger"))
+    p.add_argument("--status", choices=DELIVERY_STATUSES)
+    _verb(deliveries, "get", deliveries_get, "show a delivery with its headers, body and envelope").add_argument(
+        "delivery", type=resource_id("delivery"))
+    p = _verb(deliveries, "tail", deliveries_tail, "follow new deliveries as they arrive, one line each "
+              "(JSON lines with --json); Ctrl-C ends it")
+    p.add_argument("--trigger", type=resource_id("trigger"))
+    p.add_argument("--status", choices=DELIVERY_STATUSES)
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
+    p.add_argument("--last", type=int, default=0, metavar="N", help="first show the N newest (default 0)")
     p = _verb(deliveries, "replay", deliveries_replay, "replay a delivery as a new one (runs it again)")
-    p.add_argument("delivery")
+    p.add_argument("delivery", type=resource_id("delivery"))
     p.add_argument("--idempotency-key", help="retry-safe: the same key within 5 minutes replays once")
 
 
+def _members(sub: Any) -> None:
+    members = _noun(sub, "members", "list, show and change workspace members")
+    _list(members, members_list, "list members")
+    _verb(members, "get", members_get, "show a member").add_argument("member", type=resource_id("member"))
+    p = _verb(members, "update", members_update, "change a member's role, or disable/enable them")
+    p.add_argument("member", type=resource_id("member"))
+    p.add_argument("--role", choices=("owner", "admin", "member"))
+    state = p.add_mutually_exclusive_group()
+    state.add_argument("--disable", dest="disabled", action="store_const", const=True,
+                       help="their keys answer 401 until enabled (not revoked)")
+    state.add_argument("--enable", dest="disabled", action="store_const", const=False, help="enable again")
+
+
+def _keys(sub: Any) -> None:
+    keys = _noun(sub, "keys", "list and revoke admin API keys")
+    _list(keys, keys_list, "list your keys, or a member's within your reach").add_argument(
+        "--member", type=resource_id("member"), help="a member's keys")
+    _verb(keys, "revoke", keys_revoke, "revoke a key: it stops working on the next request").add_argument(
+        "key_id", metavar="KEY_ID", type=resource_id("key"))
+
+
+def add_commands(sub: Any) -> None:
+    """Add the admin nouns and their verbs to the ``hookgate`` command tree."""
+    for add in (_agents, _autopilots, _triggers, _runs, _deliveries, _members, _keys):
+        add(sub)
+
+
 async def run(args: argparse.Namespace) -> None:
-    """Run one admin verb and print its answer; exits 1 on an API error, 2 when unreachable."""
-    settings = ClientSettings()
-    url = args.url or settings.url
+    """Run one admin verb and print its answer; exit 1 when the API refuses, 2 when it never answered."""
+    settings = client_settings()
+    url = (args.url or settings.base_url()).rstrip("/")
     key = args.key or (settings.api_key.get_secret_value() if settings.api_key else None)
     if not key:
-        raise SystemExit("hookgate: error: no API key: pass --key or set HOOKGATE_API_KEY")
+        fail("no API key: pass --key or set HOOKGATE_API_KEY")
     headers = {"Authorization": f"Bearer {key}", "User-Agent": "hookgate-cli"}
     try:
-        async with httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
             answer = await args.admin_verb(Client(http), args)
     except ApiFailure as exc:
-        print(f"hookgate: error: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
-    except httpx.HTTPError as exc:
-        print(f"hookgate: error: cannot reach {url}: {exc.__class__.__name__}", file=sys.stderr)
-        raise SystemExit(2) from None
-    print(json.dumps(answer, indent=2) if args.json else render(args.command, answer))
+        fail(str(exc), 1)
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        fail(f"cannot reach {url}: {exc.__class__.__name__}")
+    if answer is not None:
+        print(json.dumps(answer, indent=2) if args.json else render(args.command, answer))

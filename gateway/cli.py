@@ -1,6 +1,8 @@
-"""The ``hookgate`` command: run roles (serve, gateway, worker, scheduler), migrate, bootstrap.
+"""The ``hookgate`` command: run roles (serve, gateway, worker, scheduler), migrate, bootstrap, admin verbs.
 
-Every flag has an environment variable (``HOOKGATE_…``), named in ``--help``.
+Also ``listen`` (a pull runtime forwarding to a local URL) and ``completion``. Every flag has an environment
+variable (``HOOKGATE_…``), named in ``--help``. Every error is one line, ``hookgate: error: …``, with exit
+code 2 for bad input, configuration or a port already in use.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from gateway import admin_cli
+from gateway import admin_cli, completion, listen
 from hookgate import logs
 from hookgate.context import Context, open_context
 from hookgate.migrations import MigrationError
@@ -27,6 +29,8 @@ FIRST_KEY_FILE = "first-owner-key"
 """Where ``serve`` puts the first owner key when stdout is not a terminal (in the data dir)."""
 
 log = logging.getLogger("hookgate.cli")
+CLIENT_COMMANDS = ("listen", "completion")
+"""Commands that only talk HTTP (besides the admin verbs): they read no server settings and log nothing."""
 #: What ``serve`` on its embedded database allows agents on when HOOKGATE_AGENT_ALLOW_CIDRS is unset.
 EMBEDDED_AGENT_ALLOW = ["127.0.0.0/8", "::1/128"]
 
@@ -41,8 +45,18 @@ environment:
   HOOKGATE_METRICS_PORT   /metrics port of worker and scheduler processes (gateways use their HTTP port)
   HOOKGATE_AGENT_ALLOW_CIDRS   CIDRs agents may be pushed to although loopback/private/link-local
                           (default none; serve on its embedded database: 127.0.0.0/8,::1/128)
+  HOOKGATE_URL            gateway of the client commands (default http://HOOKGATE_HOST:HOOKGATE_PORT)
+  HOOKGATE_API_KEY        hgk_ key of the admin verbs; HOOKGATE_RUNTIME_TOKEN: hgr_ token of listen
 See README.md and docs/OPERATIONS.md for every setting.
 """
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, ``hookgate: error: …``, exit code 2 (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the one error line, pointing at this command's --help."""
+        admin_cli.fail(f"{message} (see '{self.prog} --help')")
 
 
 def _role_services(ctx: Context, roles: Sequence[str]) -> list[Service]:
@@ -65,12 +79,28 @@ def _role_services(ctx: Context, roles: Sequence[str]) -> list[Service]:
 
 
 async def _run_roles(settings: Settings, roles: Sequence[str], *, announce: bool) -> None:
+    from gateway.server import CannotListen, HttpServer
+
     with handle_signals() as stop:
         async with open_context(settings) as ctx:
+            services = _role_services(ctx, roles)
+            http = [s for s in services if isinstance(s, HttpServer)]
+            try:
+                for server in http:
+                    server.bind()  # a taken port fails here, before anything says "ready"
+            except CannotListen as exc:
+                raise ConfigError(str(exc)) from None
             if announce:
-                await _announce(ctx)
-            await run_services(_role_services(ctx, roles), deadline=settings.shutdown_deadline, stop=stop,
+                await _announce(ctx, http[0].port)
+            elif "gateway" in roles:
+                print(f"hookgate ready on http://{_shown_host(ctx.settings.host)}:{http[0].port}", file=sys.stderr,
+                      flush=True)
+            await run_services(services, deadline=settings.shutdown_deadline, stop=stop,
                                on_start=_settle_garbage_collector)
+
+
+def _shown_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def _settle_garbage_collector() -> None:
@@ -87,17 +117,20 @@ def _settle_garbage_collector() -> None:
     gc.set_threshold(20_000, 10, 10)
 
 
-async def _announce(ctx: Context) -> None:
-    """First start on an empty database: create a workspace; show its owner key once, or file it."""
+async def _announce(ctx: Context, port: int) -> None:
+    """Once the port is bound. First start on an empty database: a workspace, its owner key shown once or filed.
+
+    Bootstrapping only after the bind means a failed start never makes a key that nobody was shown.
+    """
     from autopilot.workspaces import bootstrap
     from sql import Q
 
+    base = f"http://{_shown_host(ctx.settings.host)}:{port}"
     async with ctx.pool.acquire() as conn:
         if await conn.fetchval(Q.workspace_count):
-            print(f"hookgate ready on http://{ctx.settings.host}:{ctx.settings.port}", file=sys.stderr)
+            print(f"hookgate ready on {base}", file=sys.stderr, flush=True)
             return
         boot = await bootstrap(conn, "default")
-    base = f"http://{ctx.settings.host}:{ctx.settings.port}"
     if sys.stdout.isatty():
         print(
             f"\nHookgate is ready on {base}\n"
@@ -153,7 +186,7 @@ async def _bootstrap(settings: Settings, workspace: str, as_json: bool) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command tree; every command's --help reads like a manual page."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="hookgate", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description="Hookgate: webhooks and cron schedules in, durable exactly-once runs out.",
     )
@@ -178,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("--workspace", default="default", help="workspace name (default: default)")
     boot.add_argument("--json", action="store_true", help='print {"workspace_id","member_id","api_key"}')
     admin_cli.add_commands(sub)
+    listen.add_command(sub)
+    completion.add_command(sub)
     return parser
 
 
@@ -195,8 +230,6 @@ def serve_defaults(settings: Settings) -> Settings:
 
 
 def _dispatch(args: argparse.Namespace) -> Callable[[Settings], Any]:
-    if getattr(args, "admin_verb", None) is not None:
-        return lambda _s: admin_cli.run(args)
     roles = {"serve": ("gateway", "worker", "scheduler"), "gateway": ("gateway",),
              "worker": ("worker",), "scheduler": ("scheduler",)}
     if args.command == "serve":
@@ -210,15 +243,32 @@ def _dispatch(args: argparse.Namespace) -> Callable[[Settings], Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``hookgate`` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "admin_verb", None) is not None or args.command in CLIENT_COMMANDS:
+        _client(parser, args)
+        return
     overrides = {k: v for k in ("host", "port") if (v := getattr(args, k, None)) is not None}
     try:
         settings = load_settings(**overrides)
         logs.configure(settings.log_level)
         asyncio.run(_dispatch(args)(settings))
     except (ConfigError, MigrationError) as exc:
-        print(f"hookgate: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        admin_cli.fail(str(exc))
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+def _client(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """An HTTP client command: no server settings are read, and only warnings are logged (stderr stays quiet)."""
+    logs.configure("warning")
+    try:
+        if args.command == "completion":
+            print(completion.script(parser, args.shell), end="")
+        elif args.command == "listen":
+            asyncio.run(listen.run(args))
+        else:
+            asyncio.run(admin_cli.run(args))
     except KeyboardInterrupt:
         raise SystemExit(130) from None
 

@@ -2,13 +2,15 @@
 
 uvicorn is told not to rewrite the client address from ``X-Forwarded-For`` (``proxy_headers=False``; its
 default believes a loopback peer): only ``HOOKGATE_TRUSTED_PROXIES`` decides that (:mod:`gateway.ratelimit`).
-The request, head and connection limits are :mod:`gateway.http_limits`.
+The request, head and connection limits are :mod:`gateway.http_limits`. The listening sockets are opened by
+:meth:`HttpServer.bind` before anything is announced, so a taken port is one :class:`CannotListen` error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Generator
 
 import uvicorn
@@ -19,6 +21,34 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from gateway.app import create_app, shutdown
 from gateway.http_limits import ConnectionGate, guarded
 from hookgate.context import Context
+
+
+class CannotListen(Exception):
+    """The HTTP address cannot be bound (in use, not ours, unknown name): its message says which and why."""
+
+
+def listen(host: str, port: int, backlog: int) -> list[socket.socket]:
+    """Listening sockets on every address ``host`` resolves to, as asyncio's ``create_server`` would open them."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    opened: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            opened.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except OSError as exc:
+        for sock in opened:
+            sock.close()
+        raise CannotListen(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).lower()}") from None
+    return opened
 
 
 class _Server(uvicorn.Server):
@@ -46,10 +76,18 @@ class HttpServer:
             http=guarded(parser, settings.http_read_timeout_s, self.connections),
         )
         self.server = _Server(config)
+        self.sockets: list[socket.socket] | None = None
+
+    def bind(self) -> None:
+        """Open the listening sockets now (a no-op the second time); :class:`CannotListen` if that fails."""
+        if self.sockets is None:
+            config = self.server.config
+            self.sockets = listen(config.host, config.port, config.backlog)
 
     async def run(self) -> None:
-        """Serve until :meth:`stop`."""
-        await self.server.serve()
+        """Serve until :meth:`stop` (binding first unless :meth:`bind` was called)."""
+        self.bind()
+        await self.server.serve(sockets=self.sockets)
 
     async def stop(self) -> None:
         """Stop accepting connections; uvicorn lets in-flight requests finish within its grace period.
@@ -67,4 +105,6 @@ class HttpServer:
     @property
     def port(self) -> int:
         """The bound port (useful when configured as 0)."""
+        if self.sockets:
+            return int(self.sockets[0].getsockname()[1])
         return int(self.server.servers[0].sockets[0].getsockname()[1])

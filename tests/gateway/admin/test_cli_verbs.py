@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from gateway import admin_cli
 from gateway.cli import build_parser
 from tests import factories
@@ -62,8 +60,9 @@ async def test_errors_exit_nonzero_with_one_line(ctx, live_url, capsys, monkeypa
     monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
     code, _, err = await hookgate(capsys, "runs", "get", "00000000-0000-0000-0000-000000000000", "--url", live_url)
     assert code == 1 and err.strip() == "hookgate: error: 404 not_found: no such run"
-    code, _, err = await hookgate(capsys, "deliveries", "replay", "nope", "--url", live_url, "--key", "hgk_bad")
+    code, _, err = await hookgate(capsys, "deliveries", "replay", "00000000-0000-0000-0000-000000000000", "--url",
+                                  live_url, "--key", "hgk_bad")
     assert code == 1 and "401 unauthorized" in err
     monkeypatch.delenv("HOOKGATE_API_KEY")
-    with pytest.raises(SystemExit, match="no API key"):
-        await admin_cli.run(build_parser().parse_args(["runs", "list", "--url", live_url]))
+    code, _, err = await hookgate(capsys, "runs", "list", "--url", live_url)
+    assert code == 2 and err == "hookgate: error: no API key: pass --key or set HOOKGATE_API_KEY\n"

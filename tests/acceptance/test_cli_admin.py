@@ -1,0 +1,208 @@
+"""The admin verbs as a user runs them: the real ``hookgate`` against a real gateway process.
+
+Parity with the API (deliveries get/tail, runs cancel, triggers list/get/pause/resume, members, keys,
+``--cursor``), a quiet stderr, one-line errors with exit code 2 for bad input, ``HOOKGATE_URL`` built from
+``HOOKGATE_HOST``/``HOOKGATE_PORT``, and shell completion.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import TEST_SECRET_KEY
+from tests.processes import ROOT, Proc, Spawner
+
+ZERO = "00000000-0000-0000-0000-000000000000"
+
+
+def cli_env(extra: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")} | extra | {"PYTHONPATH": str(ROOT)}
+
+
+def hookgate(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], env=cli_env(env), cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def ok_json(*args: str, env: dict[str, str]) -> Any:
+    """``hookgate ARGS --json``, which must succeed with nothing on stderr."""
+    done = hookgate(*args, "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr  # no log lines at the default level
+    return json.loads(done.stdout)
+
+
+@dataclass
+class Admin:
+    gateway: Proc
+    env: dict[str, str]
+    owner_id: str
+    autopilot: dict[str, Any]
+    trigger: dict[str, Any]
+
+
+@pytest.fixture
+def admin(db_url: str, spawn: Spawner) -> Admin:
+    boot = json.loads(hookgate("bootstrap", "--json", env={"HOOKGATE_DATABASE_URL": db_url,
+                                                            "HOOKGATE_SECRET_KEY": TEST_SECRET_KEY}).stdout)
+    gateway = spawn.start("gateway", gateway=True)
+    gateway.wait_ready(60)
+    env = {"HOOKGATE_URL": gateway.url, "HOOKGATE_API_KEY": boot["api_key"]}
+    agent = ok_json("agents", "create", "--name", "bot", "--endpoint", "http://127.0.0.1:9/agent", env=env)
+    autopilot = ok_json("autopilots", "create", "--title", "t", "--agent", agent["id"], "--mode", "run_only",
+                        env=env)
+    trigger = ok_json("triggers", "create", "--autopilot", autopilot["id"], env=env)
+    return Admin(gateway, env, boot["member_id"], autopilot, trigger)
+
+
+def test_every_api_verb_has_a_cli_verb_with_quiet_stderr(admin: Admin):
+    env, trigger_id = admin.env, admin.trigger["id"]
+    listed = ok_json("triggers", "list", "--autopilot", admin.autopilot["id"], env=env)
+    assert [t["id"] for t in listed["items"]] == [trigger_id]
+    assert ok_json("triggers", "pause", trigger_id, env=env)["enabled"] is False
+    ignored = httpx.post(f"{admin.gateway.url}/hooks/{admin.trigger['token']}", json={"a": 1}, timeout=10)
+    assert ignored.json()["status"] == "ignored"
+    assert ok_json("triggers", "resume", trigger_id, env=env)["enabled"] is True
+    assert ok_json("triggers", "get", trigger_id, env=env)["enabled"] is True
+
+    accepted = httpx.post(f"{admin.gateway.url}/hooks/{admin.trigger['token']}", json={"a": 2}, timeout=10).json()
+    delivery = ok_json("deliveries", "get", accepted["delivery_id"], env=env)
+    assert json.loads(delivery["body"]) == {"a": 2}
+    first = ok_json("deliveries", "list", "--limit", "1", env=env)
+    assert first["items"][0]["id"] == accepted["delivery_id"] and first["next_cursor"]
+    second = ok_json("deliveries", "list", "--limit", "1", "--cursor", first["next_cursor"], env=env)
+    assert second["items"][0]["id"] == ignored.json()["delivery_id"]
+
+    cancelled = ok_json("runs", "cancel", accepted["run_id"], "--reason", "not today", env=env)
+    assert cancelled["status"] == "cancelled"
+    refused = hookgate("runs", "cancel", accepted["run_id"], env=env)
+    assert refused.returncode == 1 and refused.stderr.startswith("hookgate: error: 409 run_finished")
+
+    members = ok_json("members", "list", env=env)
+    assert [m["id"] for m in members["items"]] == [admin.owner_id]
+    assert ok_json("members", "get", admin.owner_id, env=env)["role"] == "owner"
+    last = hookgate("members", "update", admin.owner_id, "--role", "admin", env=env)
+    assert last.returncode == 1 and "409 last_owner" in last.stderr
+    spare = httpx.post(f"{admin.gateway.url}/v1/members/{admin.owner_id}/keys", timeout=10,
+                       headers={"Authorization": f"Bearer {env['HOOKGATE_API_KEY']}"}).json()
+    keys = ok_json("keys", "list", env=env)
+    assert spare["id"] in [k["id"] for k in keys["items"]]
+    assert ok_json("keys", "revoke", spare["id"], env=env)["revoked_at"] is not None
+
+    table = hookgate("triggers", "list", "--autopilot", admin.autopilot["id"], env=env)
+    assert table.returncode == 0 and table.stderr == ""
+    assert table.stdout.split()[:3] == ["ID", "KIND", "ENABLED"] and trigger_id in table.stdout
+
+
+def test_tail_prints_each_new_delivery_once_and_ctrl_c_ends_it_cleanly(admin: Admin):
+    before = httpx.post(f"{admin.gateway.url}/hooks/{admin.trigger['token']}", json={"n": 0}, timeout=10).json()
+    tail = subprocess.Popen([sys.executable, "-m", "gateway.cli", "deliveries", "tail", "--json", "--interval",
+                             "0.2"], env=cli_env(admin.env), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: [lines.append(line) for line in tail.stdout or ()], daemon=True)
+    reader.start()
+    try:
+        time.sleep(1.5)  # the tail has read where it starts
+        sent = [httpx.post(f"{admin.gateway.url}/hooks/{admin.trigger['token']}", json={"n": n}, timeout=10).json()
+                for n in (1, 2, 3)]
+        deadline = time.monotonic() + 20
+        while len(lines) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.6)  # a few more polls print nothing twice
+        tail.send_signal(signal.SIGINT)
+        assert tail.wait(15) == 0
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+            tail.wait(10)
+        reader.join(10)
+        err = tail.stderr.read() if tail.stderr else ""
+        for stream in (tail.stdout, tail.stderr):
+            if stream is not None:
+                stream.close()
+    assert [json.loads(line)["id"] for line in lines] == [s["delivery_id"] for s in sent]  # oldest first
+    assert before["delivery_id"] not in "".join(lines)
+    assert err == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("runs", "get", "not-a-uuid"), "not a run id"),
+        (("runs", "start", ZERO, "--payload", "{bad json"), "--payload: not valid JSON"),
+        (("deliveries", "get"), "required: delivery"),
+        (("triggers", "frobnicate", ZERO), "invalid choice: 'frobnicate'"),
+        (("keys", "revoke", "123"), "not a key id"),
+    ],
+)
+def test_bad_input_is_one_error_line_and_exit_2(args, needle):
+    done = hookgate(*args, env={"HOOKGATE_API_KEY": "hgk_whatever"})
+    assert done.returncode == 2
+    assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("hookgate: error: ") and needle in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({}, "no API key: pass --key or set HOOKGATE_API_KEY"),
+        ({"HOOKGATE_API_KEY": "hgk_x", "HOOKGATE_URL": "http://127.0.0.1:1"}, "cannot reach http://127.0.0.1:1"),
+        ({"HOOKGATE_API_KEY": "hgk_x", "HOOKGATE_PORT": "eighty"}, "HOOKGATE_PORT"),
+        ({"HOOKGATE_API_KEY": "hgk_x", "HOOKGATE_URL": "nope://x"}, "cannot reach nope://x"),
+    ],
+)
+def test_missing_key_bad_settings_and_unreachable_gateway_are_one_line_and_exit_2(env, needle):
+    done = hookgate("runs", "list", env=env)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [done.stderr.strip()] and needle in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_gateway_address_defaults_to_hookgate_host_and_port(admin: Admin):
+    env = {"HOOKGATE_API_KEY": admin.env["HOOKGATE_API_KEY"], "HOOKGATE_HOST": "0.0.0.0",
+           "HOOKGATE_PORT": str(admin.gateway.port)}
+    assert ok_json("triggers", "get", admin.trigger["id"], env=env)["id"] == admin.trigger["id"]
+
+
+def _bash_complete(script: str, words: str) -> list[str]:
+    """What bash offers after ``words`` (the last one being completed), with the script sourced."""
+    probe = (f'source /dev/stdin <<"EOF"\n{script}EOF\ncomplete -p hookgate\n'
+             f"COMP_WORDS=({words}); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 )); _hookgate\n"
+             'printf "%s\\n" "${COMPREPLY[@]}"\n')
+    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    first, *offered = done.stdout.splitlines()
+    assert first == "complete -F _hookgate hookgate"
+    return offered
+
+
+def test_bash_completion_offers_commands_verbs_options_and_choices():
+    script = hookgate("completion", "bash", env={}).stdout
+    assert _bash_complete(script, "hookgate ru") == ["runs"]
+    assert set(_bash_complete(script, 'hookgate deliveries ""')) >= {"list", "get", "tail", "replay"}
+    assert _bash_complete(script, "hookgate triggers pa") == ["pause"]
+    assert _bash_complete(script, "hookgate deliveries tail --in") == ["--interval"]
+    assert _bash_complete(script, 'hookgate deliveries list --status ""') == [
+        "queued", "dispatched", "rejected", "ignored", "failed"]
+    assert _bash_complete(script, "hookgate listen --for") == ["--forward-to"]
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed here")
+def test_zsh_completion_registers_the_same_function():
+    script = hookgate("completion", "zsh", env={}).stdout
+    done = subprocess.run(["zsh", "-c", f"{script}\nprint -r -- ${{_comps[hookgate]}}"], capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0 and "_hookgate" in done.stdout, done.stderr
