@@ -92,17 +92,17 @@ async def _announce(ctx: Context) -> None:
     from autopilot.workspaces import bootstrap
     from sql import Q
 
+    base = f"http://{ctx.settings.host}:{ctx.settings.port}"
     async with ctx.pool.acquire() as conn:
         if await conn.fetchval(Q.workspace_count):
-            print(f"hookgate ready on http://{ctx.settings.host}:{ctx.settings.port}", file=sys.stderr)
+            print(f"hookgate ready on {base}; dashboard: {base}/dashboard", file=sys.stderr)
             return
         boot = await bootstrap(conn, "default")
-    base = f"http://{ctx.settings.host}:{ctx.settings.port}"
     if sys.stdout.isatty():
         print(
             f"\nHookgate is ready on {base}\n"
             f"A workspace was created. Its owner API key (shown once, keep it):\n\n  {boot.api_key}\n\n"
-            f"Try it:\n  curl -s {base}/readyz\n"
+            f"Dashboard: {base}/dashboard (log in with that key)\nTry it:\n  curl -s {base}/readyz\n"
             f"  curl -s -H 'Authorization: Bearer {boot.api_key}' {base}/v1/me\n",
             flush=True,
         )
