@@ -116,11 +116,11 @@ async def delivery(request: Request) -> Response:
 
 
 def _payload(row: dict[str, Any]) -> Any:
-    """What the provider sent: the envelope's payload when ingress parsed it, else the raw body."""
+    """What the provider sent: the stored body, else (body dropped after retention) the envelope's payload."""
+    if row.get("body") is not None:
+        return row["body"]
     envelope = row.get("envelope")
-    if isinstance(envelope, dict) and "payload" in envelope:
-        return envelope["payload"]
-    return row.get("body")
+    return envelope.get("payload") if isinstance(envelope, dict) else None
 
 
 async def replay(request: Request) -> Response:
