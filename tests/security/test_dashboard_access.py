@@ -1,5 +1,8 @@
-"""Dashboard pages keep the admin API's permissions: login first, a member sees what the API shows a member,
-another workspace's ids are 404, and every write needs the session's CSRF token."""
+"""Dashboard pages keep the admin API's permissions.
+
+Login first, a member sees what the API shows a member, another workspace's ids are 404, and every write
+needs the session's CSRF token.
+"""
 
 from dataclasses import dataclass
 
@@ -53,7 +56,8 @@ async def state(ctx: Context) -> tuple[object, ...]:
         return (
             await conn.fetchval("SELECT count(*) FROM webhook_delivery"),
             await conn.fetchval("SELECT array_agg(status ORDER BY id) FROM autopilot_run"),
-            await conn.fetchval("SELECT array_agg((max_concurrency, signing_secret_hint)::text ORDER BY id) FROM agent"),
+            await conn.fetchval("SELECT array_agg((max_concurrency, signing_secret_hint)::text ORDER BY id)"
+                                " FROM agent"),
             await conn.fetchval("SELECT array_agg(status ORDER BY id) FROM autopilot"),
             await conn.fetchval("SELECT array_agg((enabled, token_hint)::text ORDER BY id) FROM autopilot_trigger"),
             await conn.fetchval("SELECT count(*) FROM audit_log"),
