@@ -75,10 +75,6 @@ WHERE t.workspace_id = $1 AND t.kind = 'schedule' AND t.enabled AND t.deleted_at
 ORDER BY t.next_fire_at NULLS LAST
 LIMIT 20
 
--- name: dashboard_delivery_get
--- One delivery of the workspace (the whole row: the replay function takes it); $1 = workspace, $2 = id.
-SELECT * FROM webhook_delivery WHERE workspace_id = $1 AND id = $2
-
 -- name: dashboard_run_chain
 -- A run of the workspace with its delivery and issue: the head of the timeline delivery → run → issue → task.
 -- $1 = workspace, $2 = run id.
