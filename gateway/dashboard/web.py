@@ -152,12 +152,14 @@ async def viewer(request: Request, *, post: bool = False) -> Viewer:
 
 
 def page(handler: Callable[[Request], Awaitable[Response]]) -> Page:
-    """A page handler whose :class:`Denied` becomes the login redirect (GET, no session) or an error page."""
+    """A page handler whose refusal becomes the login redirect (GET, no session) or an error page."""
     async def serve(request: Request) -> Response:
         try:
             return await handler(request)
         except Denied as exc:
             return denied(request, exc)
+        except ApiError as exc:  # a shared admin helper's refusal (e.g. auth.autopilot_of): the same page
+            return denied(request, Denied(exc.status, exc.message or exc.code))
 
     serve.__name__ = serve.__qualname__ = handler.__name__
     serve.__doc__ = handler.__doc__
