@@ -159,6 +159,8 @@ def page(handler: Callable[[Request], Awaitable[Response]]) -> Page:
         except Denied as exc:
             return denied(request, exc)
         except ApiError as exc:  # a shared admin helper's refusal (e.g. auth.autopilot_of): the same page
+            if exc.status >= 500:  # overload's 503 + Retry-After keeps its own answer
+                raise
             return denied(request, Denied(exc.status, exc.message or exc.code))
 
     serve.__name__ = serve.__qualname__ = handler.__name__
