@@ -132,3 +132,6 @@ async def test_log_in_search_open_a_delivery_its_run_and_replay_it(page, live_ur
     await shots(page, "6-replayed")
     await page.goto(f"{live_url}/dashboard/deliveries?event=order.refunded")
     assert await page.locator("#deliveries tr[data-delivery]").count() == 2
+    await page.click("header nav >> text=Overview")
+    assert await page.locator("#chart-deliveries rect").count() >= 1  # the bars of this minute's deliveries
+    await shots(page, "7-overview-charts")
