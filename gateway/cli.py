@@ -128,14 +128,14 @@ async def _announce(ctx: Context, port: int) -> None:
     base = f"http://{_shown_host(ctx.settings.host)}:{port}"
     async with ctx.pool.acquire() as conn:
         if await conn.fetchval(Q.workspace_count):
-            print(f"hookgate ready on {base}", file=sys.stderr, flush=True)
+            print(f"hookgate ready on {base}; dashboard: {base}/dashboard", file=sys.stderr, flush=True)
             return
         boot = await bootstrap(conn, "default")
     if sys.stdout.isatty():
         print(
             f"\nHookgate is ready on {base}\n"
             f"A workspace was created. Its owner API key (shown once, keep it):\n\n  {boot.api_key}\n\n"
-            f"Try it:\n  curl -s {base}/readyz\n"
+            f"Dashboard: {base}/dashboard (log in with that key)\nTry it:\n  curl -s {base}/readyz\n"
             f"  curl -s -H 'Authorization: Bearer {boot.api_key}' {base}/v1/me\n",
             flush=True,
         )

@@ -1,7 +1,9 @@
-"""The dashboard over ASGI: login, session cookie, CSRF, workspace scoping, escaping, every overview panel."""
+"""The dashboard over ASGI: login, session, every page and filter, confirmations, writes through the admin API."""
 
 import html
+import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 
@@ -15,10 +17,52 @@ from tests.conftest import make_settings
 from tests.ops.conftest import CSRF, Small, admit_runs, insert_delivery, log_in
 
 
+async def store_delivery(ctx: Context, small: Small, **values: Any) -> Any:
+    """A delivery row with the columns a delivery page shows (headers, body, dedupe key, counts, time)."""
+    row = {"event": "push", "status": "queued", "signature_status": "not_required", "reason_code": None,
+           "headers": {}, "body": b"{}", "dedupe_key": None, "attempt_count": 1, "body_mismatch_count": 0,
+           "received_at": datetime.now(UTC), "replayed_from": None, "trigger": small.trigger, "run_id": None} | values
+    async with ctx.pool.acquire() as conn:
+        return await conn.fetchval(
+            "INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, provider,"
+            " event, signature_status, status, reason_code, envelope, headers, dedupe_key, dedupe_source,"
+            " attempt_count, body_mismatch_count, received_at, replayed_from_delivery_id, run_id)"
+            " VALUES ($1, $2, $3, $4, 'application/json', 'github', $5, $6, $7, $8, $9, $10, $11,"
+            " CASE WHEN $11::text IS NULL THEN NULL ELSE 'header:x-github-delivery' END, $12, $13, $14, $15, $16)"
+            " RETURNING id",
+            small.world.workspace_id, row["trigger"]["id"], row["trigger"]["autopilot_id"], row["body"], row["event"],
+            row["signature_status"], row["status"], row["reason_code"], {"event": row["event"], "payload": {}},
+            row["headers"], row["dedupe_key"], row["attempt_count"], row["body_mismatch_count"], row["received_at"],
+            row["replayed_from"], row["run_id"])
+
+
+def ids_on(page: str, kind: str) -> list[str]:
+    """The ids a page links to, in order (``/dashboard/<kind>/<id>``)."""
+    return re.findall(rf'href="/dashboard/{kind}/([0-9a-f-]{{36}})"', page)
+
+
+def rows_of(page: str) -> list[str]:
+    """The delivery ids listed in the deliveries table, in order."""
+    return re.findall(r'data-delivery="([0-9a-f-]{36})"', page)
+
+
+async def confirm_post(client: httpx.AsyncClient, path: str, csrf: str, **fields: str) -> httpx.Response:
+    """POST a dashboard form as the confirmation page does (``confirmed=yes``)."""
+    return await client.post(path, data={"csrf": csrf, "confirmed": "yes", **fields})
+
+
+async def test_root_leads_a_browser_to_the_dashboard(client):
+    answer = await client.get("/")
+    assert answer.status_code == 303 and answer.headers["location"] == "/dashboard"
+
+
 async def test_pages_redirect_to_login_without_a_session(client):
-    for path in ("/dashboard", "/dashboard/deliveries", "/dashboard/runs/00000000-0000-0000-0000-000000000000"):
+    zero = "00000000-0000-0000-0000-000000000000"
+    for path in ("/dashboard", "/dashboard/deliveries", f"/dashboard/runs/{zero}", f"/dashboard/deliveries/{zero}",
+                 "/dashboard/agents", f"/dashboard/agents/{zero}", "/dashboard/autopilots",
+                 f"/dashboard/autopilots/{zero}"):
         answer = await client.get(path)
-        assert answer.status_code == 303 and answer.headers["location"] == "/dashboard/login"
+        assert answer.status_code == 303 and answer.headers["location"] == "/dashboard/login", path
 
 
 async def test_login_sets_a_signed_http_only_strict_cookie_without_the_key(client, small: Small):
@@ -50,17 +94,6 @@ async def test_login_refuses_a_missing_csrf_token_and_a_wrong_key(client, small:
     bad_key = "hgk_" + "A" * 43
     wrong = await client.post("/dashboard/login", data={"api_key": bad_key, "csrf": CSRF.search(page.text).group(1)})
     assert wrong.status_code == 401 and "not valid" in wrong.text and bad_key not in wrong.text
-
-
-async def test_posts_without_the_session_csrf_token_or_from_another_origin_are_refused(client, ctx, small: Small):
-    csrf = await log_in(client, small.world.api_key)
-    delivery = await insert_delivery(ctx, small)
-    path = f"/dashboard/deliveries/{delivery}/replay"
-    assert (await client.post(path, data={})).status_code == 403
-    assert (await client.post(path, data={"csrf": "forged"})).status_code == 403
-    foreign = await client.post(path, data={"csrf": csrf}, headers={"Origin": "https://evil.example"})
-    assert foreign.status_code == 403
-    assert (await client.post("/dashboard/logout", data={"csrf": "forged"})).status_code == 403
 
 
 async def test_logout_ends_the_session(client, small: Small):
@@ -101,16 +134,53 @@ async def test_overview_shows_every_panel_for_the_workspace(client, ctx: Context
     fire = datetime.now(UTC) + timedelta(hours=1)
     await factories.schedule_trigger(w, small.autopilot, "0 * * * *", fire, timezone="Europe/Paris")
     await insert_delivery(ctx, small)
-    await insert_delivery(ctx, small, status="failed", reason_code="dispatch_exhausted")
+    failed = await insert_delivery(ctx, small, status="failed", reason_code="dispatch_exhausted")
     await log_in(client, w.api_key)
     page = (await client.get("/dashboard")).text
     assert "night-runtime" in page and "box-7" in page
     assert ">pending</td><td>2<" in page and ">skipped</td><td>1<" in page
-    assert ">queued</td><td>1<" in page and ">failed</td><td>1<" in page
+    assert ">queued</a></td><td>1<" in page and ">failed</a></td><td>1<" in page
     assert "<strong>1</strong>" in page  # expired leases today
     assert skipped.reason_code in page and "dispatch_exhausted" in page
     assert "0 * * * *" in page and "Europe/Paris" in page
-    assert f"/dashboard/runs/{skipped.run_id}" in page
+    assert f"/dashboard/runs/{skipped.run_id}" in page and f"/dashboard/deliveries/{failed}" in page
+    assert f"/dashboard/agents/{runtime.row['id']}" in page and f"/dashboard/autopilots/{paused['id']}" in page
+
+
+async def test_overview_charts_are_inline_svg_of_deliveries_by_outcome_and_push_latency(client, ctx: Context,
+                                                                                        small: Small):
+    await insert_delivery(ctx, small, status="failed", reason_code="dispatch_exhausted")
+    for _ in range(3):
+        await insert_delivery(ctx, small, status="dispatched")
+    run_id = (await admit_runs(ctx, small, 1))[0]
+    async with ctx.pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO agent_task (workspace_id, run_id, agent_id, idempotency_key, status, started_at, finished_at)"
+            " VALUES ($1, $2, $3, 'lat', 'succeeded', now() - interval '2.5 seconds', now())",
+            small.world.workspace_id, run_id, small.agent.row["id"])
+    await log_in(client, small.world.api_key)
+    page = (await client.get("/dashboard")).text
+    deliveries = page[page.index('id="chart-deliveries"'):page.index('id="chart-latency"')]
+    latency = page[page.index('id="chart-latency"'):page.index("</figure>", page.index('id="chart-latency"'))]
+    assert "<svg" in deliveries and "<script" not in page and "http" not in deliveries.split("<svg")[1].split(">")[0]
+    assert "dispatched: 0.30/min" in deliveries and "failed: 0.10/min" in deliveries  # 3 and 1 in a 10-minute bucket
+    assert "<polyline" in latency and "p50 2.500 s (1 pushes)" in latency and "p99 2.500 s" in latency
+    assert "no data" not in latency
+
+
+async def test_overview_charts_say_when_there_is_no_data(client, small: Small):
+    await log_in(client, small.world.api_key)
+    page = (await client.get("/dashboard")).text
+    assert page.count("no data in the last 24 hours") == 2
+
+
+async def test_times_are_relative_with_the_exact_utc_time_on_hover(client, ctx: Context, small: Small):
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    delivery = await store_delivery(ctx, small, received_at=at)
+    await log_in(client, small.world.api_key)
+    page = (await client.get(f"/dashboard/deliveries/{delivery}")).text
+    assert re.search(r'<time datetime="2026-01-02T03:04:05\+00:00" title="2026-01-02 03:04:05 UTC">\d+ (d|h|min|s) '
+                     r"ago</time>", page)
 
 
 async def test_everything_is_scoped_to_the_key_workspace(client, ctx: Context, small: Small):
@@ -119,42 +189,323 @@ async def test_everything_is_scoped_to_the_key_workspace(client, ctx: Context, s
     other_pilot = await factories.autopilot(other, other_agent.row["id"], title="secret-project")
     other_trigger, _ = await factories.webhook_trigger(other, other_pilot)
     other_small = Small(other, other_agent, other_pilot, other_trigger, "")
-    foreign_delivery = await insert_delivery(ctx, other_small, event="foreign.event")
-    foreign_run = (await admit_runs(ctx, other_small, 1))[0]
+    await insert_delivery(ctx, other_small, event="foreign.event")
     csrf = await log_in(client, small.world.api_key)
-    for path in ("/dashboard", "/dashboard/deliveries"):
+    for path in ("/dashboard", "/dashboard/deliveries", "/dashboard/agents", "/dashboard/autopilots",
+                 f"/dashboard/deliveries?autopilot_id={other_pilot['id']}"):
         page = (await client.get(path)).text
         assert "secret-project" not in page and "foreign.event" not in page
-    assert (await client.get(f"/dashboard/runs/{foreign_run}")).status_code == 404
-    replay = await client.post(f"/dashboard/deliveries/{foreign_delivery}/replay", data={"csrf": csrf})
-    assert replay.status_code == 404
+    assert (await client.post("/dashboard/logout", data={"csrf": csrf})).status_code == 303
 
 
 async def test_every_value_is_escaped(client, ctx: Context, small: Small):
     hostile = '<script>alert("x")</script>'
     pilot = await factories.autopilot(small.world, small.agent.row["id"], title=hostile)
-    trigger, _ = await factories.webhook_trigger(small.world, pilot)
-    await insert_delivery(ctx, Small(small.world, small.agent, pilot, trigger, ""), event=hostile)
-    run_id = (await admit_runs(ctx, Small(small.world, small.agent, pilot, trigger, ""), 1))[0]
+    trigger, _ = await factories.webhook_trigger(small.world, pilot, event_filters=[hostile])
+    hostile_small = Small(small.world, small.agent, pilot, trigger, "")
+    delivery = await store_delivery(ctx, hostile_small, event=hostile, headers={"user-agent": hostile},
+                                    body=hostile.encode(), dedupe_key=hostile)
+    run_id = (await admit_runs(ctx, hostile_small, 1))[0]
+    await factories.http_agent(small.world, name=hostile)
     await log_in(client, small.world.api_key)
-    for path in ("/dashboard/deliveries", f"/dashboard/runs/{run_id}"):
+    for path in ("/dashboard/deliveries", f"/dashboard/runs/{run_id}", f"/dashboard/deliveries/{delivery}",
+                 "/dashboard/autopilots", f"/dashboard/autopilots/{pilot['id']}", "/dashboard/agents"):
         page = (await client.get(path)).text
-        assert hostile not in page and html.escape(hostile, quote=False) in page.replace("&#34;", '"')
+        assert hostile not in page and html.escape(hostile, quote=False) in page.replace("&#34;", '"'), path
 
 
-async def test_run_chain_shows_delivery_run_task_and_result(client, ctx: Context, small: Small):
+async def test_deliveries_filter_by_trigger_autopilot_status_event_dedupe_key_and_time(client, ctx: Context,
+                                                                                        small: Small):
+    w = small.world
+    other_pilot = await factories.autopilot(w, small.agent.row["id"], title="billing")
+    other_trigger, _ = await factories.webhook_trigger(w, other_pilot)
+    now = datetime.now(UTC)
+    old = await store_delivery(ctx, small, event="issues.opened", received_at=now - timedelta(days=2))
+    failed = await store_delivery(ctx, small, event="issues.closed", status="failed", reason_code="dispatch_exhausted")
+    keyed = await store_delivery(ctx, small, event="push", dedupe_key="gh-delivery-42")
+    billing = await store_delivery(ctx, small, event="invoice.paid", trigger=other_trigger)
+    await log_in(client, w.api_key)
+
+    async def search(**params: str) -> set[str]:
+        answer = await client.get("/dashboard/deliveries", params=params)
+        assert answer.status_code == 200, answer.text
+        return set(rows_of(answer.text))
+
+    everything = {str(old), str(failed), str(keyed), str(billing)}
+    assert await search() == everything
+    assert await search(trigger_id=str(other_trigger["id"])) == {str(billing)}
+    assert await search(autopilot_id=str(small.autopilot["id"])) == everything - {str(billing)}
+    assert await search(status="failed") == {str(failed)}
+    assert await search(event="issues.*") == {str(old), str(failed)}
+    assert await search(event="ISSUES.CLOSED") == {str(failed)}
+    assert await search(event="issues") == set()  # no glob: the whole name
+    assert await search(event="%") == set()  # LIKE's own wildcards are literal
+    assert await search(dedupe_key="gh-delivery-42") == {str(keyed)}
+    since = (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+    assert await search(since=since) == everything - {str(old)}
+    assert await search(until=since) == {str(old)}
+    page = (await client.get("/dashboard/deliveries", params={"status": "failed", "event": "issues.*"})).text
+    assert '<option value="failed" selected>' in page and 'value="issues.*"' in page
+
+
+async def test_bad_filter_values_answer_400_pages_not_errors(client, small: Small):
+    await log_in(client, small.world.api_key)
+    for params in ({"status": "exploded"}, {"trigger_id": "not-a-uuid"}, {"since": "yesterday"},
+                   {"cursor": "!!!"}, {"cursor": "bm90LWEtdXVpZA"}, {"event": "x" * 300}):
+        answer = await client.get("/dashboard/deliveries", params=params)
+        assert answer.status_code == 400 and "text/html" in answer.headers["content-type"], params
+
+
+async def test_deliveries_page_beyond_the_first_page_with_a_cursor(client, ctx: Context, small: Small):
+    made = [str(await insert_delivery(ctx, small, event="order.paid")) for _ in range(53)]
+    await insert_delivery(ctx, small, event="other")
+    await log_in(client, small.world.api_key)
+    first = (await client.get("/dashboard/deliveries", params={"event": "order.*"})).text
+    newest_first = sorted(made, reverse=True)  # the list's order: by id (uuid7), newest first
+    assert rows_of(first) == newest_first[:50]
+    older = html.unescape(re.search(r'id="next-page" href="([^"]+)"', first).group(1))
+    assert "event=order.%2A" in older or "event=order.*" in older
+    second = (await client.get(older)).text
+    assert rows_of(second) == newest_first[50:] and 'id="next-page"' not in second
+    assert "← Newest" in second
+
+
+async def test_delivery_page_shows_what_happened_to_the_webhook(client, ctx: Context, small: Small):
+    headers = {"x-hub-signature-256": {"present": True}, "user-agent": "GitHub-Hookshot/1",
+               "x-github-event": "issues"}
+    rejected = await store_delivery(ctx, small, status="rejected", signature_status="invalid",
+                                    reason_code="invalid_signature", headers=headers,
+                                    body=b'{"action":"opened","issue":{"number":7}}', attempt_count=3,
+                                    body_mismatch_count=1, dedupe_key="d-1")
+    await log_in(client, small.world.api_key)
+    page = (await client.get(f"/dashboard/deliveries/{rejected}")).text
+    assert "x-hub-signature-256" in page and "present (signature values are never stored)" in page
+    assert "GitHub-Hookshot/1" in page
+    assert '"issue": {\n    "number": 7\n  }' in html.unescape(page)  # pretty-printed
+    assert "invalid_signature" in page and "a proxy that rewrote the body" in page  # the PROVIDERS.md hint
+    assert 'id="attempts">3<' in page and 'id="mismatches">1<' in page and "d-1" in page
+    assert "Replay…" not in page  # a rejected delivery cannot be replayed
+
+
+async def test_delivery_page_links_its_run_its_replays_and_its_original(client, ctx: Context, small: Small):
+    original = await store_delivery(ctx, small, event="order.paid", body=b'{"id": 1}')
+    async with ctx.pool.acquire() as conn:
+        admitted = await admission.admit(conn, autopilot_id=small.autopilot["id"], source="webhook", payload={},
+                                         trigger_id=small.trigger["id"], delivery_id=original,
+                                         heartbeat_timeout_s=120.0)
+        await conn.execute("UPDATE webhook_delivery SET run_id = $2 WHERE id = $1", original, admitted.run_id)
+    replay = await store_delivery(ctx, small, event="order.paid", replayed_from=original)
+    await log_in(client, small.world.api_key)
+    page = (await client.get(f"/dashboard/deliveries/{original}")).text
+    assert str(admitted.run_id) in ids_on(page, "runs") and str(replay) in ids_on(page, "deliveries")
+    assert "Replay…" in page
+    replay_page = (await client.get(f"/dashboard/deliveries/{replay}")).text
+    assert str(original) in ids_on(replay_page, "deliveries") and "replay of" in replay_page
+
+
+async def test_replay_asks_first_then_creates_a_new_delivery_audited_to_the_member(client, ctx: Context,
+                                                                                   small: Small):
+    original = await insert_delivery(ctx, small, event="order.paid")
+    csrf = await log_in(client, small.world.api_key)
+    path = f"/dashboard/deliveries/{original}/replay"
+    asked = await client.post(path, data={"csrf": csrf})
+    assert asked.status_code == 200 and 'name="confirmed" value="yes"' in asked.text
+    assert f'action="{path}"' in asked.text
+    async with ctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM webhook_delivery") == 1
+    answer = await confirm_post(client, path, csrf)
+    assert answer.status_code == 303 and answer.headers["location"].endswith("?replayed=1")
+    new_id = answer.headers["location"].split("/")[-1].split("?")[0]
+    async with ctx.pool.acquire() as conn:
+        row = await conn.fetchrow("SELECT replayed_from_delivery_id, event FROM webhook_delivery WHERE id = $1::uuid",
+                                  new_id)
+        audit_actor = await conn.fetchval("SELECT actor_id FROM audit_log WHERE action = 'REPLAY'")
+    assert row["replayed_from_delivery_id"] == original and row["event"] == "order.paid"
+    assert audit_actor == str(small.world.owner_id)
+    page = (await client.get(answer.headers["location"])).text
+    assert 'id="replayed"' in page and str(original) in ids_on(page, "deliveries")
+
+
+async def test_a_rejected_delivery_cannot_be_replayed(client, ctx: Context, small: Small):
+    original = await insert_delivery(ctx, small, status="rejected", reason_code="invalid_signature")
+    csrf = await log_in(client, small.world.api_key)
+    answer = await confirm_post(client, f"/dashboard/deliveries/{original}/replay", csrf)
+    assert answer.status_code == 409 and "cannot be replayed" in answer.text
+
+
+async def test_run_page_shows_the_timeline_with_every_task_attempt_lease_and_error(client, ctx: Context,
+                                                                                   small: Small):
     delivery = await insert_delivery(ctx, small, event="issue.opened")
     async with ctx.pool.acquire() as conn:
         admitted = await admission.admit(conn, autopilot_id=small.autopilot["id"], source="webhook", payload={},
                                          trigger_id=small.trigger["id"], delivery_id=delivery,
                                          heartbeat_timeout_s=120.0)
         await conn.execute(
-            "INSERT INTO agent_task (workspace_id, run_id, agent_id, idempotency_key, status, result) "
-            "VALUES ($1, $2, $3, 'k2', 'succeeded', '{\"answer\": 42}')",
+            "INSERT INTO agent_task (workspace_id, run_id, agent_id, idempotency_key, status, attempt, error,"
+            " finished_at) VALUES ($1, $2, $3, 'k1', 'failed', 5, 'agent answered 502', now())",
             small.world.workspace_id, admitted.run_id, small.agent.row["id"])
+        await conn.execute(
+            "INSERT INTO agent_task (workspace_id, run_id, agent_id, idempotency_key, status, attempt, lease_token,"
+            " lease_expires_at, holder_instance, started_at) VALUES ($1, $2, $3, 'k2', 'running', 1,"
+            " gen_random_uuid(), now() + interval '30 seconds', 'push-7', now())",
+            small.world.workspace_id, admitted.run_id, small.agent.row["id"])
+        lease = await conn.fetchval("SELECT lease_token FROM agent_task WHERE idempotency_key = 'k2'")
     await log_in(client, small.world.api_key)
     page = (await client.get(f"/dashboard/runs/{admitted.run_id}")).text
-    assert str(delivery) in page and "issue.opened" in page and "succeeded" in page and "\"answer\": 42" in page
+    assert str(delivery) in ids_on(page, "deliveries") and "issue.opened" in page
+    assert "agent answered 502" in page and "5 of 5" in page
+    assert "held by <code>push-7</code> until <time" in page and str(lease) not in page
+    assert f"/dashboard/agents/{small.agent.row['id']}" in page
+    assert "Cancel run…" in page and "Retry is not available yet" in page
+
+
+async def test_cancel_asks_first_then_cancels_through_the_admin_api(client, ctx: Context, small: Small):
+    run_id = (await admit_runs(ctx, small, 1))[0]
+    csrf = await log_in(client, small.world.api_key)
+    path = f"/dashboard/runs/{run_id}/cancel"
+    asked = await client.post(path, data={"csrf": csrf})
+    assert asked.status_code == 200 and "Cancel this run?" in asked.text
+    answer = await confirm_post(client, path, csrf)
+    assert answer.status_code == 303
+    async with ctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "cancelled"
+        actor = await conn.fetchval("SELECT actor_id FROM audit_log WHERE action = 'RUN_CANCEL'")
+    assert actor == str(small.world.owner_id)
+    page = (await client.get(answer.headers["location"])).text
+    assert 'id="cancelled"' in page and "Cancel run…" not in page
+    again = await confirm_post(client, path, csrf)
+    assert again.status_code == 409
+
+
+async def test_agents_page_shows_health_queue_in_flight_and_last_error(client, ctx: Context, small: Small):
+    w = small.world
+    online = await factories.pull_agent(w, name="online-runtime")
+    offline = await factories.pull_agent(w, name="offline-runtime")
+    run_ids = await admit_runs(ctx, small, 3)
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("INSERT INTO agent_instance (agent_id, instance) VALUES ($1, 'box-1')", online.row["id"])
+        await conn.execute("INSERT INTO agent_instance (agent_id, instance, heartbeat_at) VALUES ($1, 'box-2',"
+                           " now() - interval '1 hour')", offline.row["id"])
+        for i, (status, error) in enumerate((("queued", None), ("running", None), ("failed", "connect refused"))):
+            await conn.execute(
+                "INSERT INTO agent_task (workspace_id, run_id, agent_id, idempotency_key, status, error, lease_token,"
+                " lease_expires_at, finished_at) VALUES ($1, $2, $3, $4, $5, $6,"
+                " CASE WHEN $5 = 'running' THEN gen_random_uuid() END,"
+                " CASE WHEN $5 = 'running' THEN now() + interval '1 minute' END, now())",
+                w.workspace_id, run_ids[i], small.agent.row["id"], f"h{i}", status, error)
+    await log_in(client, w.api_key)
+    page = (await client.get("/dashboard/agents")).text
+    row = lambda agent_id: page[page.index(f'data-agent="{agent_id}"'):].split("</tr>")[0]  # noqa: E731
+    assert "online (1)" in row(online.row["id"]) and "offline" in row(offline.row["id"])
+    http = row(small.agent.row["id"])
+    assert "<td>1</td><td>1</td>" in http and "connect refused" in http
+    detail = (await client.get(f"/dashboard/agents/{small.agent.row['id']}")).text
+    assert 'id="queued">1<' in detail and 'id="in-flight">1 of' in detail and "connect refused" in detail
+    assert "box-2" in (await client.get(f"/dashboard/agents/{offline.row['id']}")).text
+
+
+async def test_agent_edit_asks_first_and_patches_only_the_changed_fields(client, ctx: Context, small: Small):
+    agent_id = small.agent.row["id"]
+    csrf = await log_in(client, small.world.api_key)
+    path = f"/dashboard/agents/{agent_id}/edit"
+    form = {"name": "agent", "url": "http://127.0.0.1:9/v2", "timeout_s": "10.0", "max_concurrency": "8"}
+    asked = await client.post(path, data={"csrf": csrf, **form})
+    assert asked.status_code == 200 and "http://127.0.0.1:9/v2" in asked.text and "max_concurrency" in asked.text
+    assert "<th>timeout_s</th>" not in asked.text and "<th>url</th>" in asked.text  # unchanged: not sent
+    answer = await confirm_post(client, path, csrf, **form)
+    assert answer.status_code == 303 and answer.headers["location"].endswith("?saved=1")
+    async with ctx.pool.acquire() as conn:
+        row = await conn.fetchrow("SELECT endpoint_url, max_concurrency, timeout_s FROM agent WHERE id = $1", agent_id)
+        detail = await conn.fetchval("SELECT detail FROM audit_log WHERE action = 'AGENT_UPDATE'")
+    assert row["endpoint_url"] == "http://127.0.0.1:9/v2" and row["max_concurrency"] == 8 and row["timeout_s"] == 10
+    assert detail["changed"] == ["max_concurrency", "url"]
+
+
+async def test_agent_edit_refusals_are_the_admin_apis(client, ctx: Context, small: Small):
+    csrf = await log_in(client, small.world.api_key)
+    path = f"/dashboard/agents/{small.agent.row['id']}/edit"
+    too_many = await confirm_post(client, path, csrf, max_concurrency="0")
+    assert too_many.status_code == 422 and "max_concurrency" in too_many.text
+    forbidden = await confirm_post(client, path, csrf, url="http://169.254.169.254/latest")
+    assert forbidden.status_code == 422
+    nothing = await confirm_post(client, path, csrf, name="agent")
+    assert nothing.status_code == 400
+    pull = await factories.pull_agent(small.world)
+    on_pull = await confirm_post(client, f"/dashboard/agents/{pull.row['id']}/edit", csrf, timeout_s="3")
+    assert on_pull.status_code == 422 and "pull agent" in on_pull.text
+
+
+async def test_rotating_an_agent_secret_shows_the_new_secret_once(client, ctx: Context, small: Small):
+    agent_id = small.agent.row["id"]
+    csrf = await log_in(client, small.world.api_key)
+    path = f"/dashboard/agents/{agent_id}/rotate-secret"
+    assert "Rotate the signing secret" in (await client.post(path, data={"csrf": csrf})).text
+    answer = await confirm_post(client, path, csrf)
+    secret = re.search(r'id="secret-value" readonly value="(whsec_[^"]+)"', answer.text).group(1)
+    assert answer.status_code == 200 and answer.headers["cache-control"] == "no-store"
+    detail = (await client.get(f"/dashboard/agents/{agent_id}")).text
+    assert secret not in detail and f"…{secret[-4:]}" in detail
+    async with ctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM audit_log WHERE action = 'AGENT_SECRET_ROTATE'") == 1
+
+
+async def test_autopilot_page_shows_the_webhook_url_to_writers_and_next_cron_fires(client, ctx: Context,
+                                                                                   small: Small):
+    fire = datetime.now(UTC) + timedelta(hours=1)
+    schedule = await factories.schedule_trigger(small.world, small.autopilot, "0 9 * * *", fire,
+                                                timezone="Europe/Berlin")
+    await log_in(client, small.world.api_key)
+    listing = (await client.get("/dashboard/autopilots")).text
+    assert str(small.autopilot["id"]) in ids_on(listing, "autopilots")
+    page = (await client.get(f"/dashboard/autopilots/{small.autopilot['id']}")).text
+    assert f"http://hooks.test/hooks/{small.token}" in page
+    fires = page[page.index(f'data-trigger="{schedule["id"]}"'):].split("</table>")[0]
+    assert fires.count("<time datetime=") == 3 and fires.count("T09:00:00+0") == 3  # 09:00 Berlin time, 3 times
+    assert "Pause…" in page and "Rotate token…" in page and "Save filters…" in page
+
+
+async def test_rotating_a_token_shows_the_new_url_and_the_old_one_stops(client, ctx: Context, small: Small):
+    csrf = await log_in(client, small.world.api_key)
+    path = f"/dashboard/triggers/{small.trigger['id']}/rotate-token"
+    assert "Rotate this webhook" in (await client.post(path, data={"csrf": csrf})).text
+    answer = await confirm_post(client, path, csrf)
+    url = re.search(r'id="secret-value" readonly value="([^"]+)"', answer.text).group(1)
+    assert url.startswith("http://hooks.test/hooks/") and small.token not in url
+    async with ctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM audit_log WHERE action = 'TOKEN_ROTATE'") == 1
+    assert (await client.post(f"/hooks/{small.token}", json={})).status_code == 404
+
+
+async def test_pause_and_resume_an_autopilot(client, ctx: Context, small: Small):
+    csrf = await log_in(client, small.world.api_key)
+    base = f"/dashboard/autopilots/{small.autopilot['id']}"
+    assert "Pause autopilot" in (await client.post(f"{base}/pause", data={"csrf": csrf})).text
+    assert (await confirm_post(client, f"{base}/pause", csrf)).status_code == 303
+    page = (await client.get(base)).text
+    assert 'id="autopilot-status">paused<' in page and "Resume…" in page
+    assert (await confirm_post(client, f"{base}/resume", csrf)).status_code == 303
+    assert 'id="autopilot-status">active<' in (await client.get(base)).text
+    assert (await confirm_post(client, f"{base}/archive", csrf)).status_code == 404  # not offered here
+
+
+async def test_trigger_event_filters_and_enabling_through_the_admin_patch(client, ctx: Context, small: Small):
+    async with ctx.pool.acquire() as conn:
+        before = await conn.fetchval("SELECT count(*) FROM autopilot_rule_version WHERE autopilot_id = $1",
+                                     small.autopilot["id"])
+    csrf = await log_in(client, small.world.api_key)
+    path = f"/dashboard/triggers/{small.trigger['id']}/edit"
+    asked = await client.post(path, data={"csrf": csrf, "event_filters": "issues.*\npush, "})
+    assert asked.status_code == 200 and "issues.*, push" in asked.text
+    assert (await confirm_post(client, path, csrf, event_filters="issues.*\npush, ")).status_code == 303
+    assert (await confirm_post(client, path, csrf, enabled="false")).status_code == 303
+    async with ctx.pool.acquire() as conn:
+        row = await conn.fetchrow("SELECT event_filters, enabled FROM autopilot_trigger WHERE id = $1",
+                                  small.trigger["id"])
+        versions = await conn.fetchval("SELECT count(*) FROM autopilot_rule_version WHERE autopilot_id = $1",
+                                       small.autopilot["id"])
+    assert row["event_filters"] == ["issues.*", "push"] and row["enabled"] is False and versions == before + 2
+    page = (await client.get(f"/dashboard/autopilots/{small.autopilot['id']}")).text
+    assert "Enable…" in page and "<code>issues.*</code>" in page
 
 
 async def test_pages_answer_503_with_retry_after_when_the_pool_is_exhausted(db_url, small: Small):
@@ -176,38 +527,3 @@ async def test_pages_answer_503_with_retry_after_when_the_pool_is_exhausted(db_u
             assert answer.status_code == 503 and answer.headers["retry-after"]
             assert answer.json()["error"] == "unavailable"
             assert (await http.get("/dashboard")).status_code == 200
-
-
-async def test_replay_creates_a_new_delivery_audited_to_the_member(client, ctx: Context, small: Small):
-    original = await insert_delivery(ctx, small, event="order.paid")
-    csrf = await log_in(client, small.world.api_key)
-    answer = await client.post(f"/dashboard/deliveries/{original}/replay", data={"csrf": csrf})
-    assert answer.status_code == 303 and "replayed=" in answer.headers["location"]
-    new_id = answer.headers["location"].split("replayed=")[1]
-    async with ctx.pool.acquire() as conn:
-        row = await conn.fetchrow("SELECT replayed_from_delivery_id, event FROM webhook_delivery WHERE id = $1::uuid",
-                                  new_id)
-        audit_actor = await conn.fetchval("SELECT actor_id FROM audit_log WHERE action = 'REPLAY'")
-    assert row["replayed_from_delivery_id"] == original and row["event"] == "order.paid"
-    assert audit_actor == str(small.world.owner_id)
-    page = (await client.get(answer.headers["location"])).text
-    assert f"replay of <code>{original}</code>" in page
-
-
-async def test_replay_is_refused_to_a_member_who_cannot_write_the_autopilot(client, ctx: Context, small: Small):
-    original = await insert_delivery(ctx, small)
-    async with ctx.pool.acquire() as conn:
-        _, key = await workspaces.add_member(conn, small.world.workspace_id, "viewer", "member")
-    csrf = await log_in(client, key)
-    answer = await client.post(f"/dashboard/deliveries/{original}/replay", data={"csrf": csrf})
-    assert answer.status_code == 403
-    async with ctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM webhook_delivery") == 1
-
-
-async def test_a_rejected_delivery_cannot_be_replayed(client, ctx: Context, small: Small):
-    original = await insert_delivery(ctx, small, status="rejected", reason_code="invalid_signature")
-    csrf = await log_in(client, small.world.api_key)
-    answer = await client.post(f"/dashboard/deliveries/{original}/replay", data={"csrf": csrf})
-    assert answer.status_code == 303 and answer.headers["location"].endswith("problem=rejected_delivery")
-    assert "rejected_delivery" in (await client.get(answer.headers["location"])).text

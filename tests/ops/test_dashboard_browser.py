@@ -1,20 +1,26 @@
 """The dashboard in headless Chromium (Debian's ``chromium`` driven by Playwright).
 
-Log in, watch a delivery appear, replay it. ``HOOKGATE_TEST_CHROMIUM`` names another browser binary;
-a missing browser fails these tests (CI installs it) unless ``HOOKGATE_SKIP_BROWSER=1``.
+Log in, search for a posted webhook, open the delivery and its run, replay it. Screenshots of each step
+are kept in the test's pytest tmp dir (``<basetemp>/<test name>/screenshots/*.png``; pytest keeps the
+last three runs). ``HOOKGATE_TEST_CHROMIUM`` names another browser binary; a missing browser fails these
+tests (CI installs it) unless ``HOOKGATE_SKIP_BROWSER=1``.
 """
 
 import importlib.util
 import json
 import os
+import re
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from hookgate.context import Context
 from tests.ops.conftest import Small
+from worker.deliveries import DeliveryWorker
 
 CHROMIUM = os.environ.get("HOOKGATE_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -64,24 +70,68 @@ async def test_log_in_see_the_overview_and_log_out(page, live_url: str, small: S
     assert page.url.endswith("/dashboard/login")
 
 
+@pytest.fixture
+def shots(tmp_path: Path) -> Callable[[Any, str], Awaitable[Path]]:
+    """Save full-page screenshots as test artefacts, in this test's pytest tmp dir (``screenshots/``)."""
+    folder = tmp_path / "screenshots"
+    folder.mkdir()
+
+    async def shoot(page: Any, name: str) -> Path:
+        path = folder / f"{name}.png"
+        await page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return shoot
+
+
 @pytest.mark.skipif(importlib.util.find_spec("gateway.ingress") is None,
-                    reason="needs the ingress (gateway/ingress/) on this branch")
-async def test_log_in_see_a_posted_webhook_appear_and_replay_it(page, live_url: str, ctx: Context, small: Small):
+                    reason="needs the ingress (gateway.ingress) on this branch")
+async def test_log_in_search_open_a_delivery_its_run_and_replay_it(page, live_url: str, ctx: Context, small: Small,
+                                                                  shots):
     await log_in(page, live_url, small.world.api_key)
-    await page.goto(f"{live_url}/dashboard/deliveries")
+    await shots(page, "1-overview")
+    await page.click("header nav >> text=Deliveries")
     assert "No deliveries yet" in await page.inner_text("#deliveries")
     async with httpx.AsyncClient() as http:
-        posted = await http.post(f"{live_url}/hooks/{small.token}", content=json.dumps({"event": "order.paid"}),
-                                 headers={"Content-Type": "application/json"})
-    assert posted.status_code == 200, posted.text
+        for event in ("order.paid", "order.refunded"):
+            posted = await http.post(f"{live_url}/hooks/{small.token}", content=json.dumps({"event": event}),
+                                     headers={"Content-Type": "application/json", "X-Request-Id": "req-1"})
+            assert posted.status_code == 200, posted.text
     delivery_id = posted.json()["delivery_id"]
-    await page.click("text=refresh")
-    row = page.locator(f"tr[data-delivery='{delivery_id}']")
-    assert "order.paid" in await row.inner_text()
-    await row.locator("button", has_text="Replay").click()
+    assert await DeliveryWorker(ctx, holder="browser-test").run_once() >= 1  # the run gets its task
+
+    # Search by event glob, using the keyboard to submit the form.
+    await page.fill("input[name=event]", "order.ref*")
+    await page.press("input[name=event]", "Enter")
+    await page.wait_for_url(re.compile(r".*event=order\.ref.*"))
+    rows = page.locator("#deliveries tr[data-delivery]")
+    assert await rows.count() == 1 and delivery_id in await rows.first.inner_text()
+    await shots(page, "2-search")
+
+    await page.click(f"#deliveries a[href='/dashboard/deliveries/{delivery_id}']")
+    await page.wait_for_url(f"{live_url}/dashboard/deliveries/{delivery_id}")
+    assert "order.refunded" in await page.inner_text("#payload")
+    assert await page.get_attribute("#summary time", "title")  # the exact UTC time on hover
+    await shots(page, "3-delivery")
+
+    await page.click("#summary a[href^='/dashboard/runs/']")
+    await page.wait_for_url(re.compile(r".*/dashboard/runs/.*"))
+    assert delivery_id in await page.inner_text("#step-delivery")
+    assert "queued" in await page.inner_text("#step-task")
+    await shots(page, "4-run")
+
+    await page.click(f"#step-delivery a[href='/dashboard/deliveries/{delivery_id}']")
+    await page.click("button:has-text('Replay…')")
+    await page.wait_for_selector("#confirm")
+    await shots(page, "5-confirm")
+    await page.keyboard.press("Enter")  # the Confirm button has the focus
     await page.wait_for_selector("#replayed")
-    replayed = (await page.inner_text("#replayed code")).strip()
+    replayed = page.url.split("/")[-1].split("?")[0]
     assert replayed != delivery_id
-    new_row = page.locator(f"tr[data-delivery='{replayed}']")
-    assert f"replay of {delivery_id}" in await new_row.inner_text()
-    assert "order.paid" in await new_row.inner_text()
+    assert delivery_id in await page.inner_text("#replayed")
+    await shots(page, "6-replayed")
+    await page.goto(f"{live_url}/dashboard/deliveries?event=order.refunded")
+    assert await page.locator("#deliveries tr[data-delivery]").count() == 2
+    await page.click("header nav >> text=Overview")
+    assert await page.locator("#chart-deliveries rect").count() >= 1  # the bars of this minute's deliveries
+    await shots(page, "7-overview-charts")

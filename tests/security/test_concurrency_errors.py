@@ -322,5 +322,5 @@ def test_every_admin_runtime_and_dashboard_route_that_reads_the_database_retries
     routes = [r for r in [*admin.routes, *runtime.routes, *dashboard.routes] if isinstance(r, Route)]
     plain = sorted(f"{min(r.methods or [])} {r.path}" for r in routes if not hasattr(r.endpoint, "__wrapped__"))
     assert len(routes) > 50
-    # No database work behind these: a static document, the login form, the logout redirect.
-    assert plain == ["GET /dashboard/login", "GET /openapi.json", "POST /dashboard/logout"]
+    # No database work behind these: a redirect, a static document, the login form, the logout redirect.
+    assert plain == ["GET /", "GET /dashboard/login", "GET /openapi.json", "POST /dashboard/logout"]

@@ -1,0 +1,66 @@
+"""Logging in and out of the dashboard, and ``GET /`` leading a browser to it."""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from autopilot import workspaces
+from gateway import overload, sessions
+from gateway.dashboard.web import Denied, check_origin, ctx_of, denied, read_form, render, secure, signer, viewer
+
+log = logging.getLogger("hookgate.dashboard")
+
+
+async def root(request: Request) -> Response:
+    """``GET /``: a browser lands on the dashboard (which asks for a login first)."""
+    return RedirectResponse("/dashboard", status_code=303)
+
+
+async def login_page(request: Request) -> Response:
+    """The login form, with a pre-session nonce cookie its CSRF token is bound to."""
+    return _login_form(request)
+
+
+def _login_form(request: Request, error: str | None = None, status: int = 200) -> Response:
+    nonce = sessions.new_login_nonce()
+    response = render(request, "login.html", status, csrf=signer(request).csrf(nonce), error=error)
+    response.set_cookie(sessions.LOGIN_COOKIE, nonce, max_age=3600, path="/dashboard", httponly=True,
+                        samesite="strict", secure=secure(request))
+    return response
+
+
+async def login(request: Request) -> Response:
+    """Check the API key and the form's CSRF token; set the session cookie and go to the overview."""
+    try:
+        check_origin(request)
+        form = await read_form(request)
+    except Denied as exc:
+        return denied(request, exc)
+    nonce = request.cookies.get(sessions.LOGIN_COOKIE, "")
+    if not nonce or not signer(request).csrf_ok(nonce, form.get("csrf")):
+        return _login_form(request, "The form expired; please try again.", 403)
+    async with overload.connection(ctx_of(request)) as conn:
+        principal = await workspaces.authenticate(conn, form.get("api_key", "").strip())
+    if principal is None:
+        return _login_form(request, "That API key is not valid.", 401)
+    cookie, _ = signer(request).issue(str(principal.key_id))
+    response = RedirectResponse("/dashboard", status_code=303)
+    response.set_cookie(sessions.SESSION_COOKIE, cookie, max_age=sessions.SESSION_TTL_S, path="/dashboard",
+                        httponly=True, samesite="strict", secure=secure(request))
+    response.delete_cookie(sessions.LOGIN_COOKIE, path="/dashboard")
+    log.info("dashboard login", extra={"member_id": str(principal.member_id)})
+    return response
+
+
+async def logout(request: Request) -> Response:
+    """End the session (CSRF-checked) and return to the login page."""
+    try:
+        await viewer(request, post=True)
+    except Denied as exc:
+        return denied(request, exc)
+    response = RedirectResponse("/dashboard/login", status_code=303)
+    response.delete_cookie(sessions.SESSION_COOKIE, path="/dashboard")
+    return response
