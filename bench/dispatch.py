@@ -153,7 +153,7 @@ async def wait_done(conn: Any, total: int, timeout: float = 600) -> float:
 def start_gateway(url: str, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
            "HOOKGATE_IP_REQUEST_CAP": "1000000", "PYTHONPATH": str(ROOT), **AGENT_ALLOW}
-    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "gateway", "--port", str(port)], cwd=ROOT, env=env)
+    return subprocess.Popen([sys.executable, "-m", "hookgate.cli", "gateway", "--port", str(port)], cwd=ROOT, env=env)
 
 
 async def end_to_end(conn: Any, port: int, token: str, rate: float, seconds: float, total_before: int) -> None:
@@ -185,7 +185,7 @@ def start_workers(url: str, count: int) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
            "HOOKGATE_DELIVERY_CONCURRENCY": "8", "HOOKGATE_DELIVERY_BATCH": "32", "PYTHONPATH": str(ROOT),
            **AGENT_ALLOW}
-    return [subprocess.Popen([sys.executable, "-m", "gateway.cli", "worker"], cwd=ROOT, env=env)
+    return [subprocess.Popen([sys.executable, "-m", "hookgate.cli", "worker"], cwd=ROOT, env=env)
             for _ in range(count)]
 
 

@@ -84,7 +84,7 @@ def start_schedulers(dsn: str, args: argparse.Namespace, log_dir: Path) -> list[
     procs = []
     for i in range(args.schedulers):
         with (log_dir / f"scheduler-{i}.log").open("wb") as log:
-            procs.append(subprocess.Popen([sys.executable, "-m", "gateway.cli", "scheduler"], cwd=ROOT, env=env,
+            procs.append(subprocess.Popen([sys.executable, "-m", "hookgate.cli", "scheduler"], cwd=ROOT, env=env,
                                           stdout=log, stderr=subprocess.STDOUT))
     return procs
 

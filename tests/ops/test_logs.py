@@ -160,7 +160,7 @@ async def test_no_issued_credential_appears_in_any_log_line_of_a_real_run(spawn,
             secret = new_secret
     _workload(gateway.url, issued, w, token, secret, pull_agent.runtime_token or "")
     boot = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "bootstrap", "--workspace", "acme", "--json"], cwd=ROOT,
+        [sys.executable, "-m", "hookgate.cli", "bootstrap", "--workspace", "acme", "--json"], cwd=ROOT,
         env={**os.environ, **spawn.env, "PYTHONPATH": str(ROOT), **debug}, capture_output=True, text=True, timeout=60,
     )
     issued.append(json.loads(boot.stdout)["api_key"])

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gateway import admin_cli
-from gateway.cli import build_parser
+from hookgate import admin_client
+from hookgate.cli import build_parser
 from tests import factories
 
 
@@ -15,7 +15,7 @@ async def hookgate(capsys, *argv):
     args = build_parser().parse_args(list(argv))
     code = 0
     try:
-        await admin_cli.run(args)
+        await admin_client.run(args)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     out = capsys.readouterr()
@@ -66,4 +66,4 @@ async def test_errors_exit_nonzero_with_one_line(ctx, live_url, capsys, monkeypa
     assert code == 1 and "401 unauthorized" in err
     monkeypatch.delenv("HOOKGATE_API_KEY")
     with pytest.raises(SystemExit, match="no API key"):
-        await admin_cli.run(build_parser().parse_args(["runs", "list", "--url", live_url]))
+        await admin_client.run(build_parser().parse_args(["runs", "list", "--url", live_url]))

@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway import admin_cli
-from hookgate import logs
+from hookgate import admin_client, logs
 from hookgate.context import Context, open_context
 from hookgate.migrations import MigrationError
 from hookgate.service import Service, handle_signals, run_services
@@ -177,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "for the same owner.")
     boot.add_argument("--workspace", default="default", help="workspace name (default: default)")
     boot.add_argument("--json", action="store_true", help='print {"workspace_id","member_id","api_key"}')
-    admin_cli.add_commands(sub)
+    admin_client.add_commands(sub)
     return parser
 
 
@@ -196,7 +195,7 @@ def serve_defaults(settings: Settings) -> Settings:
 
 def _dispatch(args: argparse.Namespace) -> Callable[[Settings], Any]:
     if getattr(args, "admin_verb", None) is not None:
-        return lambda _s: admin_cli.run(args)
+        return lambda _s: admin_client.run(args)
     roles = {"serve": ("gateway", "worker", "scheduler"), "gateway": ("gateway",),
              "worker": ("worker",), "scheduler": ("scheduler",)}
     if args.command == "serve":
