@@ -16,6 +16,7 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import admission, audit
+from hookgate import notify
 from hookgate.database import Conn, one
 from sql import Q
 
@@ -102,5 +103,5 @@ async def _admit(conn: Conn, delivery: asyncpg.Record, heartbeat_timeout_s: floa
     status = "dispatched" if admitted.status == "skipped" else "queued"
     await conn.fetchrow(Q.delivery_set_run, delivery["id"], admitted.run_id, status, admitted.reason_code)
     if status == "queued":
-        await conn.execute(Q.notify_send, "hookgate_deliveries", str(delivery["id"]))
+        await conn.execute(Q.notify_send, notify.DELIVERIES, str(delivery["id"]))
     return admitted.run_id, status, admitted.reason_code

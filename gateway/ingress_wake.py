@@ -21,11 +21,12 @@ import time
 
 import asyncpg
 
+from hookgate import notify
 from sql import Q
 
 log = logging.getLogger("hookgate.ingress")
 
-CHANNEL = "hookgate_deliveries"
+CHANNEL = notify.DELIVERIES
 INTERVAL_S = 0.001
 
 

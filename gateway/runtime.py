@@ -33,12 +33,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from autopilot import agents, dispatch, tasks
+from autopilot import agents, tasks
 from gateway import bodies, overload, ratelimit
 from gateway.claim_wait import ClaimWaits
 from gateway.errors import ApiError
 from gateway.ingress_store import unstorable
-from hookgate import crypto
+from hookgate import crypto, notify
 from hookgate.context import Context
 from hookgate.database import Conn
 from sql import Q
@@ -152,7 +152,7 @@ async def claim(request: Request) -> Response:
         async with ctx.pool.acquire() as conn:
             if await tasks.release(conn, won.id, won.lease_token, holder=str(agent["id"]), actor_type="runtime",
                                    reason="client_gone", unclaimed=True):
-                await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(won.id))
+                await conn.execute(Q.notify_send, notify.TASKS, str(won.id))
 
     if wait <= 0:
         found = await attempt()
@@ -305,7 +305,7 @@ async def report(request: Request) -> Response:
         if outcome == "applied":
             # The report freed one of the agent's concurrency slots (and a retry requeued the task): a runtime
             # of the agent waiting in a claim may now win one. After the commit, never inside it.
-            await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(task_id))
+            await conn.execute(Q.notify_send, notify.TASKS, str(task_id))
         state = await conn.fetchrow(Q.task_state, task_id)
     assert state is not None
     return JSONResponse({"task_id": str(task_id), "status": state["status"], "applied": outcome == "applied"})

@@ -23,18 +23,17 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import admission, dispatch, replays, tasks
-from hookgate import metrics
+from hookgate import metrics, notify
 from hookgate.context import Context
 from hookgate.database import Conn
+from hookgate.notify import NotifyListener
 from sql import Q
 from worker import take
 from worker.loop import DB_ERRORS
 from worker.push import Pusher
-from worker.wake import Wakeup
 
 log = logging.getLogger("hookgate.deliveries")
 
-CHANNEL = "hookgate_deliveries"
 #: Triggers visited per claim: the round-robin fan-out (a batch interleaves at most this many).
 TRIGGER_FANOUT = 16
 #: Deliveries a dispatcher commits together on the one-by-one path when the queue is backed up.
@@ -66,7 +65,7 @@ class DeliveryWorker:
 
     name = "deliveries"
 
-    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher | None = None, wake: Wakeup | None = None):
+    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher | None = None, wake: NotifyListener | None = None):
         self.ctx, self.settings, self.holder, self.pusher, self.wake = ctx, ctx.settings, holder, pusher, wake
         self._buffer = max(self.settings.delivery_batch, self.settings.delivery_concurrency)
         self._queue: asyncio.Queue[asyncpg.Record] = asyncio.Queue()
@@ -220,7 +219,7 @@ class DeliveryWorker:
 
     async def _wake(self) -> None:
         if self.wake is not None:
-            await self.wake.wait(CHANNEL, self.settings.worker_poll_s)
+            await self.wake.wait(notify.DELIVERIES, self.settings.worker_poll_s)
         else:
             await asyncio.sleep(self.settings.worker_poll_s)
 

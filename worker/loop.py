@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncpg
 
-from worker.wake import Wakeup
+from hookgate.notify import NotifyListener
 
 log = logging.getLogger("hookgate.worker")
 
@@ -21,7 +21,7 @@ class PollingService:
     name = "loop"
     channel: str | None = None
 
-    def __init__(self, *, interval: float, wake: Wakeup | None = None, settle: float = 0.0) -> None:
+    def __init__(self, *, interval: float, wake: NotifyListener | None = None, settle: float = 0.0) -> None:
         self.interval, self.wake, self.settle = interval, wake, settle
         self._stopping = asyncio.Event()
 

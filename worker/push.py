@@ -37,11 +37,11 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from autopilot import agents, tasks
-from hookgate import egress, metrics
+from hookgate import egress, metrics, notify
 from hookgate.context import Context
+from hookgate.notify import NotifyListener
 from sql import Q
 from worker.loop import PollingService
-from worker.wake import Wakeup
 
 log = logging.getLogger("hookgate.push")
 
@@ -149,7 +149,7 @@ class Pusher:
 
     name = "push"
 
-    def __init__(self, ctx: Context, *, holder: str, wake: Wakeup | None = None) -> None:
+    def __init__(self, ctx: Context, *, holder: str, wake: NotifyListener | None = None) -> None:
         self.ctx, self.settings, self.holder, self.wake = ctx, ctx.settings, holder, wake
         self._client: aiohttp.ClientSession | None = None
         self.egress = egress.Policy.from_settings(ctx.settings)
@@ -163,7 +163,7 @@ class Pusher:
         #: ``hookgate_tasks`` notification (a task was queued somewhere) and by a pass that saw waiting tasks.
         self.backlog = True
         if wake is not None:
-            wake.subscribe("hookgate_tasks", self._on_task_notice)
+            wake.subscribe(notify.TASKS, self._on_task_notice)
 
     def capacity(self) -> int:
         """How many more pushes this process may start now."""
@@ -181,7 +181,7 @@ class Pusher:
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.pop(task, None)
         if self.wake is not None and self.backlog:
-            self.wake.poke("hookgate_tasks")
+            self.wake.poke(notify.TASKS)
 
     async def _guarded(self, claimed: tasks.Claimed) -> None:
         try:
@@ -369,9 +369,9 @@ class PushWorker(PollingService):
     """Claims due queued tasks of HTTP agents (retries, tasks made elsewhere) and hands them to the pusher."""
 
     name = "pushes"
-    channel = "hookgate_tasks"
+    channel = notify.TASKS
 
-    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher, wake: Wakeup | None = None) -> None:
+    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher, wake: NotifyListener | None = None) -> None:
         # settle: a finished push pokes this loop; coalesce bursts of pokes into one pass.
         super().__init__(interval=ctx.settings.worker_poll_s, wake=wake, settle=0.005)
         self.ctx, self.holder, self.pusher = ctx, holder, pusher
