@@ -18,10 +18,11 @@ from uuid import UUID
 import asyncpg
 
 from hookgate.database import Conn
+from hookgate.errors import HookgateError
 from sql import Q
 
 
-class AdmissionError(Exception):
+class AdmissionError(HookgateError):
     """The autopilot to admit a run for does not exist (a caller bug or a race with deletion)."""
 
 

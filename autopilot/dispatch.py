@@ -20,10 +20,11 @@ import asyncpg
 from autopilot import tasks
 from hookgate import notify
 from hookgate.database import Conn
+from hookgate.errors import HookgateError
 from sql import Q
 
 
-class DispatchError(LookupError):
+class DispatchError(HookgateError, LookupError):
     """The run to dispatch does not exist."""
 
 

@@ -18,6 +18,7 @@ import asyncpg
 from autopilot import admission, audit
 from hookgate import notify
 from hookgate.database import Conn, one
+from hookgate.errors import HookgateError
 from sql import Q
 
 _IGNORED = {
@@ -28,7 +29,7 @@ _IGNORED = {
 }
 
 
-class NotReplayable(Exception):
+class NotReplayable(HookgateError):
     """The original cannot be replayed (``code``: ``rejected_delivery`` or ``trigger_deleted``)."""
 
     def __init__(self, code: str, message: str) -> None:

@@ -29,7 +29,7 @@ from uuid import UUID
 
 import asyncpg
 
-from hookgate import notify
+from hookgate import database, notify
 from hookgate.notify import NotifyListener
 from sql import Q
 
@@ -199,7 +199,7 @@ class ClaimWaits:
         try:
             async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
                 rows = await conn.fetch(Q.task_agents_among, ids, waiting)
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except database.DATABASE_ERRORS as exc:
             log.warning("claim wake-up not routed; waking every agent", extra={"error": exc.__class__.__name__})
             return waiting
         return [r["agent_id"] for r in rows]

@@ -21,7 +21,6 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import asyncpg
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
@@ -35,7 +34,7 @@ from gateway.ingress_batch import IngestBatcher
 from gateway.ingress_triggers import Trigger, TriggerCache, lookup
 from gateway.ingress_wake import Waker
 from gateway.providers import Inbound, get_preset, selected_headers, slack_challenge
-from hookgate import crypto, logs, metrics
+from hookgate import crypto, database, logs, metrics
 from hookgate.context import Context
 
 log = logging.getLogger("hookgate.ingress")
@@ -47,9 +46,7 @@ _JSON = b"application/json"
 NOT_FOUND = b'{"error":"not_found","message":"not found"}'
 TOO_LARGE = b'{"error":"payload_too_large","message":"the body is larger than 256 KiB"}'
 UNAVAILABLE = b'{"error":"unavailable","message":"the database is unavailable; retry later"}'
-# InternalClientError: asyncpg's pool can raise it when releasing a connection the server just killed.
-_DB_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
-              crypto.DecryptError)
+_DB_ERRORS: tuple[type[Exception], ...] = (*database.DATABASE_ERRORS, crypto.DecryptError)
 
 
 @dataclass

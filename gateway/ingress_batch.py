@@ -20,8 +20,7 @@ from typing import Any
 
 import asyncpg
 
-from gateway.ingress_store import unavailable
-from hookgate import metrics
+from hookgate import database, metrics
 from hookgate.database import Conn
 from sql import Q
 
@@ -86,7 +85,7 @@ class IngestBatcher:
             try:
                 rows = await _ingest(conn, [params for params, _ in batch])
             except Exception as exc:
-                if unavailable(exc):
+                if database.is_unavailable(exc):
                     raise
             else:
                 for row, (_, done) in zip(rows, batch, strict=True):
@@ -99,7 +98,7 @@ class IngestBatcher:
             except Exception as exc:
                 if not done.done():
                     done.set_exception(exc)
-                if unavailable(exc):
+                if database.is_unavailable(exc):
                     raise
                 continue
             if not done.done():

@@ -61,8 +61,6 @@ _REASON_TEXT = {
     "autopilot_archived": "the autopilot is archived",
     "event_filtered": "the event does not match the trigger's event filters",
 }
-# SQLSTATE classes that mean "the database is not there" rather than "this statement is wrong".
-_UNAVAILABLE_CLASSES = ("08", "53", "57", "58")
 
 
 class Stale(Exception):
@@ -158,13 +156,6 @@ def uuid7(unix_s: float) -> UUID:
     return UUID(int=value | 0b10 << 62 | rand & (1 << 62) - 1)
 
 
-def unavailable(exc: BaseException) -> bool:
-    """Whether a failure means the database is unreachable (503), not that a statement or the gate failed."""
-    if isinstance(exc, asyncpg.PostgresError):
-        return str(exc.sqlstate or "")[:2] in _UNAVAILABLE_CLASSES
-    return isinstance(exc, OSError | TimeoutError | asyncpg.InterfaceError | asyncpg.InternalClientError)
-
-
 def params(trigger: Trigger, d: Delivery, p: Plan) -> tuple[Any, ...]:
     """One request's elements of ``delivery_ingest``'s parameter arrays (new UUIDv7 ids included)."""
     ts = d.received_at.timestamp()  # the database clock (see Trigger.now), so ids sort like received_at
@@ -228,7 +219,7 @@ async def store(writer: IngestBatcher, trigger: Trigger, d: Delivery) -> Answer:
             raise
         except Exception as exc:  # the gate's own bugs included: the delivery is kept for the worker
             # A conflict that kept losing is no admission bug: 503 + Retry-After like an outage.
-            if unavailable(exc) or database.is_retryable(exc) or d.signature in REJECTED:
+            if database.is_unavailable(exc) or database.is_retryable(exc) or d.signature in REJECTED:
                 raise
             log.error("admission failed at ingress; delivery left queued for the worker", exc_info=exc,
                       extra={"trigger_id": str(trigger.id)})

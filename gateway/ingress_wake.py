@@ -21,7 +21,7 @@ import time
 
 import asyncpg
 
-from hookgate import notify
+from hookgate import database, notify
 from sql import Q
 
 log = logging.getLogger("hookgate.ingress")
@@ -62,6 +62,6 @@ class Waker:
             async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
                 await conn.execute(Q.notify_send, CHANNEL, payload)
                 self.sent += 1
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except database.DATABASE_ERRORS as exc:
             # Only a hint: the worker's poll finds the delivery anyway.
             log.warning("delivery wake-up not sent", extra={"error": exc.__class__.__name__})

@@ -41,6 +41,7 @@ from gateway.ingress_store import unstorable
 from hookgate import crypto, notify
 from hookgate.context import Context
 from hookgate.database import Conn
+from hookgate.errors import LeaseLost
 from sql import Q
 
 DEFAULT_INSTANCE = "default"
@@ -270,7 +271,7 @@ async def renew(request: Request) -> Response:
             expires = await tasks.renew(conn, task_id, token, lease_s=ctx.settings.task_lease_s,
                                         actor_type=caller.actor_type, actor_id=caller.actor_id,
                                         sent=caller.sent(raw))
-        except tasks.LeaseLost:
+        except LeaseLost:
             raise _lease_lost(request, caller) from None
     return JSONResponse({"task_id": str(task_id), "lease_expires_at": expires.isoformat()})
 
@@ -300,7 +301,7 @@ async def report(request: Request) -> Response:
         try:
             outcome = await tasks.report(conn, task_id, token, rep, actor_type=caller.actor_type,
                                          actor_id=caller.actor_id, sent=caller.sent(raw))
-        except tasks.LeaseLost:
+        except LeaseLost:
             raise _lease_lost(request, caller) from None
         if outcome == "applied":
             # The report freed one of the agent's concurrency slots (and a retry requeued the task): a runtime

@@ -17,6 +17,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from hookgate.errors import HookgateError
 from hookgate.settings import ConfigError, decode_secret_key
 
 _FORMAT = 1
@@ -25,7 +26,7 @@ _NONCE_LEN = 12
 TOKEN_BYTES = 32
 
 
-class DecryptError(Exception):
+class DecryptError(HookgateError):
     """A ciphertext that no configured key opens (wrong key, tampered, or bound to another row)."""
 
 

@@ -73,7 +73,7 @@ class NotifyListener:
                 conn = await database.connect(self.dsn)
                 for channel in self.events:
                     await conn.add_listener(channel, self._on_notify)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except database.DATABASE_ERRORS as exc:
                 log.warning("listen connection failed; polling only", extra={"error": str(exc)})
                 return
             self._conn = conn

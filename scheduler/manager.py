@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from hookgate import notify
+from hookgate import database, notify
 from hookgate.database import Conn
 from hookgate.notify import NotifyListener
 from scheduler import transactional
@@ -114,7 +114,7 @@ class Scheduler:
                         delay = min(delay, self.liveness_poll.total_seconds())
                     log.debug("tick", extra={"claimed": report.claimed, "sleep_s": delay})
                     failures = 0
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                except database.DATABASE_ERRORS as exc:
                     failures += 1
                     delay = min(self.max_tick, 0.5 * 2 ** min(failures, 6))
                     log.warning("scheduler tick failed; retrying", extra={"error": str(exc), "in_s": delay})

@@ -23,13 +23,13 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import admission, dispatch, replays, tasks
-from hookgate import metrics, notify
+from hookgate import database, metrics, notify
 from hookgate.context import Context
 from hookgate.database import Conn
+from hookgate.errors import LeaseLost
 from hookgate.notify import NotifyListener
 from sql import Q
 from worker import take
-from worker.loop import DB_ERRORS
 from worker.push import Pusher
 
 log = logging.getLogger("hookgate.deliveries")
@@ -45,10 +45,6 @@ _IGNORED = {
     "autopilot_archived": "the autopilot is archived",
     "event_filtered": "the event does not match the trigger's event filters",
 }
-
-
-class _LeaseLost(Exception):
-    """Our lease on the delivery is gone: another worker owns it; our transaction rolls back."""
 
 
 def options_for(ctx: Context, holder: str, pusher: Pusher | None) -> dispatch.Options:
@@ -101,7 +97,7 @@ class DeliveryWorker:
         try:
             async with self.ctx.pool.acquire() as conn:
                 outcome, result = await self._dispatch(conn, delivery, options)
-        except _LeaseLost:
+        except LeaseLost:
             return "lost"
         except Exception as exc:
             log.warning("dispatch failed; will retry", exc_info=exc, extra={"delivery_id": str(delivery["id"])})
@@ -146,7 +142,7 @@ class DeliveryWorker:
             if reason is not None:
                 if await conn.fetchval(Q.delivery_ignore, d["id"], d["lease_token"], reason,
                                        _IGNORED[reason]) is None:
-                    raise _LeaseLost
+                    raise LeaseLost
                 return "ignored", None
             admitted = await admission.admit(
                 conn, autopilot_id=d["autopilot_id"], source="webhook", payload=d["envelope"] or {},
@@ -156,7 +152,7 @@ class DeliveryWorker:
             run_id = admitted.run_id
         result = await dispatch.dispatch_run(conn, run_id, options)
         if await conn.fetchval(Q.delivery_complete, d["id"], d["lease_token"], run_id) is None:
-            raise _LeaseLost
+            raise LeaseLost
         return "dispatched", result
 
     async def _gate(self, conn: Conn, d: asyncpg.Record) -> str | None:
@@ -174,7 +170,7 @@ class DeliveryWorker:
             async with self.ctx.pool.acquire() as conn:
                 await conn.fetchrow(Q.delivery_retry, d["id"], d["lease_token"], delay, s.delivery_max_attempts,
                                     f"{exc.__class__.__name__}: {exc}"[:500])
-        except DB_ERRORS as db_exc:
+        except database.DATABASE_ERRORS as db_exc:
             # The lease expires on its own; the delivery is claimable again then.
             log.warning("could not record a dispatch retry", extra={"error": str(db_exc)})
 
@@ -208,7 +204,7 @@ class DeliveryWorker:
                 continue
             try:
                 taken = await self.take_batch(room)
-            except DB_ERRORS as exc:
+            except database.DATABASE_ERRORS as exc:
                 # The take is one statement: it wrote nothing. Its deliveries are taken again on the next pass.
                 log.warning("delivery take failed; trying again next pass", extra={"error": str(exc)})
                 taken = take.Taken()
@@ -250,7 +246,7 @@ class DeliveryWorker:
         leftovers = []
         while not self._queue.empty():
             leftovers.append(self._queue.get_nowait())
-        with contextlib.suppress(*DB_ERRORS):
+        with contextlib.suppress(*database.DATABASE_ERRORS):
             async with self.ctx.pool.acquire() as conn:
                 for d in leftovers:
                     await conn.execute(Q.delivery_release, d["id"], d["lease_token"])

@@ -39,6 +39,7 @@ from multidict import CIMultiDictProxy
 from autopilot import agents, tasks
 from hookgate import egress, metrics, notify
 from hookgate.context import Context
+from hookgate.errors import LeaseLost
 from hookgate.notify import NotifyListener
 from sql import Q
 from worker.loop import PollingService
@@ -335,7 +336,7 @@ class Pusher:
             else:
                 await tasks.report(conn, claimed.id, claimed.lease_token, report, actor_type="worker",
                                    actor_id=self.holder)
-        except tasks.LeaseLost:
+        except LeaseLost:
             log.info("push result after the lease was lost; recorded, not applied",
                      extra={"task_id": str(claimed.id)})
 
