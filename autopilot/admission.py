@@ -30,6 +30,7 @@ from uuid import UUID
 import asyncpg
 
 from hookgate.database import Conn
+from hookgate.errors import HookgateError
 from sql import Q
 
 REASONS = {
@@ -50,7 +51,7 @@ REASONS = {
 """Every reason code of an ignored delivery or a skipped run, and the text stored with it."""
 
 
-class AdmissionError(Exception):
+class AdmissionError(HookgateError):
     """The autopilot to admit a run for does not exist (a caller bug or a race with deletion)."""
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import secrets
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -27,11 +25,6 @@ class NewAgent:
     runtime_token: str | None = None
 
 
-def new_signing_secret() -> str:
-    """A Standard Webhooks secret: ``whsec_`` + base64 of 32 random bytes."""
-    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-
-
 def secret_context(agent_id: UUID) -> str:
     """AAD binding an agent's signing-secret ciphertext to that agent."""
     return f"agent:{agent_id}:signing_secret"
@@ -42,7 +35,7 @@ async def create_http_agent(
     url: str, timeout_s: float = 10.0, visibility: str = "workspace", max_concurrency: int = 4,
 ) -> NewAgent:
     """Create an HTTP agent with a generated ``whsec_`` secret, stored encrypted, bound to the new id."""
-    secret = new_signing_secret()
+    secret = crypto.new_signing_secret()
     async with conn.transaction():
         # The id is needed for the AAD, so insert with a placeholder ciphertext, then seal it to the row.
         row = one(await conn.fetchrow(
@@ -79,7 +72,7 @@ async def rotate_signing_secret(
     conn: Conn, keyring: crypto.Keyring, agent_id: UUID, grace_s: int = ROTATION_GRACE_S,
 ) -> tuple[asyncpg.Record, str]:
     """Give an http agent a new ``whsec_`` secret; the old one still signs pushes for ``grace_s`` seconds."""
-    secret = new_signing_secret()
+    secret = crypto.new_signing_secret()
     sealed = keyring.encrypt(secret, secret_context(agent_id))
     row = one(await conn.fetchrow(Q.agent_rotate_signing_secret, agent_id, sealed, crypto.hint(secret), grace_s))
     return row, secret

@@ -18,13 +18,13 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import tasks
+from hookgate import notify
 from hookgate.database import Conn
+from hookgate.errors import HookgateError
 from sql import Q
 
-TASKS_CHANNEL = "hookgate_tasks"
 
-
-class DispatchError(LookupError):
+class DispatchError(HookgateError, LookupError):
     """The run to dispatch does not exist."""
 
 
@@ -93,7 +93,7 @@ async def dispatch_run(conn: Conn, run_id: UUID, options: Options) -> Dispatched
         status = await conn.fetchval(Q.run_set_task, run_id, task_id)
         claimed = await _claim_now(conn, run, task_id, options.claim)
         if claimed is None:
-            await conn.execute(Q.notify_send, TASKS_CHANNEL, str(task_id))
+            await conn.execute(Q.notify_send, notify.TASKS, str(task_id))
             return Dispatched(run_id, status, issue_id, task_id)
         return Dispatched(run_id, "running", issue_id, task_id, claimed)
 

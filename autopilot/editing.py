@@ -16,8 +16,9 @@ import asyncpg
 
 from autopilot import audit
 from autopilot.rules import Publisher, publish, set_signing_secret, token_context
-from hookgate import crypto
+from hookgate import crypto, notify
 from hookgate.database import Conn, one
+from hookgate.errors import HookgateError
 from sql import Q
 
 #: Autopilot fields a PATCH may change; each is substantive (part of the rule snapshot).
@@ -27,7 +28,7 @@ AUTOPILOT_FIELDS = ("title", "instructions", "assignee_type", "assignee_id", "ex
 STATUS_VERBS = {"pause": "paused", "resume": "active", "archive": "archived"}
 
 
-class EditError(Exception):
+class EditError(HookgateError):
     """A change that the current state refuses (``code`` says why: ``archived``, …)."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -66,7 +67,7 @@ async def set_status(
             return current, None
         version = await publish(conn, autopilot_id, verb, publisher)
         for trigger in await conn.fetch(Q.trigger_schedule_ids, autopilot_id):
-            await conn.execute(Q.notify_send, "hookgate_triggers", str(trigger["id"]))
+            await conn.execute(Q.notify_send, notify.TRIGGERS, str(trigger["id"]))
     return row, version
 
 
@@ -122,7 +123,7 @@ async def edit_schedule_trigger(
         row = one(await conn.fetchrow(Q.trigger_update_schedule, trigger_id, *(merged[k] for k in keys), fire_at,
                                       publisher.type, publisher.id))
         version = await _publish_trigger(conn, row, "trigger_edit", publisher, current, keys)
-        await conn.execute(Q.notify_send, "hookgate_triggers", str(trigger_id))
+        await conn.execute(Q.notify_send, notify.TRIGGERS, str(trigger_id))
     return row, version
 
 
@@ -141,7 +142,7 @@ async def delete_trigger(conn: Conn, trigger_id: UUID, publisher: Publisher) -> 
         row = one(await conn.fetchrow(Q.trigger_delete, trigger_id))
         await publish(conn, row["autopilot_id"], "trigger_delete", publisher, {"trigger_id": str(trigger_id)})
         if row["kind"] == "schedule":
-            await conn.execute(Q.notify_send, "hookgate_triggers", str(trigger_id))
+            await conn.execute(Q.notify_send, notify.TRIGGERS, str(trigger_id))
     return row
 
 

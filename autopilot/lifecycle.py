@@ -14,13 +14,14 @@ import asyncpg
 from autopilot import audit
 from hookgate import metrics
 from hookgate.database import Conn
+from hookgate.errors import HookgateError
 from sql import Q
 
 _RUN_STATUS = {"succeeded": "completed", "failed": "failed", "cancelled": "cancelled"}
 ISSUE_STATUSES = ("todo", "in_progress", "done", "cancelled")
 
 
-class IssueNotFound(LookupError):
+class IssueNotFound(HookgateError, LookupError):
     """No such issue."""
 
 

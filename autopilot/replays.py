@@ -15,11 +15,13 @@ import asyncpg
 
 from autopilot import admission, audit
 from autopilot.deliveries import Delivery
+from hookgate import notify
 from hookgate.database import Conn, one
+from hookgate.errors import HookgateError
 from sql import Q
 
 
-class NotReplayable(Exception):
+class NotReplayable(HookgateError):
     """The original cannot be replayed (``code``: ``rejected_delivery`` or ``trigger_deleted``)."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -77,5 +79,5 @@ async def _admit(
     status = "dispatched" if admitted.status == "skipped" else "queued"
     await conn.fetchrow(Q.delivery_set_run, copy.id, admitted.run_id, status, admitted.reason_code)
     if status == "queued":
-        await conn.execute(Q.notify_send, "hookgate_deliveries", str(copy.id))
+        await conn.execute(Q.notify_send, notify.DELIVERIES, str(copy.id))
     return admitted.run_id, status, admitted.reason_code

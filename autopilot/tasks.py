@@ -4,11 +4,11 @@ P1 no work without a won claim; P2 a lost claim is a skip; P3 readiness (due, ba
 concurrency slot of the agent) is checked at claim time, in the database; P4 the holder renews; P5 only
 the holder's report ends a lease. A refused renew or report of a caller who proved nothing but the task id
 (``sent`` given) is audited as an ``anonymous`` actor with only the size and SHA-256 of what it sent, so
-an unauthenticated write leaves nothing of its content behind. Errors::
+an unauthenticated write leaves nothing of its content behind. Errors (under ``hookgate.errors.HookgateError``)::
 
     TaskError
-     ├── TaskNotFound   the task does not exist
-     └── LeaseLost      the token is not the current lease: recorded as LATE_RESULT, never applied
+     └── TaskNotFound   the task does not exist
+    LeaseLost           the token is not the current lease: recorded as LATE_RESULT, never applied
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import asyncpg
 from autopilot import audit, lifecycle
 from hookgate import metrics
 from hookgate.database import Conn
+from hookgate.errors import HookgateError, LeaseLost
 from sql import Q
 
 #: A failed report with one of these retry classes goes back to the queue while attempts are left.
@@ -33,16 +34,12 @@ RETRYABLE_CLASSES = frozenset({"transient", "retryable"})
 _RNG = random.Random()
 
 
-class TaskError(Exception):
+class TaskError(HookgateError):
     """Base of the claim-lock errors."""
 
 
 class TaskNotFound(TaskError):
     """No such task."""
-
-
-class LeaseLost(TaskError):
-    """The caller's lease token is stale or foreign; nothing was changed (the attempt is audited)."""
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autopilot import agents, rules, workspaces  # noqa: E402
-from hookgate import database, migrations  # noqa: E402
+from hookgate import database, migrations, notify  # noqa: E402
 from hookgate.context import with_database  # noqa: E402
 from hookgate.crypto import Keyring  # noqa: E402
+from sql import Q  # noqa: E402
 from tests.processes import free_port  # noqa: E402
 
 KEY = base64.b64encode(b"b" * 32).decode()
@@ -136,7 +137,7 @@ async def insert(conn: Any, ap: Any, trigger: Any, count: int, t0: float | None)
         await conn.execute(INSERT_DELIVERIES, ap["workspace_id"], trigger["id"], ap["id"], count, t0, version,
                            trigger["published_by_id"])
         await conn.execute(LINK_RUNS)
-        await conn.execute("SELECT pg_notify('hookgate_deliveries', 'bench')")
+        await conn.execute(Q.notify_send, notify.DELIVERIES, "bench")
 
 
 async def wait_done(conn: Any, total: int, timeout: float = 600) -> float:
@@ -153,7 +154,7 @@ async def wait_done(conn: Any, total: int, timeout: float = 600) -> float:
 def start_gateway(url: str, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
            "HOOKGATE_IP_REQUEST_CAP": "1000000", "PYTHONPATH": str(ROOT), **AGENT_ALLOW}
-    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "gateway", "--port", str(port)], cwd=ROOT, env=env)
+    return subprocess.Popen([sys.executable, "-m", "hookgate.cli", "gateway", "--port", str(port)], cwd=ROOT, env=env)
 
 
 async def end_to_end(conn: Any, port: int, token: str, rate: float, seconds: float, total_before: int) -> None:
@@ -185,7 +186,7 @@ def start_workers(url: str, count: int) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
            "HOOKGATE_DELIVERY_CONCURRENCY": "8", "HOOKGATE_DELIVERY_BATCH": "32", "PYTHONPATH": str(ROOT),
            **AGENT_ALLOW}
-    return [subprocess.Popen([sys.executable, "-m", "gateway.cli", "worker"], cwd=ROOT, env=env)
+    return [subprocess.Popen([sys.executable, "-m", "hookgate.cli", "worker"], cwd=ROOT, env=env)
             for _ in range(count)]
 
 

@@ -87,7 +87,7 @@ def serve_baseline(dsn: str, port: int, pool_max: int) -> None:
                                 log_config=None, server_header=False, timeout_keep_alive=5)
         await uvicorn.Server(config).serve()
 
-    asyncio.run(main())  # the same event loop as `hookgate gateway` (gateway/cli.py)
+    asyncio.run(main())  # the same event loop as `hookgate gateway` (hookgate/cli.py)
 
 
 # -- setup ---------------------------------------------------------------------------------------------
@@ -376,7 +376,7 @@ async def run(args: argparse.Namespace) -> int:
         base_port, gw_port = free_port(), free_port()
         base = subprocess.Popen([sys.executable, __file__, "--serve-baseline", dsn, str(base_port), str(args.pool)],
                                 env=env, stdout=(logs / "baseline.log").open("wb"), stderr=subprocess.STDOUT)
-        gw = subprocess.Popen([sys.executable, "-m", "gateway.cli", "gateway", "--port", str(gw_port)], cwd=ROOT,
+        gw = subprocess.Popen([sys.executable, "-m", "hookgate.cli", "gateway", "--port", str(gw_port)], cwd=ROOT,
                               env=env, stdout=(logs / "gateway.log").open("wb"), stderr=subprocess.STDOUT)
         procs += [base, gw]
         wait_listening(base_port, base)

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autopilot import agents, rules, workspaces  # noqa: E402
-from hookgate import crypto, database, migrations  # noqa: E402
+from hookgate import crypto, database, migrations, notify  # noqa: E402
 from hookgate.context import with_database  # noqa: E402
 
 SECRET = base64.b64encode(b"b" * 32).decode()
@@ -84,7 +84,7 @@ def start_schedulers(dsn: str, args: argparse.Namespace, log_dir: Path) -> list[
     procs = []
     for i in range(args.schedulers):
         with (log_dir / f"scheduler-{i}.log").open("wb") as log:
-            procs.append(subprocess.Popen([sys.executable, "-m", "gateway.cli", "scheduler"], cwd=ROOT, env=env,
+            procs.append(subprocess.Popen([sys.executable, "-m", "hookgate.cli", "scheduler"], cwd=ROOT, env=env,
                                           stdout=log, stderr=subprocess.STDOUT))
     return procs
 
@@ -103,7 +103,7 @@ def pct(values: list[float], q: float) -> float:
 async def measure(dsn: str, args: argparse.Namespace, boundaries: list[datetime], log_dir: Path) -> dict[str, Any]:
     notified: dict[str, float] = {}
     listener = await asyncpg.connect(dsn)
-    await listener.add_listener("hookgate_runs", lambda _c, _p, _ch, payload: notified.setdefault(payload, time.time()))
+    await listener.add_listener(notify.RUNS, lambda _c, _p, _ch, payload: notified.setdefault(payload, time.time()))
     procs = start_schedulers(dsn, args, log_dir)
     watched = [psutil.Process(p.pid) for p in procs]
     try:

@@ -1,6 +1,6 @@
 """Long-polling runtime claims (``POST /v1/runtime/claim {"wait_s"}``), woken by NOTIFY ``hookgate_tasks``.
 
-One LISTEN connection per gateway process (a :class:`worker.wake.Wakeup`), shared by every waiting
+One LISTEN connection per gateway process (a :class:`hookgate.notify.NotifyListener`), shared by every waiting
 request: opened when the first claim waits, reopened by the poll tick after it dropped, closed by
 :meth:`ClaimWaits.close` on shutdown. A notification is only a hint: a poll tick every ``poll_s`` also
 wakes every waiting agent, which is how retries that came due by time (announced by nobody) are found
@@ -29,12 +29,12 @@ from uuid import UUID
 
 import asyncpg
 
+from hookgate import database, notify
+from hookgate.notify import NotifyListener
 from sql import Q
-from worker.wake import Wakeup
 
 log = logging.getLogger("hookgate.runtime")
 
-CHANNEL = "hookgate_tasks"
 #: More notifications than this in one burst are not routed one by one: every waiting agent is woken.
 ROUTE_MAX = 500
 
@@ -78,9 +78,9 @@ class ClaimWaits:
     """Every long-polling claim of one gateway process, woken by NOTIFY or by the poll tick."""
 
     def __init__(self, pool: asyncpg.Pool, dsn: str, *, poll_s: float, acquire_timeout: float,
-                 wake: Wakeup | None = None) -> None:
+                 wake: NotifyListener | None = None) -> None:
         self.pool, self.poll_s, self.acquire_timeout = pool, poll_s, acquire_timeout
-        self.wake = wake or Wakeup(dsn, (CHANNEL,))
+        self.wake = wake or NotifyListener(dsn, (notify.TASKS,))
         self._agents: dict[UUID, _Agent] = {}
         self._payloads: list[str] = []
         self._notified = asyncio.Event()
@@ -152,7 +152,7 @@ class ClaimWaits:
     def _start(self) -> None:
         """Open the listener (in the background: a slow database must not hold the first claim) and the tick."""
         if not self._background:
-            self.wake.subscribe(CHANNEL, self._on_notify)
+            self.wake.subscribe(notify.TASKS, self._on_notify)
             self._background = [asyncio.ensure_future(self._route()), asyncio.ensure_future(self._tick())]
         self._listen()
 
@@ -199,7 +199,7 @@ class ClaimWaits:
         try:
             async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
                 rows = await conn.fetch(Q.task_agents_among, ids, waiting)
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except database.DATABASE_ERRORS as exc:
             log.warning("claim wake-up not routed; waking every agent", extra={"error": exc.__class__.__name__})
             return waiting
         return [r["agent_id"] for r in rows]

@@ -9,6 +9,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from hookgate.errors import HookgateError
+
 log = logging.getLogger("hookgate.http")
 
 _CODES = {
@@ -18,7 +20,7 @@ _CODES = {
 }
 
 
-class ApiError(Exception):
+class ApiError(HookgateError):
     """An error with its HTTP status and machine-readable code, raised by handlers, rendered as JSON."""
 
     def __init__(self, status: int, code: str, message: str = "", headers: dict[str, str] | None = None,

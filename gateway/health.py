@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from hookgate import migrations
+from hookgate import database, migrations
 from hookgate.context import Context
 from sql import Q
 
@@ -27,7 +26,7 @@ async def readyz(request: Request) -> JSONResponse:
             await conn.fetchval(Q.server_ping)
             missing = [m.name for m in await migrations.pending(conn)]
             missing += [f.file_name for f in await migrations.stale_functions(conn)]
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+    except database.DATABASE_ERRORS:
         return JSONResponse({"status": "unavailable", "error": "database_unreachable",
                              "message": "database is unreachable"}, status_code=503)
     except migrations.MigrationError as exc:

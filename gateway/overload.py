@@ -42,11 +42,7 @@ BUSY_RETRY_AFTER_S = 1
 Handler = Callable[[Request], Awaitable[Response]]
 
 #: Errors that mean "the database cannot serve us right now", not "this request is wrong".
-UNAVAILABLE = (
-    OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError, asyncpg.AdminShutdownError,
-    asyncpg.QueryCanceledError,
-)
+UNAVAILABLE = database.UNAVAILABLE_ERRORS
 
 
 class Unavailable(ApiError):

@@ -35,15 +35,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from autopilot import agents, dispatch, tasks
+from autopilot import agents, tasks
 from gateway import bodies, overload, ratelimit
 from gateway.admin.openapi import Answer, Error, Operation
 from gateway.claim_wait import ClaimWaits
 from gateway.envelope import unstorable
 from gateway.errors import ApiError
-from hookgate import crypto
+from hookgate import crypto, notify
 from hookgate.context import Context
 from hookgate.database import Conn
+from hookgate.errors import LeaseLost
 from sql import Q
 
 DEFAULT_INSTANCE = "default"
@@ -235,7 +236,7 @@ async def claim(request: Request) -> Response:
         async with ctx.pool.acquire() as conn:
             if await tasks.release(conn, won.id, won.lease_token, holder=str(agent["id"]), actor_type="runtime",
                                    reason="client_gone", unclaimed=True):
-                await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(won.id))
+                await conn.execute(Q.notify_send, notify.TASKS, str(won.id))
 
     if wait <= 0:
         found = await attempt()
@@ -354,7 +355,7 @@ async def renew(request: Request) -> Response:
             expires = await tasks.renew(conn, task_id, token, lease_s=ctx.settings.task_lease_s,
                                         actor_type=caller.actor_type, actor_id=caller.actor_id,
                                         sent=caller.sent(raw))
-        except tasks.LeaseLost:
+        except LeaseLost:
             raise _lease_lost(request, caller) from None
     return _json(Renewed(task_id=task_id, lease_expires_at=expires))
 
@@ -384,12 +385,12 @@ async def report(request: Request) -> Response:
         try:
             outcome = await tasks.report(conn, task_id, token, rep, actor_type=caller.actor_type,
                                          actor_id=caller.actor_id, sent=caller.sent(raw))
-        except tasks.LeaseLost:
+        except LeaseLost:
             raise _lease_lost(request, caller) from None
         if outcome == "applied":
             # The report freed one of the agent's concurrency slots (and a retry requeued the task): a runtime
             # of the agent waiting in a claim may now win one. After the commit, never inside it.
-            await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(task_id))
+            await conn.execute(Q.notify_send, notify.TASKS, str(task_id))
         state = await conn.fetchrow(Q.task_state, task_id)
     assert state is not None
     return _json(Reported(task_id=task_id, status=state["status"], applied=outcome == "applied"))

@@ -17,6 +17,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from hookgate.errors import HookgateError
 from hookgate.settings import ConfigError, decode_secret_key
 
 _FORMAT = 1
@@ -25,7 +26,7 @@ _NONCE_LEN = 12
 TOKEN_BYTES = 32
 
 
-class DecryptError(Exception):
+class DecryptError(HookgateError):
     """A ciphertext that no configured key opens (wrong key, tampered, or bound to another row)."""
 
 
@@ -66,6 +67,18 @@ class Keyring:
             return aead.decrypt(nonce, bytes(blob[1 + _KEY_ID_LEN + _NONCE_LEN :]), context.encode()).decode()
         except InvalidTag as exc:
             raise DecryptError("ciphertext does not open with its key and context") from exc
+
+
+def new_signing_secret() -> str:
+    """A Standard Webhooks secret: ``whsec_`` + base64 of 32 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """The Standard Webhooks signature header value: ``v1,<base64 HMAC-SHA256 of "id.ts.body">``."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    mac = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(mac).decode()
 
 
 def new_token(prefix: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any, TypeAlias, TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from hookgate.errors import HookgateError
 from hookgate.settings import ConfigError
 from sql import Q
 
@@ -26,9 +27,25 @@ T = TypeVar("T")
 #: SQLSTATEs of a transaction PostgreSQL aborted because of a concurrent one, not because of anything in it:
 #: serialization_failure (40001) and deadlock_detected (40P01). The same transaction run again can succeed.
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+#: SQLSTATE classes that mean "the database cannot serve us now", not "this statement is wrong": connection
+#: exception (08), insufficient resources (53: too many connections, disk full), operator intervention (57:
+#: shutdown, cannot connect now, statement cancelled) and system error (58).
+UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57", "58")
+#: Raised by the client when the database is out of reach (InternalClientError: a FATAL the server sent unasked,
+#: e.g. after pg_terminate_backend, found while the next statement is sent or a pooled connection is released).
+CLIENT_ERRORS: tuple[type[Exception], ...] = (OSError, TimeoutError, asyncpg.InterfaceError,
+                                               asyncpg.InternalClientError)
+#: Everything work on the database can raise that is the database's, not a bug of ours: a loop logs it and goes on.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (asyncpg.PostgresError, *CLIENT_ERRORS)
+#: The asyncpg classes of the unavailable SQLSTATE classes, for handlers chosen by class (the HTTP edge's);
+#: an SQLSTATE asyncpg does not know is an ``UnknownPostgresError``, which only :func:`is_unavailable` sees.
+UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
+    asyncpg.PostgresConnectionError, asyncpg.InsufficientResourcesError, asyncpg.OperatorInterventionError,
+    asyncpg.PostgresSystemError, *CLIENT_ERRORS,
+)
 
 
-class MissingRow(LookupError):
+class MissingRow(HookgateError, LookupError):
     """A statement that must return a row returned none (the row vanished or a guard did not match)."""
 
 
@@ -42,6 +59,13 @@ def one(row: asyncpg.Record | None) -> asyncpg.Record:
 def is_retryable(exc: BaseException) -> bool:
     """Whether ``exc`` is a deadlock or a serialization failure (by SQLSTATE): run the transaction again."""
     return isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in RETRYABLE_SQLSTATES
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database cannot serve right now (by SQLSTATE class), not that a statement failed."""
+    if isinstance(exc, asyncpg.PostgresError):
+        return str(exc.sqlstate or "")[:2] in UNAVAILABLE_SQLSTATE_CLASSES
+    return isinstance(exc, CLIENT_ERRORS)
 
 
 async def retrying(work: Callable[[], Awaitable[T]], *, attempts: int, pause_s: float) -> T:
@@ -139,10 +163,14 @@ def describe_connect_error(exc: BaseException) -> str:
     return f"database connection failed: {exc.__class__.__name__}"
 
 
+#: What opening a connection raises when it cannot (ValueError: a malformed URL).
+_CONNECT_ERRORS: tuple[type[Exception], ...] = (*DATABASE_ERRORS, ValueError)
+
+
 async def check_reachable(dsn: str, timeout: float = 5.0) -> None:
     """Open and close one connection, raising ConfigError with a one-line reason on failure."""
     try:
         conn = await asyncpg.connect(dsn, timeout=timeout)
-    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+    except _CONNECT_ERRORS as exc:
         raise ConfigError(describe_connect_error(exc)) from None
     await conn.close()

@@ -28,6 +28,7 @@ from urllib.parse import SplitResult, urlsplit
 
 import aiohttp
 
+from hookgate.errors import HookgateError
 from hookgate.settings import Settings
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -48,7 +49,7 @@ RESOLVE_TIMEOUT_S = 5.0
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
-class EgressRefused(Exception):
+class EgressRefused(HookgateError):
     """An outbound URL the policy refuses; ``code`` and ``message`` are safe to show to the caller."""
 
     def __init__(self, code: str, message: str) -> None:

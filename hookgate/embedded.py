@@ -63,6 +63,8 @@ from urllib.parse import quote
 
 import psutil
 
+from hookgate.errors import HookgateError
+
 SYSTEM_USER = "hookgate-pg"
 SHARED_ROOT = Path("/var/lib/hookgate")
 SUPERUSER = "postgres"
@@ -95,7 +97,7 @@ host    all   all   ::/0          reject
 """
 
 
-class EmbeddedPostgresError(Exception):
+class EmbeddedPostgresError(HookgateError):
     """The embedded server could not be provisioned, initialised, started or used."""
 
 

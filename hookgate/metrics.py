@@ -21,6 +21,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from hookgate import database
 from sql import Q
 
 log = logging.getLogger("hookgate.metrics")
@@ -150,7 +151,7 @@ class QueueStats:
             try:
                 self.rows = await asyncio.wait_for(self._read(), self.timeout)
                 self.up = True
-            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except database.DATABASE_ERRORS as exc:
                 QUEUE_SCRAPE_ERRORS.inc()
                 log.warning("queue statistics unavailable", extra={"error": exc.__class__.__name__})
                 self.up = False

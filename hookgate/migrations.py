@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from hookgate.database import Conn
+from hookgate.errors import HookgateError
 from sql import Q, function_files, migration_files
 
 # An arbitrary, fixed 64-bit key: "hookgate migrate" in hex-ish; any process migrating takes it.
@@ -19,7 +20,7 @@ MIGRATION_LOCK_KEY = 0x686F6F6B67617465
 FILE_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 FUNCTION_FILE_NAME = re.compile(r"^([a-z][a-z0-9_]*)\.sql$")
 
-class MigrationError(Exception):
+class MigrationError(HookgateError):
     """The shipped migrations and the database disagree (edited file, unknown version, bad name)."""
 
 

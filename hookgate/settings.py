@@ -11,8 +11,10 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from hookgate.errors import HookgateError
 
-class ConfigError(ValueError):
+
+class ConfigError(HookgateError, ValueError):
     """Configuration that cannot work; the CLI prints its message as one line and exits."""
 
 

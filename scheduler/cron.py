@@ -24,6 +24,8 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
+from hookgate.errors import HookgateError
+
 _FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 _ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -39,7 +41,7 @@ _MINUTE = timedelta(minutes=1)
 _SECOND = timedelta(seconds=1)
 
 
-class InvalidSchedule(ValueError):
+class InvalidSchedule(HookgateError, ValueError):
     """A cron expression or time zone that cannot be scheduled; the message is shown to the user."""
 
 

@@ -16,10 +16,11 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from hookgate import metrics
+from hookgate import database, metrics
 from hookgate.database import Conn
+from hookgate.errors import LeaseLost
 from scheduler.clock import Clock
-from scheduler.spec import Batch, JobRun, JobSpec, LeaseLost
+from scheduler.spec import Batch, JobRun, JobSpec
 from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
@@ -119,7 +120,7 @@ class Executor:
             return
         try:
             await self._finish(batch, error)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except database.DATABASE_ERRORS as exc:
             log.warning("terminal write failed; the lease will go stale", extra={"job": batch.spec.name,
                                                                                 "error": str(exc)})
 

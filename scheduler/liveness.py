@@ -32,10 +32,8 @@ log = logging.getLogger("hookgate.scheduler")
 LOCK_SPACE = 0x68676C76
 #: How many random keys to try before giving up (another live session holding one is already unlikely).
 _KEY_TRIES = 8
-#: What a lost or unreachable session raises (InternalClientError: a FATAL the server sent unasked,
-#: e.g. after pg_terminate_backend, found while the next statement is being sent).
-_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
-           SchedulerError)
+#: What a lost or unreachable session raises, or running out of keys.
+_ERRORS: tuple[type[Exception], ...] = (*database.DATABASE_ERRORS, SchedulerError)
 
 
 def new_key() -> int:

@@ -21,8 +21,9 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from hookgate import database
+from hookgate import database, notify
 from hookgate.database import Conn
+from hookgate.notify import NotifyListener
 from scheduler import transactional
 from scheduler.claims import Claimer, sweep_abandoned
 from scheduler.clock import Clock, DatabaseClock, FixedClock
@@ -32,9 +33,6 @@ from scheduler.spec import CustomPlans, JobSpec
 from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
-
-TRIGGERS_CHANNEL = "hookgate_triggers"
-
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -102,13 +100,13 @@ class Scheduler:
     # ------------------------------------------------------------------------------- service
     async def run(self) -> None:
         """Tick until stopped: sleep until the next due time, or until NOTIFY hookgate_triggers."""
-        listener: asyncpg.Connection | None = None
+        listener = self._listener()
         failures = 0
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
-                if listener is None or listener.is_closed():  # (re)connect: a lost LISTEN only costs latency
-                    listener = await self._listen()
+                if listener is not None:  # (re)connect: a lost LISTEN only costs latency
+                    await listener.ensure()
                 try:
                     report = await self.tick()
                     delay = await self._sleep_for(await self.now())
@@ -116,7 +114,7 @@ class Scheduler:
                         delay = min(delay, self.liveness_poll.total_seconds())
                     log.debug("tick", extra={"claimed": report.claimed, "sleep_s": delay})
                     failures = 0
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                except database.DATABASE_ERRORS as exc:
                     failures += 1
                     delay = min(self.max_tick, 0.5 * 2 ** min(failures, 6))
                     log.warning("scheduler tick failed; retrying", extra={"error": str(exc), "in_s": delay})
@@ -125,8 +123,7 @@ class Scheduler:
                         await asyncio.wait_for(self._wake.wait(), delay)
         finally:
             if listener is not None:
-                with contextlib.suppress(Exception):
-                    await listener.close()
+                await listener.close()
             if not self.executor.inflight:  # else stop() releases the lock once they are done
                 await self.liveness.close()
 
@@ -152,16 +149,13 @@ class Scheduler:
                 await self.liveness.close()
         return report
 
-    async def _listen(self) -> asyncpg.Connection | None:
+    def _listener(self) -> NotifyListener | None:
+        """Wakes the tick loop on a trigger change; without a ``dsn`` the service only polls."""
         if self.dsn is None:
             return None
-        try:
-            conn = await database.connect(self.dsn)
-            await conn.add_listener(TRIGGERS_CHANNEL, lambda *_: self._wake.set())
-        except (OSError, asyncpg.PostgresError) as exc:
-            log.warning("cannot LISTEN; polling only", extra={"error": str(exc)})
-            return None
-        return conn
+        listener = NotifyListener(self.dsn, (notify.TRIGGERS,))
+        listener.subscribe(notify.TRIGGERS, lambda _payload: self._wake.set())
+        return listener
 
     # --------------------------------------------------------------------------------- sleep
     async def _sleep_for(self, now: datetime) -> float:

@@ -1,10 +1,10 @@
 """What a scheduled job is: its cadence or planner, catch-up mode, leases, retries and handler (ARCHITECTURE §8).
 
-Errors::
+Errors (under ``hookgate.errors.HookgateError``)::
 
     SchedulerError
-    ├── InvalidJobSpec   a JobSpec that cannot work (refused at construction)
-    └── LeaseLost        the execution's lease was swept or taken over; the holder's writes are void
+    └── InvalidJobSpec   a JobSpec that cannot work (refused at construction)
+    LeaseLost            the execution's lease was swept or taken over; the holder's writes are void
 """
 
 from __future__ import annotations
@@ -20,21 +20,18 @@ from uuid import UUID
 import asyncpg
 
 from hookgate.database import Conn
+from hookgate.errors import HookgateError
 from scheduler.clock import Clock
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class SchedulerError(Exception):
+class SchedulerError(HookgateError):
     """Base of the scheduler's errors."""
 
 
 class InvalidJobSpec(SchedulerError, ValueError):
     """A JobSpec that cannot work; the message says which field and why."""
-
-
-class LeaseLost(SchedulerError):
-    """The lease of an execution is no longer ours: another scheduler swept or took it over."""
 
 
 class Cadence(Protocol):

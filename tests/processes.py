@@ -75,7 +75,7 @@ class Spawner:
     def start(self, *args: str, extra_env: dict[str, str] | None = None, gateway: bool = False) -> Proc:
         """Run ``hookgate ARGS…``; with ``gateway=True`` a free port is picked and passed."""
         port = free_port() if gateway else None
-        argv = [sys.executable, "-m", "gateway.cli", *args]
+        argv = [sys.executable, "-m", "hookgate.cli", *args]
         if port is not None:
             argv += ["--port", str(port)]
         log = self.log_dir / f"proc-{len(self.procs)}-{args[0]}.log"

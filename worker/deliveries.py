@@ -22,26 +22,21 @@ from uuid import UUID
 
 from autopilot import admission, dispatch, tasks
 from autopilot.deliveries import Delivery
-from hookgate import metrics
+from hookgate import database, metrics, notify
 from hookgate.context import Context
 from hookgate.database import Conn
+from hookgate.errors import LeaseLost
+from hookgate.notify import NotifyListener
 from sql import Q
 from worker import take
-from worker.loop import DB_ERRORS
 from worker.push import Pusher
-from worker.wake import Wakeup
 
 log = logging.getLogger("hookgate.deliveries")
 
-CHANNEL = "hookgate_deliveries"
 #: Triggers visited per claim: the round-robin fan-out (a batch interleaves at most this many).
 TRIGGER_FANOUT = 16
 #: Deliveries a dispatcher commits together on the one-by-one path when the queue is backed up.
 COMMIT_GROUP = 8
-
-
-class _LeaseLost(Exception):
-    """Our lease on the delivery is gone: another worker owns it; our transaction rolls back."""
 
 
 def options_for(ctx: Context, holder: str, pusher: Pusher | None) -> dispatch.Options:
@@ -58,7 +53,7 @@ class DeliveryWorker:
 
     name = "deliveries"
 
-    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher | None = None, wake: Wakeup | None = None):
+    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher | None = None, wake: NotifyListener | None = None):
         self.ctx, self.settings, self.holder, self.pusher, self.wake = ctx, ctx.settings, holder, pusher, wake
         self._buffer = max(self.settings.delivery_batch, self.settings.delivery_concurrency)
         self._queue: asyncio.Queue[Delivery] = asyncio.Queue()
@@ -94,7 +89,7 @@ class DeliveryWorker:
         try:
             async with self.ctx.pool.acquire() as conn:
                 outcome, result = await self._dispatch(conn, delivery, options)
-        except _LeaseLost:
+        except LeaseLost:
             return "lost"
         except Exception as exc:
             log.warning("dispatch failed; will retry", exc_info=exc, extra={"delivery_id": str(delivery.id)})
@@ -141,7 +136,7 @@ class DeliveryWorker:
             run_id = admitted.run_id
         result = await dispatch.dispatch_run(conn, run_id, options)
         if await conn.fetchval(Q.delivery_complete, d.id, d.lease_token, run_id) is None:
-            raise _LeaseLost
+            raise LeaseLost
         return "dispatched", result
 
     async def _admit(self, conn: Conn, d: Delivery) -> admission.Admission | None:
@@ -154,7 +149,7 @@ class DeliveryWorker:
             [admitted] = await admission.admit_many(conn, [request], heartbeat_timeout_s=hb, facts=[facts])
             return admitted
         if await conn.fetchval(Q.delivery_ignore, d.id, d.lease_token, reason, admission.REASONS[reason]) is None:
-            raise _LeaseLost
+            raise LeaseLost
         return None
 
     async def _retry(self, d: Delivery, exc: BaseException) -> None:
@@ -164,7 +159,7 @@ class DeliveryWorker:
             async with self.ctx.pool.acquire() as conn:
                 await conn.fetchrow(Q.delivery_retry, d.id, d.lease_token, delay, s.delivery_max_attempts,
                                     f"{exc.__class__.__name__}: {exc}"[:500])
-        except DB_ERRORS as db_exc:
+        except database.DATABASE_ERRORS as db_exc:
             # The lease expires on its own; the delivery is claimable again then.
             log.warning("could not record a dispatch retry", extra={"error": str(db_exc)})
 
@@ -198,7 +193,7 @@ class DeliveryWorker:
                 continue
             try:
                 taken = await self.take_batch(room)
-            except DB_ERRORS as exc:
+            except database.DATABASE_ERRORS as exc:
                 # The take is one statement: it wrote nothing. Its deliveries are taken again on the next pass.
                 log.warning("delivery take failed; trying again next pass", extra={"error": str(exc)})
                 taken = take.Taken()
@@ -209,7 +204,7 @@ class DeliveryWorker:
 
     async def _wake(self) -> None:
         if self.wake is not None:
-            await self.wake.wait(CHANNEL, self.settings.worker_poll_s)
+            await self.wake.wait(notify.DELIVERIES, self.settings.worker_poll_s)
         else:
             await asyncio.sleep(self.settings.worker_poll_s)
 
@@ -240,7 +235,7 @@ class DeliveryWorker:
         leftovers = []
         while not self._queue.empty():
             leftovers.append(self._queue.get_nowait())
-        with contextlib.suppress(*DB_ERRORS):
+        with contextlib.suppress(*database.DATABASE_ERRORS):
             async with self.ctx.pool.acquire() as conn:
                 for d in leftovers:
                     await conn.execute(Q.delivery_release, d.id, d.lease_token)

@@ -6,13 +6,10 @@ import asyncio
 import logging
 from typing import Any
 
-import asyncpg
-
-from worker.wake import Wakeup
+from hookgate import database
+from hookgate.notify import NotifyListener
 
 log = logging.getLogger("hookgate.worker")
-
-DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
 
 
 class PollingService:
@@ -21,7 +18,7 @@ class PollingService:
     name = "loop"
     channel: str | None = None
 
-    def __init__(self, *, interval: float, wake: Wakeup | None = None, settle: float = 0.0) -> None:
+    def __init__(self, *, interval: float, wake: NotifyListener | None = None, settle: float = 0.0) -> None:
         self.interval, self.wake, self.settle = interval, wake, settle
         self._stopping = asyncio.Event()
 
@@ -34,7 +31,7 @@ class PollingService:
         while not self._stopping.is_set():
             try:
                 done = await self.run_once()
-            except DB_ERRORS as exc:
+            except database.DATABASE_ERRORS as exc:
                 log.warning("%s pass failed", self.name, extra={"error": str(exc)})
                 done = 0
             if done == 0:

@@ -19,11 +19,8 @@ flight where aiohttp did ~5,000/s (see docs/BENCHMARKS.md), and the push client 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import email.utils
-import hashlib
-import hmac
 import json
 import logging
 import time
@@ -37,11 +34,12 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from autopilot import agents, tasks
-from hookgate import egress, metrics
+from hookgate import crypto, egress, metrics, notify
 from hookgate.context import Context
+from hookgate.errors import LeaseLost
+from hookgate.notify import NotifyListener
 from sql import Q
 from worker.loop import PollingService
-from worker.wake import Wakeup
 
 log = logging.getLogger("hookgate.push")
 
@@ -68,13 +66,6 @@ class Outcome:
 
 #: A push the egress policy refused: terminal, since the same URL is refused again on every attempt.
 EGRESS_FORBIDDEN = Outcome("terminal", egress.CONNECT_REFUSED_TEXT, retry_class="egress_forbidden")
-
-
-def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
-    """The Standard Webhooks signature header value: ``v1,<base64 HMAC-SHA256 of "id.ts.body">``."""
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    mac = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(mac).decode()
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
@@ -149,7 +140,7 @@ class Pusher:
 
     name = "push"
 
-    def __init__(self, ctx: Context, *, holder: str, wake: Wakeup | None = None) -> None:
+    def __init__(self, ctx: Context, *, holder: str, wake: NotifyListener | None = None) -> None:
         self.ctx, self.settings, self.holder, self.wake = ctx, ctx.settings, holder, wake
         self._client: aiohttp.ClientSession | None = None
         self.egress = egress.Policy.from_settings(ctx.settings)
@@ -163,7 +154,7 @@ class Pusher:
         #: ``hookgate_tasks`` notification (a task was queued somewhere) and by a pass that saw waiting tasks.
         self.backlog = True
         if wake is not None:
-            wake.subscribe("hookgate_tasks", self._on_task_notice)
+            wake.subscribe(notify.TASKS, self._on_task_notice)
 
     def capacity(self) -> int:
         """How many more pushes this process may start now."""
@@ -181,7 +172,7 @@ class Pusher:
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.pop(task, None)
         if self.wake is not None and self.backlog:
-            self.wake.poke("hookgate_tasks")
+            self.wake.poke(notify.TASKS)
 
     async def _guarded(self, claimed: tasks.Claimed) -> None:
         try:
@@ -206,7 +197,8 @@ class Pusher:
         headers = {
             "content-type": "application/json", "webhook-id": str(claimed.id),
             "webhook-timestamp": str(stamp),
-            "webhook-signature": " ".join(sign(s, str(claimed.id), stamp, body) for s in self._secrets(claimed)),
+            "webhook-signature": " ".join(crypto.webhook_signature(s, str(claimed.id), stamp, body)
+                                          for s in self._secrets(claimed)),
             "user-agent": "hookgate",
         }
         try:
@@ -335,7 +327,7 @@ class Pusher:
             else:
                 await tasks.report(conn, claimed.id, claimed.lease_token, report, actor_type="worker",
                                    actor_id=self.holder)
-        except tasks.LeaseLost:
+        except LeaseLost:
             log.info("push result after the lease was lost; recorded, not applied",
                      extra={"task_id": str(claimed.id)})
 
@@ -369,9 +361,9 @@ class PushWorker(PollingService):
     """Claims due queued tasks of HTTP agents (retries, tasks made elsewhere) and hands them to the pusher."""
 
     name = "pushes"
-    channel = "hookgate_tasks"
+    channel = notify.TASKS
 
-    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher, wake: Wakeup | None = None) -> None:
+    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher, wake: NotifyListener | None = None) -> None:
         # settle: a finished push pokes this loop; coalesce bursts of pokes into one pass.
         super().__init__(interval=ctx.settings.worker_poll_s, wake=wake, settle=0.005)
         self.ctx, self.holder, self.pusher = ctx, holder, pusher

@@ -6,18 +6,18 @@ import os
 import socket
 
 from hookgate.context import Context
+from hookgate.notify import NotifyListener
 from hookgate.service import Service
 from worker.deliveries import DeliveryWorker
 from worker.push import Pusher, PushWorker
 from worker.runs import RunWorker
-from worker.wake import Wakeup
 from worker.watchdog import WatchdogLoop
 
 
 def services(ctx: Context) -> list[Service]:
     """The worker role: delivery dispatch, pending-run dispatch, pushes, and the lease watchdog loop."""
     holder = f"{socket.gethostname()}:{os.getpid()}"
-    wake = Wakeup(ctx.dsn)
+    wake = NotifyListener(ctx.dsn)
     pusher = Pusher(ctx, holder=holder, wake=wake)
     return [
         wake,

@@ -11,12 +11,13 @@ import logging
 from datetime import datetime
 
 from autopilot import dispatch
+from hookgate import notify
 from hookgate.context import Context
+from hookgate.notify import NotifyListener
 from sql import Q
 from worker.deliveries import options_for
 from worker.loop import PollingService
 from worker.push import Pusher
-from worker.wake import Wakeup
 
 log = logging.getLogger("hookgate.runs")
 
@@ -28,9 +29,9 @@ class RunWorker(PollingService):
     """Dispatches pending runs, one locked run per short transaction."""
 
     name = "runs"
-    channel = "hookgate_runs"
+    channel = notify.RUNS
 
-    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher | None = None, wake: Wakeup | None = None):
+    def __init__(self, ctx: Context, *, holder: str, pusher: Pusher | None = None, wake: NotifyListener | None = None):
         super().__init__(interval=ctx.settings.worker_poll_s, wake=wake)
         self.ctx, self.holder, self.pusher = ctx, holder, pusher
 

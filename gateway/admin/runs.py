@@ -21,6 +21,7 @@ from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints, Reply
 from gateway.admin.pagination import PageQuery
 from gateway.errors import ApiError
+from hookgate import notify
 from hookgate.database import one
 from sql import Q
 
@@ -162,7 +163,7 @@ async def _start_run(call: Call, autopilot: asyncpg.Record) -> RunCreated:
                                          payload=_envelope(body.source, body.payload, now), clicker_id=clicker,
                                          heartbeat_timeout_s=call.ctx.settings.heartbeat_timeout_s)
         if admitted.status == "pending":
-            await call.conn.execute(Q.notify_send, "hookgate_runs", str(admitted.run_id))
+            await call.conn.execute(Q.notify_send, notify.RUNS, str(admitted.run_id))
         row = one(await call.conn.fetchrow(Q.run_get, call.principal.workspace_id, admitted.run_id))
     return RunCreated(run_id=row["id"], status=row["status"], reason_code=row["reason_code"], reason=row["reason"],
                       source=body.source, autopilot_id=row["autopilot_id"], originator_id=row["originator_id"],

@@ -22,6 +22,7 @@ from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
 from gateway.admin.pagination import PageQuery
 from gateway.errors import ApiError
+from hookgate import notify
 from hookgate.database import Conn
 from scheduler.cron import InvalidSchedule, Schedule
 from sql import Q
@@ -215,7 +216,7 @@ async def create_trigger(call: Call) -> dict[str, Any]:
         row = await rules.create_schedule_trigger(
             call.conn, autopilot=autopilot, publisher=publisher, cron=schedule.cron, timezone=schedule.timezone,
             next_fire_at=schedule.next_after(await _db_now(call.conn)), overlap_policy=spec.overlap_policy)
-        await call.conn.execute(Q.notify_send, "hookgate_triggers", str(row["id"]))
+        await call.conn.execute(Q.notify_send, notify.TRIGGERS, str(row["id"]))
     return trigger_out(call, row, True)
 
 

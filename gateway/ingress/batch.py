@@ -25,7 +25,7 @@ from uuid import UUID
 
 import asyncpg
 
-from hookgate import metrics
+from hookgate import database, metrics
 from hookgate.database import Conn
 from sql import Q
 
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from gateway.ingress.triggers import Trigger
 
 # SQLSTATE classes that mean "the database is not there" rather than "this statement is wrong".
-_UNAVAILABLE_CLASSES = ("08", "53", "57", "58")
 
 
 @dataclass(slots=True)
@@ -94,13 +93,6 @@ def uuid7(unix_s: float) -> UUID:
     return UUID(int=value | 0b10 << 62 | rand & (1 << 62) - 1)
 
 
-def unavailable(exc: BaseException) -> bool:
-    """Whether a failure means the database is unreachable (503), not that a statement or the gate failed."""
-    if isinstance(exc, asyncpg.PostgresError):
-        return str(exc.sqlstate or "")[:2] in _UNAVAILABLE_CLASSES
-    return isinstance(exc, OSError | TimeoutError | asyncpg.InterfaceError | asyncpg.InternalClientError)
-
-
 class IngestBatcher:
     """Writes ingress deliveries in batches over ``pool`` (see the module docstring)."""
 
@@ -157,7 +149,7 @@ class IngestBatcher:
             try:
                 rows = await _ingest(conn, [request for request, _ in batch])
             except Exception as exc:
-                if unavailable(exc):
+                if database.is_unavailable(exc):
                     raise
             else:
                 for row, (_, done) in zip(rows, batch, strict=True):
@@ -170,7 +162,7 @@ class IngestBatcher:
             except Exception as exc:
                 if not done.done():
                     done.set_exception(exc)
-                if unavailable(exc):
+                if database.is_unavailable(exc):
                     raise
                 continue
             if not done.done():

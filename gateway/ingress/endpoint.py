@@ -20,7 +20,6 @@ import json
 import logging
 from dataclasses import dataclass
 
-import asyncpg
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
@@ -34,7 +33,7 @@ from gateway.ingress.batch import IngestBatcher
 from gateway.ingress.notifier import DeliveryNotifier
 from gateway.ingress.triggers import Trigger, TriggerLookup
 from gateway.providers import Inbound, slack_challenge
-from hookgate import crypto, logs
+from hookgate import crypto, database, logs
 from hookgate.context import Context
 
 log = logging.getLogger("hookgate.ingress")
@@ -46,9 +45,7 @@ _JSON = b"application/json"
 NOT_FOUND = b'{"error":"not_found","message":"not found"}'
 TOO_LARGE = b'{"error":"payload_too_large","message":"the body is larger than 256 KiB"}'
 UNAVAILABLE = b'{"error":"unavailable","message":"the database is unavailable; retry later"}'
-# InternalClientError: asyncpg's pool can raise it when releasing a connection the server just killed.
-_DB_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
-              crypto.DecryptError)
+_DB_ERRORS: tuple[type[Exception], ...] = (*database.DATABASE_ERRORS, crypto.DecryptError)
 
 
 @dataclass

@@ -21,11 +21,12 @@ import time
 
 import asyncpg
 
+from hookgate import database, notify
 from sql import Q
 
 log = logging.getLogger("hookgate.ingress")
 
-CHANNEL = "hookgate_deliveries"
+CHANNEL = notify.DELIVERIES
 INTERVAL_S = 0.001
 
 
@@ -61,6 +62,6 @@ class DeliveryNotifier:
             async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
                 await conn.execute(Q.notify_send, CHANNEL, payload)
                 self.sent += 1
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except database.DATABASE_ERRORS as exc:
             # Only a hint: the worker's poll finds the delivery anyway.
             log.warning("delivery wake-up not sent", extra={"error": exc.__class__.__name__})

@@ -26,7 +26,7 @@ import asyncpg
 
 from gateway import overload
 from gateway.ingress import decision
-from gateway.ingress.batch import IngestBatcher, IngestRow, unavailable
+from gateway.ingress.batch import IngestBatcher, IngestRow
 from gateway.ingress.decision import Plan, Received
 from gateway.ingress.triggers import Trigger
 from hookgate import database, metrics
@@ -100,7 +100,7 @@ async def persist_delivery(writer: IngestBatcher, trigger: Trigger, r: Received)
             raise
         except Exception as exc:  # the gate's own bugs included: the delivery is kept for the worker
             # A conflict that kept losing is no admission bug: 503 + Retry-After like an outage.
-            if unavailable(exc) or database.is_retryable(exc) or r.signature in decision.REJECTED:
+            if database.is_unavailable(exc) or database.is_retryable(exc) or r.signature in decision.REJECTED:
                 raise
             log.error("admission failed at ingress; delivery left queued for the worker", exc_info=exc,
                       extra={"trigger_id": str(trigger.id)})

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from autopilot import dispatch, lifecycle
-from hookgate import metrics
+from autopilot import lifecycle
+from hookgate import metrics, notify
 from hookgate.database import Conn
 from scheduler.maintenance.periodic import periodic_job
 from scheduler.spec import JobSpec
@@ -49,7 +49,7 @@ async def sweep(conn: Conn, *, heartbeat_timeout_s: float, now: datetime | None 
         # One wake-up per agent with requeued work: claim long-polls are routed by the task id's agent.
         requeued = {r["agent_id"]: r["id"] for r in rows if r["status"] == "queued"}
         for task_id in requeued.values():
-            await conn.execute(Q.notify_send, dispatch.TASKS_CHANNEL, str(task_id))
+            await conn.execute(Q.notify_send, notify.TASKS, str(task_id))
     return Sweep(len(rows) - len(failed), len(failed), len(offline))
 
 

@@ -15,7 +15,7 @@ def hookgate(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess
 
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")}
     full_env |= env | {"PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], env=full_env, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "hookgate.cli", *args], env=full_env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 

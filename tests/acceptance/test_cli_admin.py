@@ -32,7 +32,7 @@ def cli_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def hookgate(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], env=cli_env(env), cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "hookgate.cli", *args], env=cli_env(env), cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -108,7 +108,7 @@ def test_every_api_verb_has_a_cli_verb_with_quiet_stderr(admin: Admin):
 
 def test_tail_prints_each_new_delivery_once_and_ctrl_c_ends_it_cleanly(admin: Admin):
     before = httpx.post(f"{admin.gateway.url}/hooks/{admin.trigger['token']}", json={"n": 0}, timeout=10).json()
-    tail = subprocess.Popen([sys.executable, "-m", "gateway.cli", "deliveries", "tail", "--json", "--interval",
+    tail = subprocess.Popen([sys.executable, "-m", "hookgate.cli", "deliveries", "tail", "--json", "--interval",
                              "0.2"], env=cli_env(admin.env), cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     lines: list[str] = []

@@ -29,7 +29,7 @@ GITHUB_SECRET = "gh-webhook-secret-e2e"
 def hookgate(*args: str, env: dict[str, str]) -> dict[str, object]:
     """Run ``hookgate ARGS --json`` as a subprocess; its JSON answer."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")} | env | {"PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "gateway.cli", *args, "--json"], env=full, cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "hookgate.cli", *args, "--json"], env=full, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     answer: dict[str, object] = json.loads(done.stdout)

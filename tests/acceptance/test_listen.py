@@ -33,7 +33,7 @@ def cli_env(extra: dict[str, str]) -> dict[str, str]:
 
 def hookgate_json(*args: str, env: dict[str, str]) -> dict[str, Any]:
     """``hookgate ARGS --json``: its JSON answer."""
-    done = subprocess.run([sys.executable, "-m", "gateway.cli", *args, "--json"], env=cli_env(env), cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "hookgate.cli", *args, "--json"], env=cli_env(env), cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     answer: dict[str, Any] = json.loads(done.stdout)
@@ -146,7 +146,7 @@ def listen(world: World) -> Iterator[Callable[..., Listening]]:
 
     def start(app: LocalApp, *extra: str) -> Listening:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "listen", "--forward-to", app.url, "--json", *extra],
+            [sys.executable, "-m", "hookgate.cli", "listen", "--forward-to", app.url, "--json", *extra],
             env=cli_env({"HOOKGATE_URL": world.gateway.url, "HOOKGATE_RUNTIME_TOKEN": world.runtime_token}),
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         running = Listening(proc)
@@ -218,7 +218,7 @@ def test_a_500_from_the_local_app_is_a_retryable_failure(world, local_app, liste
 
 
 def test_without_a_runtime_token_listen_says_so_in_one_line(local_app):
-    done = subprocess.run([sys.executable, "-m", "gateway.cli", "listen", "--forward-to", local_app.url],
+    done = subprocess.run([sys.executable, "-m", "hookgate.cli", "listen", "--forward-to", local_app.url],
                           env=cli_env({}), cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert done.stderr.splitlines() == [

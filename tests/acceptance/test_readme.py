@@ -78,7 +78,7 @@ def _hookgate_wrapper(directory: Path) -> None:
     bin_dir = directory / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     wrapper = bin_dir / "hookgate"
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" -m gateway.cli "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" -m hookgate.cli "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
 
 
@@ -126,7 +126,7 @@ def _first_push(pushes: list[tuple[dict[str, str], bytes]], timeout: float = 30)
 
 def _help_settings() -> dict[str, str | None]:
     """Each variable ``hookgate --help`` lists, with the default it states (None when it states none)."""
-    from gateway.cli import EPILOG
+    from hookgate.cli import EPILOG
 
     found: dict[str, str | None] = {}
     for entry in re.split(r"\n  (?=HOOKGATE_)", EPILOG.split("environment:", 1)[1]):

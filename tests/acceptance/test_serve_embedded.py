@@ -31,7 +31,7 @@ def _postgres_for(data_dir) -> list[psutil.Process]:
 def _serve(data_dir, port, log):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")}
     env |= {"HOOKGATE_DATA_DIR": str(data_dir), "HOOKGATE_PORT": str(port), "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve"], env=env, cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "hookgate.cli", "serve"], env=env, cwd=ROOT,
                             stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -76,7 +76,7 @@ def test_serve_runs_on_embedded_postgres_survives_sigkill_and_leaves_no_orphan(t
         _wait_ready(port, second)
         env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")}
         boot = subprocess.run(
-            [sys.executable, "-m", "gateway.cli", "bootstrap", "--json"], cwd=ROOT, capture_output=True, text=True,
+            [sys.executable, "-m", "hookgate.cli", "bootstrap", "--json"], cwd=ROOT, capture_output=True, text=True,
             env=env | {"HOOKGATE_DATA_DIR": str(data_dir), "PYTHONPATH": str(ROOT)}, timeout=60,
         )
         assert boot.returncode == 0, boot.stderr

@@ -1,6 +1,7 @@
 import asyncio
 
 from autopilot import admission, agents, dispatch, lifecycle, tasks
+from hookgate.errors import LeaseLost
 from tests import factories
 
 
@@ -99,7 +100,7 @@ async def test_issue_done_or_cancelled_ends_the_run_and_a_late_report_is_refused
         await tasks.report(conn, held.id, held.lease_token, tasks.Report("succeeded"), actor_type="agent",
                            actor_id=None)
         raise AssertionError("late report applied")
-    except tasks.LeaseLost:
+    except LeaseLost:
         pass
     assert await conn.fetchval("SELECT status FROM agent_task WHERE id = $1", held.id) == "cancelled"
 

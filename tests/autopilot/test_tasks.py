@@ -4,6 +4,7 @@ from datetime import timedelta
 import pytest
 
 from autopilot import admission, dispatch, tasks
+from hookgate.errors import LeaseLost
 from scheduler.maintenance import leases
 from tests import factories
 
@@ -46,9 +47,9 @@ async def test_stale_holder_gets_lease_lost_changes_nothing_and_is_audited(ctx, 
     assert swept.requeued == 1
     [new] = await _claim(conn, agent_id, holder="new")
     assert new.attempt == 2 and new.lease_token != old.lease_token
-    with pytest.raises(tasks.LeaseLost):
+    with pytest.raises(LeaseLost):
         await tasks.renew(conn, task_id, old.lease_token, lease_s=60, actor_type="runtime", actor_id="old")
-    with pytest.raises(tasks.LeaseLost):
+    with pytest.raises(LeaseLost):
         await tasks.report(conn, task_id, old.lease_token, tasks.Report("succeeded", result={"late": True}),
                            actor_type="runtime", actor_id="old")
     row = await conn.fetchrow("SELECT * FROM agent_task WHERE id = $1", task_id)

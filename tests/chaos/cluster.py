@@ -142,7 +142,7 @@ class Cluster:
         """Run ``hookgate ARGS`` to completion (through the proxy); returns stdout."""
         assert self.spawner is not None
         env = {**os.environ, **self.spawner.env, "PYTHONPATH": str(ROOT)}
-        done = subprocess.run([sys.executable, "-m", "gateway.cli", *args], cwd=ROOT, env=env,
+        done = subprocess.run([sys.executable, "-m", "hookgate.cli", *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=120, check=True)
         return done.stdout
 

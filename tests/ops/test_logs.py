@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from autopilot import agents, rules, workspaces
+from autopilot import rules, workspaces
 from gateway.access import REDACTED_HOOK_PATH, redacted_path
 from hookgate import crypto, logs
 from hookgate.context import Context
@@ -91,7 +91,7 @@ def test_fields_bound_in_a_scope_reach_every_record_and_end_with_it(json_lines):
 
 def test_credentials_inside_messages_arguments_and_exceptions_are_masked(json_lines):
     log = logging.getLogger("hookgate.test")
-    secrets = [crypto.new_token(p) for p in ("awt_", "hgk_", "hgr_")] + [agents.new_signing_secret()]
+    secrets = [crypto.new_token(p) for p in ("awt_", "hgk_", "hgr_")] + [crypto.new_signing_secret()]
     log.warning("saw %s", secrets[0], extra={"key": secrets[1]})
     try:
         raise ValueError(f"bad token {secrets[2]} and {secrets[3]}")
@@ -160,7 +160,7 @@ async def test_no_issued_credential_appears_in_any_log_line_of_a_real_run(spawn,
             secret = new_secret
     _workload(gateway.url, issued, w, token, secret, pull_agent.runtime_token or "")
     boot = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "bootstrap", "--workspace", "acme", "--json"], cwd=ROOT,
+        [sys.executable, "-m", "hookgate.cli", "bootstrap", "--workspace", "acme", "--json"], cwd=ROOT,
         env={**os.environ, **spawn.env, "PYTHONPATH": str(ROOT), **debug}, capture_output=True, text=True, timeout=60,
     )
     issued.append(json.loads(boot.stdout)["api_key"])

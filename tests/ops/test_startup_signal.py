@@ -21,7 +21,7 @@ pytestmark = pytest.mark.asyncio
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "gateway.cli", *args], cwd=ROOT, stdout=out,
+        return subprocess.Popen([sys.executable, "-m", "hookgate.cli", *args], cwd=ROOT, stdout=out,
                                 stderr=subprocess.STDOUT,
                                 env={**os.environ, **env, "PYTHONPATH": str(ROOT), "HOOKGATE_LOG_LEVEL": "info"})
 

@@ -8,11 +8,12 @@ import asyncpg
 import pytest
 
 from hookgate import database
+from hookgate.errors import LeaseLost
 from hookgate.migrations import MIGRATION_LOCK_KEY
 from scheduler.execution import succeed_in
 from scheduler.liveness import LOCK_SPACE
 from scheduler.manager import Scheduler, SchedulerConfig
-from scheduler.spec import Every, JobRun, JobSpec, LeaseLost
+from scheduler.spec import Every, JobRun, JobSpec
 from tests.processes import free_port
 from tests.scheduler.conftest import utc
 

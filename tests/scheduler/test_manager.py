@@ -6,9 +6,10 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
+from hookgate.errors import LeaseLost
 from scheduler.execution import succeed_in
 from scheduler.manager import Scheduler, SchedulerConfig
-from scheduler.spec import Every, EveryPlan, JobRun, JobSpec, LatestOnly, LeaseLost
+from scheduler.spec import Every, EveryPlan, JobRun, JobSpec, LatestOnly
 from tests.scheduler.conftest import utc
 
 MIN = timedelta(minutes=1)

@@ -20,10 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import cli
 from gateway.app import create_app, shutdown
 from gateway.server import HttpServer
-from hookgate import logs
+from hookgate import cli, logs
 from hookgate.context import Context, open_context
 from hookgate.settings import Settings
 from tests import factories

@@ -36,7 +36,7 @@ from tests.processes import ROOT, Spawner, free_port
 def _serve(spawn: Spawner, data_dir: Path, port: int, stdout: int, stderr: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, **spawn.env, "HOOKGATE_DATA_DIR": str(data_dir), "PYTHONPATH": str(ROOT)}
     # umask 0: the key file's mode must come from how it is created, not from a friendly umask.
-    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "hookgate.cli", "serve", "--port", str(port)], cwd=ROOT,
                             env=env, stdout=stdout, stderr=stderr, umask=0)
 
 
@@ -86,7 +86,7 @@ def test_serve_without_a_terminal_files_the_first_key_0600_and_prints_only_its_p
 
 def test_bootstrap_json_still_prints_a_key_to_a_pipe(spawn, tmp_path):
     env = {**os.environ, **spawn.env, "HOOKGATE_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "gateway.cli", "bootstrap", "--json"], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "hookgate.cli", "bootstrap", "--json"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["api_key"].startswith("hgk_")

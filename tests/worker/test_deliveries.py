@@ -119,9 +119,9 @@ async def test_a_stale_lease_write_is_refused(wctx):
 
 async def test_running_worker_wakes_on_notify_and_stop_releases_buffered_leases(wctx, agent_server):
     _w, _agent, ap, trigger = await _world(wctx, url=agent_server.url("a"), rate_limit_per_minute=100000)
-    from worker.wake import Wakeup
+    from hookgate.notify import NotifyListener
 
-    wake = Wakeup(wctx.dsn)
+    wake = NotifyListener(wctx.dsn)
     pusher = Pusher(wctx, holder="t", wake=wake)
     worker = DeliveryWorker(wctx, holder="t", pusher=pusher, wake=wake)
     runner = asyncio.create_task(worker.run())

@@ -9,14 +9,15 @@ from starlette.responses import JSONResponse, Response
 
 from autopilot import dispatch
 from gateway.app import create_app
-from hookgate import database
+from hookgate import database, notify
 from hookgate.context import open_context
+from hookgate.crypto import webhook_signature as sign
+from hookgate.notify import NotifyListener
 from tests import factories
 from tests.conftest import make_settings
 from tests.worker.conftest import FAST, add_delivery, wait_for
 from worker.deliveries import DeliveryWorker
-from worker.push import Pusher, PushWorker, classify, retry_after_s, sign
-from worker.wake import Wakeup
+from worker.push import Pusher, PushWorker, classify, retry_after_s
 
 
 async def _world(ctx, agent_server, name="a", **agent_kw):
@@ -248,7 +249,7 @@ async def test_a_finished_push_wakes_the_pushes_loop_only_while_tasks_wait(db_ur
 
         agent_server.behaviours["a"] = first_waits
         _w, _agent, ap, trigger = await _world(ctx, agent_server, max_concurrency=1)
-        wake = Wakeup(ctx.dsn)
+        wake = NotifyListener(ctx.dsn)
         pusher = Pusher(ctx, holder="t1", wake=wake)
         pushes = _CountingPushWorker(ctx, holder="t1", pusher=pusher, wake=wake)
         deliveries = DeliveryWorker(ctx, holder="t1", pusher=pusher, wake=wake)
@@ -276,7 +277,7 @@ async def test_a_finished_push_wakes_the_pushes_loop_only_while_tasks_wait(db_ur
             assert pushes.passes == passes  # the finished push cost no lookup
         finally:
             await pushes.stop()
-            wake.poke("hookgate_tasks")
+            wake.poke(notify.TASKS)
             await asyncio.wait_for(loop, 5)
             await pusher.stop(deadline=5)
             await wake.close()

@@ -15,8 +15,8 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from autopilot import agents, tasks
-from gateway import admin_cli
-from gateway.cli import build_parser
+from hookgate import admin_client
+from hookgate.cli import build_parser
 from tests import factories
 from tests.worker.conftest import add_delivery, agent_server, wctx  # noqa: F401  (fixtures)
 from worker.deliveries import DeliveryWorker
@@ -324,7 +324,7 @@ async def _hookgate(capsys, *argv: str) -> tuple[int, str, str]:
     args = build_parser().parse_args(list(argv))
     code = 0
     try:
-        await admin_cli.run(args)
+        await admin_client.run(args)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     out = capsys.readouterr()

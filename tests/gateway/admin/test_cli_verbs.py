@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gateway import admin_cli
-from gateway.cli import build_parser
+from hookgate import admin_client
+from hookgate.cli import build_parser
 from tests import factories
 
 
@@ -13,7 +13,7 @@ async def hookgate(capsys, *argv):
     args = build_parser().parse_args(list(argv))
     code = 0
     try:
-        await admin_cli.run(args)
+        await admin_client.run(args)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     out = capsys.readouterr()

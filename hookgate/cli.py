@@ -18,8 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gateway import admin_cli, completion, listen
-from hookgate import logs
+from hookgate import admin_client, completion, listen, logs
 from hookgate.context import Context, open_context
 from hookgate.migrations import MigrationError
 from hookgate.service import Service, handle_signals, run_services
@@ -56,7 +55,7 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Print the one error line, pointing at this command's --help."""
-        admin_cli.fail(f"{message} (see '{self.prog} --help')")
+        admin_client.fail(f"{message} (see '{self.prog} --help')")
 
 
 def _role_services(ctx: Context, roles: Sequence[str]) -> list[Service]:
@@ -210,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "for the same owner.")
     boot.add_argument("--workspace", default="default", help="workspace name (default: default)")
     boot.add_argument("--json", action="store_true", help='print {"workspace_id","member_id","api_key"}')
-    admin_cli.add_commands(sub)
+    admin_client.add_commands(sub)
     listen.add_command(sub)
     completion.add_command(sub)
     return parser
@@ -254,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         logs.configure(settings.log_level)
         asyncio.run(_dispatch(args)(settings))
     except (ConfigError, MigrationError) as exc:
-        admin_cli.fail(str(exc))
+        admin_client.fail(str(exc))
     except KeyboardInterrupt:
         raise SystemExit(130) from None
 
@@ -268,7 +267,7 @@ def _client(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         elif args.command == "listen":
             asyncio.run(listen.run(args))
         else:
-            asyncio.run(admin_cli.run(args))
+            asyncio.run(admin_client.run(args))
     except KeyboardInterrupt:
         raise SystemExit(130) from None
 

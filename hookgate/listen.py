@@ -30,9 +30,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from autopilot.agents import new_signing_secret
-from gateway.admin_cli import ApiFailure, Client, client_settings, fail
-from worker.push import sign
+from hookgate.admin_client import ApiFailure, Client, client_settings, fail
+from hookgate.crypto import new_signing_secret, webhook_signature
 
 CLAIM_WAIT_S = 25.0
 """How long one claim waits for work (the gateway caps it at ``runtime_claim_max_wait_s``)."""
@@ -181,7 +180,8 @@ class Listener:
                            "autopilot": task["autopilot"], "payload": task["payload"]}).encode()
         now = int(time.time())
         headers = {"content-type": "application/json", "user-agent": "hookgate-listen", "webhook-id": task["id"],
-                   "webhook-timestamp": str(now), "webhook-signature": sign(self.secret, task["id"], now, body)}
+                   "webhook-timestamp": str(now),
+                   "webhook-signature": webhook_signature(self.secret, task["id"], now, body)}
         call = asyncio.create_task(self.local.post(self.forward_to, content=body, headers=headers,
                                                    timeout=self.timeout))
         give_back = asyncio.create_task(self.stopping.task_ends.wait())

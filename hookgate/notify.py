@@ -1,9 +1,12 @@
-"""Wake-ups from LISTEN/NOTIFY: one listening connection per process role, one event per channel.
+"""LISTEN/NOTIFY: the channel names, and the listener each process role holds (one connection, an event per channel).
 
 A notification is only a hint: every loop also polls, so a lost notification (or a dropped listening
 connection, or a transaction-mode pooler in between) costs latency, never work. The worker's loops wait on
-the per-channel events; the gateway's long-polling runtime claims subscribe to the payloads instead
-(:mod:`gateway.claim_wait`).
+the per-channel events; the gateway's long-polling runtime claims (``gateway.claim_wait``) and the
+scheduler subscribe to the payloads instead. Python sends with ``Q.notify_send`` and one of the constants
+below; SQL that notifies from inside the database spells the names out (keep them in step):
+``hookgate_tasks`` in ``sql/functions/hookgate_delivery_take.sql``, ``hookgate_runs`` in
+``sql/queries/autopilot_run.sql`` (``run_notify_pending``), and older copies in ``sql/migrations/``.
 """
 
 from __future__ import annotations
@@ -18,17 +21,26 @@ import asyncpg
 
 from hookgate import database
 
-log = logging.getLogger("hookgate.worker")
+log = logging.getLogger("hookgate.notify")
 
-CHANNELS = ("hookgate_deliveries", "hookgate_runs", "hookgate_tasks")
+#: A delivery was queued (ingress after its commit, a replay): the delivery worker claims it.
+DELIVERIES = "hookgate_deliveries"
+#: A run was admitted ``pending`` (admin API, scheduler): the run worker dispatches it.
+RUNS = "hookgate_runs"
+#: A task is queued for an agent (dispatch, a requeue): the push worker and waiting runtime claims take it.
+TASKS = "hookgate_tasks"
+#: A trigger's schedule changed (admin API, edits): the scheduler plans again.
+TRIGGERS = "hookgate_triggers"
+#: What the worker role listens to.
+WORKER_CHANNELS = (DELIVERIES, RUNS, TASKS)
 
 
-class Wakeup:
+class NotifyListener:
     """Holds the LISTEN connection (reconnected lazily) and an event per channel."""
 
     name = "listen"
 
-    def __init__(self, dsn: str, channels: tuple[str, ...] = CHANNELS) -> None:
+    def __init__(self, dsn: str, channels: tuple[str, ...] = WORKER_CHANNELS) -> None:
         self.dsn = dsn
         self.events = {ch: asyncio.Event() for ch in channels}
         self._conn: asyncpg.Connection | None = None
@@ -61,7 +73,7 @@ class Wakeup:
                 conn = await database.connect(self.dsn)
                 for channel in self.events:
                     await conn.add_listener(channel, self._on_notify)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except database.DATABASE_ERRORS as exc:
                 log.warning("listen connection failed; polling only", extra={"error": str(exc)})
                 return
             self._conn = conn
