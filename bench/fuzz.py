@@ -189,9 +189,6 @@ def main() -> int:
         key = cluster.bootstrap()["api_key"]
         made = world.build([base], key, "http://127.0.0.1:9/", schedules=1)
         work = Path(tempfile.mkdtemp(prefix="hookgate-fuzz-"))
-        if args.only != "runtime":
-            admin = schemathesis(f"{base}/openapi.json", base, key, args.examples, args.seed, work, "admin",
-                                 "--exclude-tag", "runtime", "--exclude-tag", "webhooks")
         if args.only != "admin":
             runtime = schemathesis(f"{base}/openapi.json", base, made.runtime_token, args.examples * 4,
                                    args.seed, work, "runtime", "--include-tag", "runtime")
@@ -204,6 +201,10 @@ def main() -> int:
             if found.failures:
                 raise SystemExit("hostile runtime requests failed:\n" + "\n".join(found.failures[:20]))
             runtime += found.requests
+        # The admin API last: its fuzzing may archive the pull agent or revoke what the runtime phases use.
+        if args.only != "runtime":
+            admin = schemathesis(f"{base}/openapi.json", base, key, args.examples, args.seed, work, "admin",
+                                 "--exclude-tag", "runtime", "--exclude-tag", "webhooks")
         logs = "\n".join(p.output() for p in cluster.roles["gateway"])
         if "Traceback" in logs:
             raise SystemExit("the gateway logged a traceback:\n" + logs[-3000:])
