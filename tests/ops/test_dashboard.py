@@ -271,7 +271,8 @@ async def test_deliveries_page_beyond_the_first_page_with_a_cursor(client, ctx: 
 
 
 async def test_delivery_page_shows_what_happened_to_the_webhook(client, ctx: Context, small: Small):
-    headers = {"x-hub-signature-256": {"present": True}, "user-agent": "GitHub-Hookshot/1",
+    # Signature headers are stored as ``True`` (gateway.providers.selected_headers), never their value.
+    headers = {"x-hub-signature-256": True, "user-agent": "GitHub-Hookshot/1",
                "x-github-event": "issues"}
     rejected = await store_delivery(ctx, small, status="rejected", signature_status="invalid",
                                     reason_code="invalid_signature", headers=headers,
