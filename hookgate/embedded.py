@@ -27,7 +27,8 @@ As root (PostgreSQL refuses to run as root):
   resolve, checked with ``ldd``; copies of older versions are left in place);
 - the cluster lives in ``/var/lib/hookgate/clusters/<sha256(resolved data dir)[:16]>/`` (owned by
   ``hookgate-pg``, mode 0700, holding ``data/``, the logs and the socket); ``<data dir>/pg/cluster`` names
-  it. Deleting the data dir does not delete that cluster: remove both.
+  it, and the cluster's ``data-dir`` file names the data dir back. Deleting the data dir does not delete that
+  cluster: remove both, or let :func:`prune_orphan_clusters` remove clusters whose data dir is gone.
 - no permission of the home directory, the data dir, its parents or the venv is changed.
 
 Server settings: trust authentication on the unix socket only (``listen_addresses=''``, socket mode 0700 in
@@ -55,7 +56,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Self
@@ -67,6 +68,8 @@ from hookgate.errors import HookgateError
 
 SYSTEM_USER = "hookgate-pg"
 SHARED_ROOT = Path("/var/lib/hookgate")
+#: In a cluster dir (as root): the data dir it belongs to, so an orphaned cluster can be told apart.
+DATA_DIR_FILE = "data-dir"
 SUPERUSER = "postgres"
 PORT = 5432
 
@@ -371,7 +374,34 @@ def _provision_root(layout: _Layout) -> pwd.struct_passwd:
     pointer = layout.state / "cluster"
     if not pointer.exists() or pointer.read_text().strip() != str(layout.cluster):
         pointer.write_text(f"{layout.cluster}\n")
+    back = layout.cluster / DATA_DIR_FILE  # so a cluster whose data dir was deleted can be found again
+    if not back.exists():
+        back.write_text(f"{layout.state.parent}\n")
     return user
+
+
+def prune_orphan_clusters(among: Iterable[Path] | None = None, *, under: Path | None = None) -> list[Path]:
+    """As root: remove clusters whose data dir is gone (stopping what still runs there); returns them.
+
+    ``among`` limits the sweep to these cluster dirs; with ``under``, clusters whose data dir lies inside it
+    go too (the test suite passes the clusters it made and its temporary root). A cluster made before its
+    data dir was recorded in it is never touched.
+    """
+    clusters = SHARED_ROOT / "clusters"
+    removed = []
+    for cluster in sorted(among if among is not None else (clusters.iterdir() if clusters.is_dir() else [])):
+        try:
+            data_dir = Path((cluster / DATA_DIR_FILE).read_text().strip())
+        except OSError:
+            continue
+        with contextlib.suppress(OSError):
+            in_use = (data_dir / "pg" / "cluster").read_text().strip() == str(cluster)
+            if in_use and not (under is not None and data_dir.is_relative_to(under.resolve())):
+                continue
+        _kill(_cluster_processes(cluster / "data"))
+        shutil.rmtree(cluster, ignore_errors=True)
+        removed.append(cluster)
+    return removed
 
 
 class EmbeddedPostgres:
@@ -417,6 +447,10 @@ class EmbeddedPostgres:
         if owner is None:
             return
         atexit.unregister(self.stop)
+        if not self._layout.state.is_dir():  # the data dir was deleted under us: nobody can share the server
+            self._stop_server()
+            self._socket = None
+            return
         with self._owners_lock():
             others = [o for o in self._live_owners() if o.token != owner.token]
             _write_owners(self._owners_file, others)

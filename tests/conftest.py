@@ -35,6 +35,22 @@ TEST_AGENT_ALLOW_CIDRS = "127.0.0.0/8,::1/128"
 _counter = itertools.count()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_orphan_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """As root, embedded clusters live under /var/lib/hookgate: remove the ones this session made.
+
+    Tests start embedded servers in temporary data dirs (the suite's own server, ``serve`` processes, the
+    chaos cluster); the data dirs go with their temp dirs, the clusters would stay. Runs last (autouse).
+    """
+    from hookgate import embedded
+
+    clusters = embedded.SHARED_ROOT / "clusters"
+    before = set(clusters.iterdir()) if clusters.is_dir() else set()
+    yield
+    if os.geteuid() == 0 and clusters.is_dir():
+        embedded.prune_orphan_clusters(set(clusters.iterdir()) - before, under=tmp_path_factory.getbasetemp())
+
+
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
     """Admin URL of the PostgreSQL server the suite uses (embedded unless the env var names one)."""

@@ -415,3 +415,22 @@ async def test_a_running_server_with_the_old_rules_is_closed_when_adopted(make_p
     await conn.close()  # the old rules let TCP in
     second.start()  # adopts the running server, rewrites pg_hba.conf and reloads it
     await assert_tcp_refused(port)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="clusters live under /var/lib/hookgate only as root")
+def test_a_cluster_whose_data_dir_is_gone_is_pruned_and_one_in_use_is_kept(make_pg: MakePg, tmp_path: Path) -> None:
+    from hookgate.embedded import prune_orphan_clusters
+
+    kept, gone = make_pg(tmp_path / "kept"), make_pg(tmp_path / "gone")
+    kept.start(), gone.start()
+    assert (gone.cluster_dir / "data-dir").read_text().strip() == str((tmp_path / "gone").resolve())
+    shutil.rmtree(tmp_path / "gone")  # deleted with its server still running, as a killed test leaves it
+    assert prune_orphan_clusters([kept.cluster_dir, gone.cluster_dir]) == [gone.cluster_dir]
+    assert not gone.cluster_dir.exists() and not _cluster_processes_of(gone)
+    assert kept.cluster_dir.exists() and _cluster_processes_of(kept)
+
+
+def _cluster_processes_of(ep: EmbeddedPostgres) -> list[psutil.Process]:
+    from hookgate.embedded import _cluster_processes
+
+    return _cluster_processes(ep.pgdata)
