@@ -210,6 +210,7 @@ def main() -> int:
             raise SystemExit("the gateway logged a traceback:\n" + logs[-3000:])
     finally:
         cluster.stop()
+    cluster.remove()  # only after a clean run: a failure above keeps the database and logs for inspection
     print(f"requests: admin {admin}, runtime {runtime}, total {admin + runtime}; no 5xx, no stack trace, "
           f"every error a JSON code")
     return 0

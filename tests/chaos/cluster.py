@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,6 +84,19 @@ class Database:
         """Stop the embedded server (an external server's database is left for inspection)."""
         if self.embedded is not None:
             self.embedded.stop()
+
+    def drop(self) -> None:
+        """Drop the run's database on an external server (after :meth:`close`)."""
+        if self.embedded is None:
+            asyncio.run(_drop_database(self.server_url, self.name))
+
+
+async def _drop_database(server_url: str, name: str) -> None:
+    conn = await asyncpg.connect(server_url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
 
 
 async def _create_database(server_url: str, name: str) -> None:
@@ -184,3 +198,8 @@ class Cluster:
         if self.proxy is not None:
             self.proxy.stop()
         self.db.close()
+
+    def remove(self) -> None:
+        """After :meth:`stop`: drop the database and delete the work dir (its logs, an embedded cluster's data)."""
+        self.db.drop()
+        shutil.rmtree(self.work, ignore_errors=True)

@@ -70,11 +70,15 @@ class Report:
 def run_chaos(config: Config) -> Report:
     """Run one chaos experiment end to end (blocking)."""
     cluster = Cluster.create(config.server_url)
+    report = None
     try:
         cluster.start(config.gateways, config.workers, config.schedulers)
-        return asyncio.run(_experiment(cluster, config))
+        report = asyncio.run(_experiment(cluster, config))
+        return report
     finally:
         cluster.stop()
+        if report is not None and report.ok:
+            cluster.remove()  # a failed run keeps its database and logs for inspection
 
 
 async def _experiment(cluster: Cluster, config: Config) -> Report:
