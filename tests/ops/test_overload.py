@@ -1,5 +1,6 @@
 """Overload and outage: 503 + Retry-After within the bounded wait, recovery without a restart."""
 
+import asyncio
 import importlib.util
 import time
 
@@ -21,6 +22,21 @@ async def _timed(http: httpx.AsyncClient, method: str, path: str, **kw) -> tuple
     return answer, time.monotonic() - started
 
 
+async def _recovers(http: httpx.AsyncClient, method: str, path: str, **kw) -> httpx.Response:
+    """The first answer other than 503 once the database is back, within 10 s and without a restart.
+
+    Each reconnect goes through ``pool_acquire_timeout`` (0.5 s here), which a loaded machine can overrun
+    once; until then every answer must be the same clean 503.
+    """
+    deadline = time.monotonic() + 10.0
+    while True:
+        answer = await http.request(method, path, **kw)
+        if answer.status_code != 503 or time.monotonic() > deadline:
+            return answer
+        assert answer.headers["retry-after"] and answer.json()["error"] == "unavailable"
+        await asyncio.sleep(0.2)
+
+
 async def test_dashboard_answers_503_while_the_database_is_down_and_recovers_by_itself(db_proxy, small: Small):
     proxy, url = db_proxy
     settings = make_settings(url, pool_min_size=1, pool_max_size=4, pool_acquire_timeout=0.5)
@@ -35,7 +51,7 @@ async def test_dashboard_answers_503_while_the_database_is_down_and_recovers_by_
                 assert answer.status_code == 503 and took < 2.0
                 assert answer.headers["retry-after"] == "5" and answer.json()["error"] == "unavailable"
             proxy.block(False)
-            assert (await http.get("/dashboard")).status_code == 200
+            assert (await _recovers(http, "GET", "/dashboard")).status_code == 200
 
 
 @needs_ingress
@@ -69,7 +85,7 @@ async def test_ingress_answers_503_while_the_database_is_down_and_accepts_again_
                 answer, took = await _timed(http, "POST", f"/hooks/{small.token}", json={"n": n + 1})
                 assert answer.status_code == 503 and answer.headers["retry-after"] and took < 2.0
             proxy.block(False)
-            answer = await http.post(f"/hooks/{small.token}", json={"n": 9})
+            answer = await _recovers(http, "POST", f"/hooks/{small.token}", json={"n": 9})
             assert answer.status_code == 200 and answer.json()["status"] == "accepted"
 
 
