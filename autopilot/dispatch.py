@@ -18,7 +18,7 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import tasks
-from hookgate import notify
+from hookgate import notify, retry
 from hookgate.database import Conn
 from hookgate.errors import HookgateError
 from sql import Q
@@ -45,7 +45,7 @@ class Options:
     """
 
     heartbeat_timeout_s: float
-    task_max_attempts: int = 5
+    task_max_attempts: int = retry.Schedule.parse(retry.DEFAULT).attempts
     claim: ClaimFor | None = None
 
 

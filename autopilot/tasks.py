@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 from uuid import UUID
@@ -24,7 +24,7 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import audit, lifecycle
-from hookgate import metrics
+from hookgate import metrics, retry
 from hookgate.database import Conn
 from hookgate.errors import HookgateError, LeaseLost
 from sql import Q
@@ -78,7 +78,10 @@ class Report:
     result: Any = None
     error: str | None = None
     retry_class: str | None = None
-    retry_after_s: float = field(default=1.0)
+    #: A retryable failure waits this long for its next attempt; None: no attempt is left, it fails.
+    retry_after_s: float | None = None
+    #: Give the attempt back (its agent is unhealthy: the task waits for the agent, spending nothing).
+    refund: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,18 @@ def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = N
     delay = min(cap, base * 2.0 ** max(0, attempt - 1))
     jitter: float = (rng or _RNG).uniform(0, delay / 2)
     return delay / 2 + jitter
+
+
+async def retry_delay(conn: Conn, task_id: UUID, default: retry.Schedule) -> float | None:
+    """How long a retryable failure of the task's current attempt waits: its agent's schedule, else ``default``.
+
+    None when the schedule has no delay left (the attempt was the last).
+    """
+    state = await conn.fetchrow(Q.task_state, task_id)
+    if state is None:
+        return None
+    own = state["retry_schedule"]
+    return (retry.Schedule.of(own) if own else default).delay(max(1, state["attempt"]))
 
 
 def push_lease_s(timeout_s: float, cap_s: float, margin_s: float) -> float:
@@ -138,10 +153,10 @@ async def report(
     """
     # Inside a caller's transaction (batched push outcomes) no savepoint: the caller rolls back as a whole.
     async with contextlib.nullcontext() if conn.is_in_transaction() else conn.transaction():
-        if rep.status == "failed" and rep.retry_class in RETRYABLE_CLASSES:
+        if rep.status == "failed" and rep.retry_class in RETRYABLE_CLASSES and rep.retry_after_s is not None:
             back = await conn.fetchrow(
                 Q.task_retry, task_id, lease_token, rep.retry_after_s, rep.error, rep.retry_class,
-                actor_type, actor_id,
+                actor_type, actor_id, rep.refund,
             )
             if back is not None:
                 metrics.RETRIES.labels("tasks").inc()

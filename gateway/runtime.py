@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -379,9 +379,10 @@ async def report(request: Request) -> Response:
     raw = await _read(request)
     body = _object(raw)
     token, rep = _lease_token(body), _report_of(body)
-    if rep.status == "failed" and rep.retry_class in tasks.RETRYABLE_CLASSES:
-        rep = tasks.Report(rep.status, rep.result, rep.error, rep.retry_class, ctx.settings.task_backoff_base_s)
     async with ctx.pool.acquire() as conn:
+        if rep.status == "failed" and rep.retry_class in tasks.RETRYABLE_CLASSES:
+            delay = await tasks.retry_delay(conn, task_id, ctx.settings.retry_schedule)
+            rep = replace(rep, retry_after_s=delay)
         try:
             outcome = await tasks.report(conn, task_id, token, rep, actor_type=caller.actor_type,
                                          actor_id=caller.actor_id, sent=caller.sent(raw))

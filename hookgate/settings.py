@@ -5,12 +5,14 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
+import os
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from hookgate import retry
 from hookgate.errors import HookgateError
 
 
@@ -173,9 +175,18 @@ class Settings(BaseSettings):
     task_lease_s: float = Field(
         default=7200.0, gt=0, description="Lease of a claimed pull task or an accepted (202) push; renewable"
     )
-    task_max_attempts: int = Field(default=5, ge=1, description="Attempts of an agent task before it fails")
-    task_backoff_base_s: float = Field(default=1.0, gt=0, description="First push retry delay (doubles)")
-    task_backoff_cap_s: float = Field(default=600.0, gt=0, description="Longest push retry delay (and Retry-After cap)")
+    push_retry_schedule: str = Field(
+        default=retry.DEFAULT, description="Delays between attempts of a task (push or pull), comma-separated "
+        "(s, m, h, d); n delays give n + 1 attempts; ±10 % jitter; an agent may have its own (retry_schedule)"
+    )
+    agent_trip_after: int = Field(
+        default=5, ge=1, description="Consecutive failed pushes (across its tasks) after which an HTTP agent is "
+        "unhealthy: its tasks wait without spending attempts while one probe push goes out per probe interval"
+    )
+    agent_probe_min_s: float = Field(default=5.0, gt=0, description="First probe interval of an unhealthy agent")
+    agent_probe_max_s: float = Field(
+        default=300.0, gt=0, description="Longest probe interval of an unhealthy agent (it doubles up to this)"
+    )
     push_lease_margin_s: float = Field(
         default=30.0, gt=0, description="Push lease = agent timeout + this margin (a crashed pusher's task recovers)"
     )
@@ -195,10 +206,33 @@ class Settings(BaseSettings):
     )
 
 
+    @field_validator("push_retry_schedule")
+    @classmethod
+    def _schedule(cls, value: str) -> str:
+        retry.Schedule.parse(value)  # ScheduleError (a ValueError) says which step is wrong
+        return value
+
+    @property
+    def retry_schedule(self) -> retry.Schedule:
+        """The default retry schedule of tasks (``push_retry_schedule``)."""
+        return retry.Schedule.parse(self.push_retry_schedule)
+
+
+#: Settings that are gone, with what replaced them: set, they stop the process with this message.
+REMOVED = {
+    "HOOKGATE_TASK_MAX_ATTEMPTS": "HOOKGATE_PUSH_RETRY_SCHEDULE (attempts = its delays + 1)",
+    "HOOKGATE_TASK_BACKOFF_BASE_S": "HOOKGATE_PUSH_RETRY_SCHEDULE (its first delay)",
+    "HOOKGATE_TASK_BACKOFF_CAP_S": "HOOKGATE_PUSH_RETRY_SCHEDULE (its delays; Retry-After is honoured up to 24 h)",
+}
+
+
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment, turning validation errors into one readable ConfigError."""
     from pydantic import ValidationError
 
+    for name, instead in REMOVED.items():
+        if name in os.environ:
+            raise ConfigError(f"{name} is no longer read: use {instead}")
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:

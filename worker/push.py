@@ -4,8 +4,12 @@ During a signing-secret rotation's window ``webhook-signature`` holds two space-
 new secret and by the old one (Standard Webhooks lets a receiver accept any one it can verify).
 
 2xx is done; 202 is accepted (the agent reports later to ``report_url`` with the lease token, which is the
-capability: no bearer needed); 408, 429, 5xx, timeouts and connection errors are retried with exponential
-backoff and jitter, honouring ``Retry-After``; any other 4xx fails the task. Every connection passes the
+capability: no bearer needed); 408, 429, 5xx, timeouts and connection errors are retried on the agent's retry
+schedule (:mod:`hookgate.retry`), honouring ``Retry-After`` up to a day; any other 4xx fails the task. Every
+attempt is kept as a ``task_attempt`` row (outcome, HTTP status, a safe subset of the answer's headers and its
+first 4 KiB), and counts towards the agent's health: after ``agent_trip_after`` consecutive failures the
+agent is unhealthy (its circuit is open) and its tasks wait, without spending attempts, for a probe to
+succeed (``hookgate_slots_take`` lets one through per probe interval). Every connection passes the
 egress policy (:mod:`hookgate.egress`) on the address it is about to reach; a refused one fails the task
 at once (``egress_forbidden``). Transport faults all read ``unreachable`` whatever their cause, so the
 error a tenant sees cannot tell a closed port from an open one. Pushes run as their own
@@ -34,7 +38,7 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from autopilot import agents, tasks
-from hookgate import crypto, egress, metrics, notify
+from hookgate import crypto, egress, metrics, notify, retry
 from hookgate.context import Context
 from hookgate.errors import LeaseLost
 from hookgate.notify import NotifyListener
@@ -50,22 +54,53 @@ UNREACHABLE = "unreachable: the agent could not be reached"
 TIMEOUT = "timeout: the agent did not answer in time"
 #: Push outcomes written per transaction when many finish together.
 OUTCOME_GROUP = 64
+#: Of an agent's answer an attempt keeps these headers and the first EXCERPT_BYTES of its body.
+KEPT_HEADERS = ("content-type", "content-length", "retry-after", "date", "server", "location", "x-request-id",
+                "request-id", "x-correlation-id")
+EXCERPT_BYTES = 4096
+#: Attempt outcomes that count as the agent failing (its health): it could not be reached or did not cope.
+FAILING = frozenset({"failed", "timeout", "unreachable"})
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What an agent's answer means: ``done``, ``accepted``, ``retry`` (after ``delay`` s) or ``terminal``."""
+    """What an agent's answer means (``done``, ``accepted``, ``retry`` or ``terminal``) and what the attempt saw.
+
+    ``label`` is the attempt's recorded outcome (``succeeded``, ``accepted``, ``failed``, ``timeout``,
+    ``unreachable``, ``egress_forbidden``); ``hint`` an agent's ``Retry-After`` in seconds.
+    """
 
     kind: str
     detail: str
-    delay: float = 0.0
+    label: str
+    hint: float | None = None
     result: Any = None
     #: The task's retry class when it is not the kind's own (``transient`` / ``permanent``).
     retry_class: str | None = None
+    http_status: int | None = None
+    headers: dict[str, str] | None = None
+    body: str | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """When one push ran: wall-clock start and end, and its duration measured on the monotonic clock."""
+
+    started_at: datetime
+    finished_at: datetime
+    duration_ms: int
+
+
+@dataclass(frozen=True)
+class Health:
+    """An agent's health after a flush, and its own retry schedule (None: the default one)."""
+
+    unhealthy: bool
+    schedule: retry.Schedule | None
 
 
 #: A push the egress policy refused: terminal, since the same URL is refused again on every attempt.
-EGRESS_FORBIDDEN = Outcome("terminal", egress.CONNECT_REFUSED_TEXT, retry_class="egress_forbidden")
+EGRESS_FORBIDDEN = Outcome("terminal", egress.CONNECT_REFUSED_TEXT, "egress_forbidden", retry_class="egress_forbidden")
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
@@ -84,18 +119,32 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def classify(status: int, headers: Mapping[str, str], *, attempt: int, base: float, cap: float,
-             body: bytes = b"") -> Outcome:
-    """Map an agent's HTTP answer to an outcome."""
+def classify(status: int, headers: Mapping[str, str], body: bytes = b"") -> Outcome:
+    """Map an agent's HTTP answer to an outcome (with what its attempt keeps of the answer)."""
+    seen = {"http_status": status, "headers": kept_headers(headers), "body": excerpt(body)}
     if status == 202:
-        return Outcome("accepted", "agent accepted; it reports later")
+        return Outcome("accepted", "agent accepted; it reports later", "accepted", **seen)
     if 200 <= status < 300:
-        return Outcome("done", f"agent answered {status}", result=_result(status, headers, body))
+        return Outcome("done", f"agent answered {status}", "succeeded", result=_result(status, headers, body), **seen)
     if status in RETRY_STATUSES or status >= 500:
-        hinted = retry_after_s(headers.get("retry-after"))
-        delay = min(cap, hinted) if hinted is not None else tasks.backoff(attempt, base, cap)
-        return Outcome("retry", f"agent answered {status}", delay)
-    return Outcome("terminal", f"agent answered {status}")
+        return Outcome("retry", f"agent answered {status}", "failed", retry_after_s(headers.get("retry-after")),
+                       **seen)
+    return Outcome("terminal", f"agent answered {status}", "failed", **seen)
+
+
+def kept_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of an answer an attempt keeps: a fixed, harmless subset (never cookies or auth)."""
+    return {name: headers[name][:256] for name in KEPT_HEADERS if name in headers}
+
+
+def excerpt(body: bytes) -> str | None:
+    """The first 4 KiB of an answer's body as text (undecodable bytes replaced), or None when empty."""
+    if not body:
+        return None
+    text = body[:EXCERPT_BYTES].decode("utf-8", "replace").replace("\x00", "\ufffd")
+    while len(text.encode()) > EXCERPT_BYTES:  # replacement characters take 3 bytes each
+        text = text[:-1]
+    return text
 
 
 def _result(status: int, headers: Mapping[str, str], body: bytes) -> Any:
@@ -135,6 +184,10 @@ def push_body(claimed: tasks.Claimed, public_url: str) -> bytes:
     }, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+#: A push waiting for its group commit: the claim, its outcome, when it ran, and the waiter.
+Pending = tuple[tasks.Claimed, Outcome, Attempt, "asyncio.Future[None]"]
+
+
 class Pusher:
     """Runs pushes of claimed tasks concurrently; ``stop()`` lets them finish, then releases the rest."""
 
@@ -145,7 +198,7 @@ class Pusher:
         self._client: aiohttp.ClientSession | None = None
         self.egress = egress.Policy.from_settings(ctx.settings)
         self._inflight: dict[asyncio.Task[None], tasks.Claimed] = {}
-        self._outcomes: list[tuple[tasks.Claimed, Outcome, asyncio.Future[None]]] = []
+        self._outcomes: list[Pending] = []
         self._flusher: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self.stopping = False
@@ -185,9 +238,11 @@ class Pusher:
 
     async def push(self, claimed: tasks.Claimed) -> str:
         """One push attempt of a claimed task, its outcome recorded under the lease; returns the outcome kind."""
+        started, clock = datetime.now(UTC), time.monotonic()
         outcome = await self._post(claimed)
+        took = Attempt(started, datetime.now(UTC), round((time.monotonic() - clock) * 1000))
         metrics.PUSH_OUTCOMES.labels(str(claimed.agent_id), outcome.kind).inc()
-        await self._record(claimed, outcome)
+        await self._record(claimed, outcome, took)
         return outcome.kind
 
     async def _post(self, claimed: tasks.Claimed) -> Outcome:
@@ -225,11 +280,10 @@ class Pusher:
                 content = await read_capped(response.content, MAX_RESULT_BYTES)
                 status, answer = response.status, _lower(response.headers)
         except TimeoutError:
-            return self._transport_retry(claimed, TIMEOUT)
+            return Outcome("retry", TIMEOUT, "timeout")
         except (aiohttp.ClientError, OSError):
-            return EGRESS_FORBIDDEN if attempt.refused else self._transport_retry(claimed, UNREACHABLE)
-        return classify(status, answer, attempt=claimed.attempt, base=self.settings.task_backoff_base_s,
-                        cap=self.settings.task_backoff_cap_s, body=content)
+            return EGRESS_FORBIDDEN if attempt.refused else Outcome("retry", UNREACHABLE, "unreachable")
+        return classify(status, answer, content)
 
     @contextlib.asynccontextmanager
     async def _session(self, attempt: egress.Attempt) -> AsyncIterator[aiohttp.ClientSession]:
@@ -251,45 +305,85 @@ class Pusher:
             self._client = aiohttp.ClientSession(connector=connector, auto_decompress=True)
         return self._client
 
-    def _transport_retry(self, claimed: tasks.Claimed, detail: str) -> Outcome:
-        delay = tasks.backoff(claimed.attempt, self.settings.task_backoff_base_s, self.settings.task_backoff_cap_s)
-        return Outcome("retry", detail, delay)
-
-    async def _record(self, claimed: tasks.Claimed, outcome: Outcome) -> None:
+    async def _record(self, claimed: tasks.Claimed, outcome: Outcome, took: Attempt) -> None:
         """Queue the outcome for the next group commit and wait until it is written."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._outcomes.append((claimed, outcome, done))
+        self._outcomes.append((claimed, outcome, took, done))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
         await done
 
     async def _flush(self) -> None:
-        """Write queued outcomes, up to OUTCOME_GROUP per transaction (one commit for many pushes)."""
+        """Write queued outcomes, up to OUTCOME_GROUP per transaction (one commit for many pushes).
+
+        First the attempts and the agents' health (one statement), since a retry's wait depends on them, then
+        the tasks' outcomes.
+        """
         while self._outcomes:
             group, self._outcomes = self._outcomes[:OUTCOME_GROUP], self._outcomes[OUTCOME_GROUP:]
             try:
                 async with self.ctx.pool.acquire() as conn:
+                    health = await self._write_attempts(conn, group)
                     rest = await self._write_done(conn, group)
-                    await self._write_rest(conn, rest)
+                    await self._write_rest(conn, rest, health)
             except Exception as exc:
-                for _, _, done in group:
+                for *_, done in group:
                     if not done.done():
                         done.set_exception(exc)
                 continue
-            for _, _, done in group:
+            for *_, done in group:
                 if not done.done():
                     done.set_result(None)
 
-    async def _write_done(
-        self, conn: Any, group: list[tuple[tasks.Claimed, Outcome, asyncio.Future[None]]]
-    ) -> list[tuple[tasks.Claimed, Outcome]]:
+    async def _write_attempts(self, conn: Any, group: list[Pending]) -> dict[UUID, Health]:
+        """Record each push of the group as an attempt and update its agent's health; returns agents with a row.
+
+        Per agent, the failures after its last success in this group count as consecutive (a success resets the
+        count first). An agent that tripped or recovered is logged (and announced) once, here.
+        """
+        agents: dict[UUID, list[Any]] = {}  # agent -> [failures since the last success, a success came, error]
+        for claimed, outcome, _, _ in group:
+            seen = agents.setdefault(claimed.agent_id, [0, False, None])
+            if outcome.kind in ("done", "accepted"):
+                seen[:] = [0, True, None]
+            elif outcome.kind == "retry" and outcome.label in FAILING:
+                seen[0] += 1
+                seen[2] = outcome.detail
+        s, rows = self.settings, [(c, o, t) for c, o, t, _ in group]
+        records = await conn.fetch(
+            Q.push_outcomes_record, [c.id for c, _, _ in rows], [c.attempt for c, _, _ in rows],
+            [t.started_at for _, _, t in rows], [t.finished_at for _, _, t in rows],
+            [t.duration_ms for _, _, t in rows], [o.label for _, o, _ in rows], [o.http_status for _, o, _ in rows],
+            [o.detail if o.kind != "done" else None for _, o, _ in rows],
+            [o.headers for _, o, _ in rows], [o.body for _, o, _ in rows],
+            list(agents), [v[0] for v in agents.values()], [v[1] for v in agents.values()],
+            [v[2] for v in agents.values()], s.agent_trip_after, s.agent_probe_min_s, s.agent_probe_max_s,
+        )
+        health: dict[UUID, Health] = {}
+        for r in records:
+            schedule = None if r["retry_schedule"] is None else retry.Schedule.of(r["retry_schedule"])
+            health[r["agent_id"]] = Health(r["state"] == "unhealthy", schedule)
+            if r["changed"]:
+                await self._announce(conn, r)
+        return health
+
+    async def _announce(self, conn: Any, row: Any) -> None:
+        """An agent's circuit opened or closed: log it; a recovered agent's backlog may flow at once."""
+        if row["state"] == "unhealthy":
+            log.warning("agent is unhealthy: its tasks wait for a probe to succeed",
+                        extra={"agent_id": str(row["agent_id"]), "agent": row["name"]})
+        else:
+            log.info("agent recovered", extra={"agent_id": str(row["agent_id"]), "agent": row["name"]})
+            await conn.execute(Q.notify_send, notify.TASKS, str(row["agent_id"]))
+
+    async def _write_done(self, conn: Any, group: list[Pending]) -> list[tuple[tasks.Claimed, Outcome]]:
         """Write every ``done`` outcome of a group in one statement; returns what needs the one-by-one path.
 
         A done task the statement did not apply (a repeat, or a lease lost meanwhile) goes one by one too,
         so it is told apart and recorded (LATE_RESULT) exactly like a single report.
         """
-        done = [(c, o) for c, o, _ in group if o.kind == "done"]
-        rest = [(c, o) for c, o, _ in group if o.kind != "done"]
+        done = [(c, o) for c, o, _, _ in group if o.kind == "done"]
+        rest = [(c, o) for c, o, _, _ in group if o.kind != "done"]
         if done:
             applied = {r["id"] for r in await conn.fetch(
                 Q.task_succeed_many, [c.id for c, _ in done], [c.lease_token for c, _ in done],
@@ -298,28 +392,46 @@ class Pusher:
             rest += [(c, o) for c, o in done if c.id not in applied]
         return rest
 
-    async def _write_rest(self, conn: Any, rest: list[tuple[tasks.Claimed, Outcome]]) -> None:
+    async def _write_rest(self, conn: Any, rest: list[tuple[tasks.Claimed, Outcome]],
+                          health: dict[UUID, Health]) -> None:
         """Write the other outcomes one by one, in one transaction; on an error, each in its own."""
         if not rest:
             return
         try:
             async with conn.transaction():
                 for claimed, outcome in rest:
-                    await self._write(conn, claimed, outcome)
+                    await self._write(conn, claimed, outcome, health.get(claimed.agent_id))
         except Exception:
             if len(rest) == 1:
                 raise
             for claimed, outcome in rest:  # isolate the failing one
                 async with conn.transaction():
-                    await self._write(conn, claimed, outcome)
+                    await self._write(conn, claimed, outcome, health.get(claimed.agent_id))
 
-    async def _write(self, conn: Any, claimed: tasks.Claimed, outcome: Outcome) -> None:
-        report = {
-            "done": tasks.Report("succeeded", result=outcome.result),
-            "retry": tasks.Report("failed", error=outcome.detail, retry_class="transient",
-                                  retry_after_s=outcome.delay),
-            "terminal": tasks.Report("failed", error=outcome.detail, retry_class=outcome.retry_class or "permanent"),
-        }.get(outcome.kind)
+    def _report(self, claimed: tasks.Claimed, outcome: Outcome, health: Health | None) -> tasks.Report | None:
+        """The report an outcome makes (None: accepted, the agent reports later).
+
+        A retry waits its schedule's next delay (or the agent's ``Retry-After``); none left, the task fails. While
+        the agent is unhealthy the attempt is given back: its tasks wait for the agent, not for their schedule.
+        """
+        if outcome.kind == "accepted":
+            return None
+        if outcome.kind == "done":
+            return tasks.Report("succeeded", result=outcome.result)
+        if outcome.kind == "retry":
+            if health is not None and health.unhealthy:
+                return tasks.Report("failed", error=outcome.detail, retry_class="transient",
+                                    retry_after_s=retry.hinted(outcome.hint, 0.0), refund=True)
+            schedule = health.schedule if health is not None and health.schedule else self.settings.retry_schedule
+            delay = schedule.delay(claimed.attempt)
+            if delay is not None:
+                return tasks.Report("failed", error=outcome.detail, retry_class="transient",
+                                    retry_after_s=retry.hinted(outcome.hint, delay))
+            return tasks.Report("failed", error=outcome.detail, retry_class="exhausted")
+        return tasks.Report("failed", error=outcome.detail, retry_class=outcome.retry_class or "permanent")
+
+    async def _write(self, conn: Any, claimed: tasks.Claimed, outcome: Outcome, health: Health | None) -> None:
+        report = self._report(claimed, outcome, health)
         try:
             if report is None:
                 await tasks.accept(conn, claimed.id, claimed.lease_token, lease_s=self.settings.task_lease_s,

@@ -11,7 +11,8 @@
 -- free slot (hookgate_slots_take) are inserted already 'running' with a fresh lease token for p_holder, leased
 -- least(agent timeout, p_lease_cap_s) + p_lease_margin_s, audited CLAIM, their runs 'running'; the other tasks
 -- are inserted 'queued' (runs 'queued') and announced on hookgate_tasks. One task per run attempt: idempotency
--- key 'run:<run id>:1' (ON CONFLICT DO NOTHING; such a delivery is leased, not dispatched). Every other granted
+-- key 'run:<run id>:1' (ON CONFLICT DO NOTHING; such a delivery is leased, not dispatched); its attempts are
+-- p_max_attempts, or one more than its agent's own retry schedule has delays. Every other granted
 -- delivery (crash window, create_issue, skipped, half-made, run locked elsewhere) is leased for p_lease_s
 -- seconds (lease token, available_at = lease end) and returned for the one-by-one path. p_at: clock override
 -- (nullable). Returns one row per granted delivery: kind 'dispatched' (task columns set; claimed = its lease is
@@ -151,14 +152,16 @@ BEGIN
         ), made AS (
             -- A claimed task is born running (attempt 1), so it is written once instead of insert + claim.
             INSERT INTO agent_task (workspace_id, run_id, agent_id, payload, max_attempts, idempotency_key, status,
-                                    attempt, lease_token, lease_expires_at, holder_instance, started_at)
-            SELECT r.workspace_id, r.id, x.agent_id, r.payload, p_max_attempts, 'run:' || r.id::text || ':1',
+                                    attempt, lease_token, lease_expires_at, holder_instance, started_at,
+                                    attempt_started_at)
+            SELECT r.workspace_id, r.id, x.agent_id, r.payload,
+                   coalesce(cardinality(ag.retry_schedule) + 1, p_max_attempts), 'run:' || r.id::text || ':1',
                    CASE WHEN x.token IS NULL THEN 'queued' ELSE 'running' END,
                    CASE WHEN x.token IS NULL THEN 0 ELSE 1 END, x.token,
                    CASE WHEN x.token IS NOT NULL THEN v_at + make_interval(secs => x.lease_s) END,
                    CASE WHEN x.token IS NOT NULL THEN p_holder END,
-                   CASE WHEN x.token IS NOT NULL THEN now() END
-            FROM x JOIN autopilot_run r ON r.id = x.run_id
+                   CASE WHEN x.token IS NOT NULL THEN now() END, CASE WHEN x.token IS NOT NULL THEN now() END
+            FROM x JOIN autopilot_run r ON r.id = x.run_id JOIN agent ag ON ag.id = x.agent_id
             ORDER BY x.n
             ON CONFLICT (idempotency_key) DO NOTHING
             RETURNING id, run_id, workspace_id, agent_id, status, attempt, lease_token, lease_expires_at

@@ -51,7 +51,7 @@ BEGIN
     UPDATE agent_task t
     SET status = 'running', attempt = t.attempt + 1, lease_token = p.token,
         lease_expires_at = p_at + make_interval(secs => p_lease_s), holder_instance = p_holder,
-        started_at = coalesce(t.started_at, now()), updated_at = now()
+        started_at = coalesce(t.started_at, now()), attempt_started_at = now(), updated_at = now()
     FROM pairs p
     WHERE t.id = p.id
     RETURNING t.*;

@@ -1,9 +1,10 @@
 -- name: task_insert_for_run
 -- The task of one run attempt, deduplicated by its idempotency key ('run:<run id>:<attempt>').
--- $1 workspace, $2 run, $3 issue (nullable), $4 agent, $5 payload, $6 max attempts, $7 idempotency key.
+-- $1 workspace, $2 run, $3 issue (nullable), $4 agent, $5 payload, $6 max attempts (of the default retry
+-- schedule; an agent with its own schedule gets one more than its delays), $7 idempotency key.
 -- Returns nothing if that task already exists.
 INSERT INTO agent_task (workspace_id, run_id, issue_id, agent_id, payload, max_attempts, idempotency_key)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+SELECT $1, $2, $3, $4, $5, coalesce(cardinality(ag.retry_schedule) + 1, $6), $7 FROM agent ag WHERE ag.id = $4
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
 
@@ -42,7 +43,8 @@ LEFT JOIN autopilot ap ON ap.id = r.autopilot_id;
 -- name: task_agents_due
 -- HTTP agents that have due queued tasks, with their push timeout and whether a concurrency slot is free (the
 -- push worker claims for those; the others' tasks wait for a slot, so a finished push should look again).
--- $1 = at most this many agents, $2 = clock override (nullable). Agents with a free slot come first.
+-- $1 = at most this many agents, $2 = clock override (nullable). Agents with a free slot come first; an
+-- unhealthy agent only once its next probe is due.
 SELECT a.id, a.timeout_s,
        (SELECT count(*) FROM agent_task r WHERE r.agent_id = a.id AND r.status = 'running') < a.max_concurrency
            AS free
@@ -50,12 +52,15 @@ FROM agent a
 WHERE a.runtime_kind = 'http' AND a.archived_at IS NULL
   AND EXISTS (SELECT 1 FROM agent_task t WHERE t.agent_id = a.id AND t.status = 'queued'
                 AND t.available_at <= coalesce($2::timestamptz, now()))
+  AND NOT EXISTS (SELECT 1 FROM agent_health h WHERE h.agent_id = a.id AND h.state = 'unhealthy'
+                    AND h.next_probe_at > now())
 ORDER BY free DESC
 LIMIT $1;
 
 -- name: task_state
 -- The lease facts of task $1 (to tell a repeated report from a late one) and its agent's runtime kind.
-SELECT t.id, t.workspace_id, t.agent_id, t.run_id, t.status, t.lease_token, t.released_token, ag.runtime_kind
+SELECT t.id, t.workspace_id, t.agent_id, t.run_id, t.status, t.lease_token, t.released_token, t.attempt,
+       ag.runtime_kind, ag.retry_schedule
 FROM agent_task t JOIN agent ag ON ag.id = t.agent_id
 WHERE t.id = $1;
 
@@ -76,40 +81,61 @@ SELECT lease_expires_at FROM renewed;
 
 -- name: task_finish
 -- The holder's final report (P5): task $1 with lease token $2 ends as $3 (succeeded|failed|cancelled)
--- with result $4, error $5, retry class $6; audited as RELEASE by actor type $7 / id $8. Zero rows: the
--- token is not the current lease (a repeat or a late result; the caller tells which).
+-- with result $4, error $5, retry class $6; audited as RELEASE by actor type $7 / id $8. A pull runtime's
+-- report (actor type other than 'worker', whose pushes record their own) is kept as an attempt row. Zero
+-- rows: the token is not the current lease (a repeat or a late result; the caller tells which).
 WITH done AS (
     UPDATE agent_task
     SET status = $3, result = $4, error = $5, retry_class = $6, released_token = lease_token,
         lease_token = NULL, lease_expires_at = NULL, finished_at = now(), updated_at = now()
     WHERE id = $1 AND lease_token = $2 AND status = 'running'
-    RETURNING id, workspace_id, run_id, issue_id, status, attempt, error
+    RETURNING id, workspace_id, run_id, issue_id, agent_id, status, attempt, error, attempt_started_at
+), attempted AS (
+    INSERT INTO task_attempt (workspace_id, task_id, run_id, agent_id, attempt, started_at, finished_at,
+                              duration_ms, outcome, error)
+    SELECT workspace_id, id, run_id, agent_id, attempt, coalesce(attempt_started_at, now()), now(),
+           greatest(0, extract(epoch FROM now() - coalesce(attempt_started_at, now())) * 1000)::integer,
+           status, error
+    FROM done WHERE $7 <> 'worker'
 ), audited AS (
     INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
     SELECT workspace_id, 'RELEASE', $7, $8, 'agent_task', id::text,
            jsonb_build_object('status', status, 'attempt', attempt)
     FROM done
 )
-SELECT * FROM done;
+SELECT id, workspace_id, run_id, issue_id, status, attempt, error FROM done;
 
 -- name: task_retry
 -- The holder gives the task back for another attempt after $3 seconds (retryable failure): task $1,
--- lease token $2, error $4, retry class $5; audited as RELEASE by actor type $6 / id $7. Zero rows when the
--- lease is lost or no attempt is left (the caller then finishes it as failed).
+-- lease token $2, error $4, retry class $5; audited as RELEASE by actor type $6 / id $7. $8 = give the attempt
+-- back (its agent is unhealthy: tasks wait for it without spending attempts). The run waits 'queued' again.
+-- A pull runtime's report (actor type other than 'worker', whose pushes record their own) is kept as an
+-- attempt row. Zero rows when the lease is lost or no attempt is left (the caller then finishes it as failed).
 WITH back AS (
     UPDATE agent_task
     SET status = 'queued', error = $4, retry_class = $5, released_token = lease_token, lease_token = NULL,
         lease_expires_at = NULL, holder_instance = NULL, available_at = now() + make_interval(secs => $3),
-        updated_at = now()
-    WHERE id = $1 AND lease_token = $2 AND status = 'running' AND attempt < max_attempts
-    RETURNING id, workspace_id, run_id, status, attempt, available_at
+        attempt = attempt - CASE WHEN $8 THEN 1 ELSE 0 END, updated_at = now()
+    WHERE id = $1 AND lease_token = $2 AND status = 'running' AND ($8 OR attempt < max_attempts)
+    RETURNING id, workspace_id, run_id, agent_id, status, attempt, available_at, attempt_started_at
+), waiting AS (
+    UPDATE autopilot_run r SET status = 'queued', updated_at = now()
+    FROM back WHERE r.id = back.run_id AND r.status = 'running'
+), attempted AS (
+    INSERT INTO task_attempt (workspace_id, task_id, run_id, agent_id, attempt, started_at, finished_at,
+                              duration_ms, outcome, error)
+    SELECT workspace_id, id, run_id, agent_id, attempt + CASE WHEN $8 THEN 1 ELSE 0 END,
+           coalesce(attempt_started_at, now()), now(),
+           greatest(0, extract(epoch FROM now() - coalesce(attempt_started_at, now())) * 1000)::integer,
+           'failed', $4
+    FROM back WHERE $6 <> 'worker'
 ), audited AS (
     INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
     SELECT workspace_id, 'RELEASE', $6, $7, 'agent_task', id::text,
            jsonb_build_object('status', 'queued', 'attempt', attempt, 'retry_at', available_at, 'error', $4::text)
     FROM back
 )
-SELECT * FROM back;
+SELECT id, workspace_id, run_id, status, attempt, available_at FROM back;
 
 -- name: task_release
 -- Hand task $1 (lease token $2) back untouched: queued, due now; audited as RELEASE by actor type $3 / id $4
@@ -133,7 +159,8 @@ SELECT id FROM back;
 -- name: task_expire
 -- Watchdog: running tasks whose lease ended before $1 (clock override, nullable = now()), or whose holder
 -- instance went offline ($2 agents / $3 instance names, parallel arrays), go back to queued (or fail,
--- lease_expired, when no attempt is left), each with an EXPIRE audit entry. The next holder sees attempt.
+-- lease_expired, when no attempt is left), each with an EXPIRE audit entry and a 'lease_lost' attempt row. The
+-- next holder sees attempt.
 -- Each row names its agent, so the watchdog can wake the runtimes waiting for each one.
 WITH due AS (
     SELECT id, holder_instance FROM agent_task
@@ -150,7 +177,15 @@ WITH due AS (
         lease_token = NULL, lease_expires_at = NULL, holder_instance = NULL, available_at = now(),
         updated_at = now()
     FROM due WHERE t.id = due.id
-    RETURNING t.id, t.workspace_id, t.run_id, t.agent_id, t.status, t.attempt, due.holder_instance
+    RETURNING t.id, t.workspace_id, t.run_id, t.agent_id, t.status, t.attempt, due.holder_instance,
+              t.attempt_started_at
+), attempted AS (
+    INSERT INTO task_attempt (workspace_id, task_id, run_id, agent_id, attempt, started_at, finished_at,
+                              duration_ms, outcome, error)
+    SELECT workspace_id, id, run_id, agent_id, attempt, coalesce(attempt_started_at, now()), now(),
+           greatest(0, extract(epoch FROM now() - coalesce(attempt_started_at, now())) * 1000)::integer,
+           'lease_lost', 'lease expired'
+    FROM expired
 ), audited AS (
     INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
     SELECT workspace_id, 'EXPIRE', 'system', 'watchdog', 'agent_task', id::text,
@@ -169,7 +204,8 @@ WHERE run_id = $1 AND status IN ('queued', 'running')
 -- Tasks of workspace $1, newest first. Filters (nullable): $2 = agent, $3 = status, $4 = run,
 -- $5 = cursor (last id seen). $6 = at most. Lease tokens are never listed.
 SELECT id, workspace_id, run_id, issue_id, agent_id, payload, status, attempt, max_attempts, lease_expires_at,
-       holder_instance, available_at, result, error, retry_class, created_at, updated_at, started_at, finished_at
+       holder_instance, available_at, result, error, retry_class, created_at, updated_at, started_at, finished_at,
+       CASE WHEN status = 'queued' THEN available_at END AS next_attempt_at, error AS last_error
 FROM agent_task
 WHERE workspace_id = $1 AND ($2::uuid IS NULL OR agent_id = $2) AND ($3::text IS NULL OR status = $3)
   AND ($4::uuid IS NULL OR run_id = $4) AND ($5::uuid IS NULL OR id < $5)
@@ -179,7 +215,8 @@ LIMIT $6;
 -- name: task_get
 -- One task of workspace $1 by id $2 (without its lease token).
 SELECT id, workspace_id, run_id, issue_id, agent_id, payload, status, attempt, max_attempts, lease_expires_at,
-       holder_instance, available_at, result, error, retry_class, created_at, updated_at, started_at, finished_at
+       holder_instance, available_at, result, error, retry_class, created_at, updated_at, started_at, finished_at,
+       CASE WHEN status = 'queued' THEN available_at END AS next_attempt_at, error AS last_error
 FROM agent_task WHERE workspace_id = $1 AND id = $2;
 
 -- name: task_cancel_queued_for_run

@@ -22,7 +22,7 @@ EXPECTED_TABLES = {
     "workspace", "member", "api_key", "agent", "agent_instance", "squad", "squad_member", "autopilot",
     "autopilot_collaborator", "autopilot_rule_version", "autopilot_trigger", "webhook_delivery",
     "autopilot_run", "issue", "agent_task", "sys_cron_executions", "audit_log", "idempotency_key",
-    "hookgate_migrations", "trigger_pace", "agent_slot", "hookgate_functions",
+    "hookgate_migrations", "trigger_pace", "agent_slot", "hookgate_functions", "agent_health", "task_attempt",
 }
 EXPECTED_INDEXES = {
     "webhook_delivery_dedupe_uq", "webhook_delivery_queue_idx", "autopilot_run_planned_uq",

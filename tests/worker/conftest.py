@@ -22,7 +22,7 @@ from tests.conftest import make_settings
 
 #: Worker settings that make retries and polls fast enough for tests.
 FAST = {
-    "worker_poll_s": 0.1, "task_backoff_base_s": 0.02, "task_backoff_cap_s": 0.1,
+    "worker_poll_s": 0.1, "push_retry_schedule": "0.02,0.04,0.08,0.1",
     "delivery_backoff_base_s": 0.01, "delivery_backoff_cap_s": 0.05, "watchdog_interval_s": 0.2,
 }
 

@@ -43,15 +43,20 @@ def test_signature_is_standard_webhooks_and_verifies_with_the_reference_library(
 
 
 def test_outcomes_map_status_codes_and_honour_retry_after():
-    def out(code, headers=None):
-        return classify(code, headers or {}, attempt=1, base=1.0, cap=600.0)
+    def out(code, headers=None, body=b""):
+        return classify(code, headers or {}, body)
 
     assert out(200).kind == out(204).kind == "done"
     assert out(202).kind == "accepted"
     assert {out(c).kind for c in (408, 429, 500, 502, 503)} == {"retry"}
     assert {out(c).kind for c in (400, 401, 404, 410, 422)} == {"terminal"}
-    assert out(429, {"retry-after": "7"}).delay == 7.0
-    assert 0.5 <= out(503).delay <= 1.0
+    assert out(429, {"retry-after": "7"}).hint == 7.0 and out(503).hint is None
+    assert {out(c).label for c in (200, 204)} == {"succeeded"} and out(202).label == "accepted"
+    assert {out(c).label for c in (404, 500)} == {"failed"}
+    kept = out(500, {"content-type": "text/plain", "set-cookie": "s=1", "x-request-id": "r1"}, b"x" * 5000 + b"\xff")
+    assert kept.http_status == 500 and kept.headers == {"content-type": "text/plain", "x-request-id": "r1"}
+    assert kept.body == "x" * 4096
+    assert out(502, body="\u00e9\x00".encode() * 3000).body.encode().__len__() <= 4096
     assert retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
     assert retry_after_s("soon") is None
 
