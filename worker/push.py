@@ -29,7 +29,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -121,15 +121,15 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
 
 def classify(status: int, headers: Mapping[str, str], body: bytes = b"") -> Outcome:
     """Map an agent's HTTP answer to an outcome (with what its attempt keeps of the answer)."""
-    seen = {"http_status": status, "headers": kept_headers(headers), "body": excerpt(body)}
+    seen = Outcome("terminal", f"agent answered {status}", "failed", http_status=status,
+                   headers=kept_headers(headers), body=excerpt(body))
     if status == 202:
-        return Outcome("accepted", "agent accepted; it reports later", "accepted", **seen)
+        return replace(seen, kind="accepted", detail="agent accepted; it reports later", label="accepted")
     if 200 <= status < 300:
-        return Outcome("done", f"agent answered {status}", "succeeded", result=_result(status, headers, body), **seen)
+        return replace(seen, kind="done", label="succeeded", result=_result(status, headers, body))
     if status in RETRY_STATUSES or status >= 500:
-        return Outcome("retry", f"agent answered {status}", "failed", retry_after_s(headers.get("retry-after")),
-                       **seen)
-    return Outcome("terminal", f"agent answered {status}", "failed", **seen)
+        return replace(seen, kind="retry", hint=retry_after_s(headers.get("retry-after")))
+    return seen
 
 
 def kept_headers(headers: Mapping[str, str]) -> dict[str, str]:

@@ -105,13 +105,15 @@ async def test_a_waiting_claim_gets_a_new_task_on_notify_well_before_the_poll_in
 
 
 async def test_the_fallback_poll_finds_a_retry_that_came_due_by_time(db_url):
-    async with served(db_url, runtime_claim_poll_s=0.3, push_retry_schedule="0.8,0.8,0.8,0.8") as s, httpx.AsyncClient() as http:
+    async with (served(db_url, runtime_claim_poll_s=0.3, push_retry_schedule="0.8,0.8,0.8,0.8") as s,
+                httpx.AsyncClient() as http):
         task_id = await s.make_task()
         first = (await claim(http, s, wait_s=0)).json()
         retry = {"lease_token": first["lease_token"], "status": "failed", "retry_class": "transient"}
         reported = await http.post(f"{s.url}/v1/runtime/tasks/{task_id}/report", json=retry, headers=s.auth())
         assert reported.status_code == 200 and reported.json()["status"] == "queued"
-        # The retry comes due 0.72-0.88 s from now (0.8 s ±10 %) and nobody announces that moment: only the poll finds it.
+        # The retry comes due 0.72-0.88 s from now (0.8 s ±10 %) and nobody announces that moment: only the
+        # poll finds it.
         started = time.monotonic()
         again = await claim(http, s, wait_s=5)
         elapsed = time.monotonic() - started

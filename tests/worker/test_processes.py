@@ -8,8 +8,8 @@ from starlette.responses import JSONResponse, Response
 from tests import factories
 from tests.worker.conftest import add_delivery, bulk_deliveries, wait_for
 
-ENV = {"HOOKGATE_WORKER_POLL_S": "0.2", "HOOKGATE_WATCHDOG_INTERVAL_S": "0.2", "HOOKGATE_PUSH_RETRY_SCHEDULE": "0.05,0.1,0.2,0.2",
-       "HOOKGATE_LOG_LEVEL": "warning"}
+ENV = {"HOOKGATE_WORKER_POLL_S": "0.2", "HOOKGATE_WATCHDOG_INTERVAL_S": "0.2",
+       "HOOKGATE_PUSH_RETRY_SCHEDULE": "0.05,0.1,0.2,0.2", "HOOKGATE_LOG_LEVEL": "warning"}
 
 
 async def _listeners(conn, count):
