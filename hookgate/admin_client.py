@@ -1,9 +1,9 @@
 """Admin verbs of the ``hookgate`` command: thin HTTP clients of the admin API (ARCHITECTURE §2, §11).
 
 ``hookgate agents …``, ``autopilots …``, ``triggers …``, ``runs …``, ``deliveries …`` (``tail`` follows new
-ones, ``replay-bulk`` replays what filters select), ``members …`` and ``keys …``. Readable tables by default, the API's JSON with ``--json``. Every verb
-takes ``--url`` and ``--key`` (env ``HOOKGATE_URL``, else ``http://HOOKGATE_HOST:HOOKGATE_PORT``, and
-``HOOKGATE_API_KEY``).
+ones, ``replay-bulk`` replays what filters select), ``members …`` and ``keys …``. Readable tables by default,
+the API's JSON with ``--json``. Every verb takes ``--url`` and ``--key`` (env ``HOOKGATE_URL``, else
+``http://HOOKGATE_HOST:HOOKGATE_PORT``, and ``HOOKGATE_API_KEY``).
 
 Exit codes: 0 done; 1 the API refused (one line: ``hookgate: error: 404 not_found: no such run``); 2 the
 request was never answered: bad input, no key, a malformed id, bad client settings, the gateway unreachable.
@@ -269,7 +269,8 @@ async def deliveries_replay(c: Client, a: argparse.Namespace) -> Any:
 
 async def deliveries_replay_bulk(c: Client, a: argparse.Namespace) -> Any:
     """POST /v1/deliveries/replay: replay (or with ``--dry-run`` count) what the filters select."""
-    body = {"trigger_id": a.trigger, "autopilot_id": a.autopilot, "status": a.status, "event": a.event,
+    body = {"trigger_id": a.trigger, "autopilot_id": a.autopilot, "status": a.status, "run_status": a.run_status,
+            "event": a.event,
             "received_after": a.since, "received_before": a.until, "dry_run": a.dry_run or None, "limit": a.limit}
     return await c.call("POST", "/v1/deliveries/replay", json_body={k: v for k, v in body.items() if v is not None},
                         headers={"Idempotency-Key": a.idempotency_key} if a.idempotency_key else None)
@@ -573,7 +574,8 @@ def _deliveries(sub: Any) -> None:
               "oldest first, each like 'replay' (at least one filter; try --dry-run first)")
     p.add_argument("--trigger", type=resource_id("trigger"))
     p.add_argument("--autopilot", type=resource_id("autopilot"))
-    p.add_argument("--status", action="append", choices=REPLAYABLE_STATUSES, help="repeatable")
+    p.add_argument("--status", action="append", choices=REPLAYABLE_STATUSES, help="the delivery's; repeatable")
+    p.add_argument("--run-status", action="append", choices=RUN_STATUSES, help="its run's, e.g. failed; repeatable")
     p.add_argument("--event", help="exact event name, e.g. github.push")
     p.add_argument("--since", type=instant, help="received at or after: ISO 8601 with a zone, or 30m/2h/1d ago")
     p.add_argument("--until", type=instant, help="received before: ISO 8601 with a zone, or 30m/2h/1d ago")

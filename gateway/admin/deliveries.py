@@ -25,6 +25,7 @@ from autopilot import audit, replays
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints, Reply
 from gateway.admin.pagination import PageQuery
+from gateway.admin.runs import RunStatus
 from gateway.errors import ApiError
 from sql import Q
 
@@ -106,6 +107,8 @@ class BulkReplayIn(BaseModel):
     trigger_id: UUID | None = None
     autopilot_id: UUID | None = None
     status: list[ReplayableStatus] | None = Field(default=None, min_length=1)
+    run_status: list[RunStatus] | None = Field(default=None, min_length=1,
+                                               description="the status of the delivery's run, e.g. failed")
     event: str | None = Field(default=None, min_length=1, max_length=200, description="exact event name")
     received_after: AwareDatetime | None = None
     received_before: AwareDatetime | None = None
@@ -120,8 +123,8 @@ class BulkReplayIn(BaseModel):
 
     def selects(self) -> bool:
         """Whether any filter is set (``dry_run`` and ``limit`` select nothing)."""
-        return any(v is not None for v in (self.trigger_id, self.autopilot_id, self.status, self.event,
-                                           self.received_after, self.received_before))
+        return any(v is not None for v in (self.trigger_id, self.autopilot_id, self.status, self.run_status,
+                                           self.event, self.received_after, self.received_before))
 
 
 class BulkReplayOut(BaseModel):
@@ -192,8 +195,8 @@ async def replay_deliveries(call: Call) -> Reply:
     """Writers of the autopilots. Each selected delivery is replayed like one (REPLAY_BULK audit). Idempotent."""
     body: BulkReplayIn = call.body
     if not body.selects():
-        raise ApiError(422, "filter_required", "set at least one of trigger_id, autopilot_id, status, event, "
-                                               "received_after, received_before")
+        raise ApiError(422, "filter_required", "set at least one of trigger_id, autopilot_id, status, run_status, "
+                                               "event, received_after, received_before")
     writer = await _bulk_writer(call, body)
     return await call.once(lambda: _replay_bulk(call, body, writer))
 
@@ -220,7 +223,8 @@ async def _bulk_writer(call: Call, body: BulkReplayIn) -> UUID | None:
 async def _replay_bulk(call: Call, body: BulkReplayIn, writer: UUID | None) -> BulkReplayOut:
     ws = call.principal.workspace_id
     rows = await call.conn.fetch(Q.delivery_replay_select, ws, body.trigger_id, body.autopilot_id, body.status,
-                                 body.event, body.received_after, body.received_before, writer, body.limit)
+                                 body.event, body.received_after, body.received_before, writer, body.limit,
+                                 body.run_status)
     if body.dry_run:
         return BulkReplayOut(matched=len(rows), replayed=0, delivery_ids=[r["id"] for r in rows[:IDS_SHOWN]])
     try:

@@ -226,17 +226,20 @@ SELECT count(*) AS linked FROM linked;
 -- name: delivery_replay_select
 -- The deliveries a bulk replay selects in workspace $1, oldest first, at most $9: never rejected ones (a
 -- bad signature is not replayable) nor those of deleted triggers. Filters (nullable): $2 = trigger,
--- $3 = autopilot, $4 = statuses, $5 = event (exact), $6 = received at or after, $7 = received before.
--- $8 = the caller when only the autopilots they may write count (creator or collaborator; NULL for
--- owners and admins, who write every autopilot). The columns a replay needs, the body left out.
+-- $3 = autopilot, $4 = statuses, $5 = event (exact), $6 = received at or after, $7 = received before,
+-- $10 = statuses of the delivery's run (a delivery without a run never matches). $8 = the caller when only
+-- the autopilots they may write count (creator or collaborator; NULL for owners and admins, who write every
+-- autopilot). The columns a replay needs, the body left out.
 SELECT d.id, d.workspace_id, d.trigger_id, d.autopilot_id, d.event, d.envelope, d.run_id, d.status
 FROM webhook_delivery d
 JOIN autopilot_trigger t ON t.id = d.trigger_id AND t.deleted_at IS NULL
 JOIN autopilot a ON a.id = d.autopilot_id
+LEFT JOIN autopilot_run r ON r.id = d.run_id
 WHERE d.workspace_id = $1 AND d.status <> 'rejected'
   AND ($2::uuid IS NULL OR d.trigger_id = $2) AND ($3::uuid IS NULL OR d.autopilot_id = $3)
   AND ($4::text[] IS NULL OR d.status = ANY ($4)) AND ($5::text IS NULL OR d.event = $5)
   AND ($6::timestamptz IS NULL OR d.received_at >= $6) AND ($7::timestamptz IS NULL OR d.received_at < $7)
+  AND ($10::text[] IS NULL OR r.status = ANY ($10))
   AND ($8::uuid IS NULL OR a.created_by = $8
        OR EXISTS (SELECT 1 FROM autopilot_collaborator c WHERE c.autopilot_id = a.id AND c.member_id = $8))
 ORDER BY d.received_at, d.id

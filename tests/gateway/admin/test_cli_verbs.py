@@ -85,6 +85,8 @@ async def test_replay_bulk_dry_runs_then_replays_what_the_filters_select(ctx, li
     select = ("--trigger", str(trigger["id"]), "--status", "failed", "--since", "2h", "--until", "30m")
     code, out, _ = await hookgate(capsys, "deliveries", "replay-bulk", *select, "--dry-run", "--json")
     assert code == 0 and json.loads(out) == {"matched": 2, "replayed": 0, "delivery_ids": failed}
+    code, out, _ = await hookgate(capsys, "deliveries", "replay-bulk", *select, "--run-status", "failed", "--json")
+    assert code == 0 and json.loads(out)["matched"] == 0  # these deliveries have no run
     code, out, _ = await hookgate(capsys, "deliveries", "replay-bulk", *select, "--since", "45m")
     assert code == 0 and out.splitlines()[:2] == ["matched       0", "replayed      0"]
     code, out, _ = await hookgate(capsys, "deliveries", "replay-bulk", *select, "--idempotency-key", "k1")
@@ -94,7 +96,8 @@ async def test_replay_bulk_dry_runs_then_replays_what_the_filters_select(ctx, li
     assert sorted(r[0] for r in copies) == sorted(failed)
     code, _, err = await hookgate(capsys, "deliveries", "replay-bulk", "--limit", "5")
     assert code == 1 and err.startswith("hookgate: error: 422 filter_required: ")
-    for bad in (("--since", "2026-03-01T12:00:00"), ("--status", "rejected"), ("--trigger", "nope")):
+    for bad in (("--since", "2026-03-01T12:00:00"), ("--status", "rejected"), ("--trigger", "nope"),
+                ("--run-status", "done")):
         with pytest.raises(SystemExit) as refused:
             build_parser().parse_args(["deliveries", "replay-bulk", *bad])
         assert refused.value.code == 2 and bad[1] in capsys.readouterr().err

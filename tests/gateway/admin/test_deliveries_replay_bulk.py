@@ -68,7 +68,7 @@ async def test_bulk_replay_refuses_the_anonymous_an_empty_filter_and_bad_input(c
     for body in (bad, {"status": ["failed"], "limit": 10_001}, {"status": ["failed"], "limit": 0},
                  {"status": ["rejected"]}, {"status": []}, {"received_after": "2026-03-01T12:00:00"},
                  {"received_after": _iso(T0), "received_before": _iso(T0)}, {"trigger_id": "nope"},
-                 {"status": "failed"}, {"event": ""}):
+                 {"status": "failed"}, {"event": ""}, {"run_status": ["done"]}, {"run_status": []}):
         got = await client.post(URL, headers=team.h("owner"), json=body)
         assert got.status_code == 422 and got.json()["error"] == "invalid_request", (body, got.text)
     broken = await client.post(URL, headers=team.h("owner"), content=b"{")
@@ -143,6 +143,10 @@ async def test_each_filter_narrows_the_selection(client, team, conn):
     assert await _matched(client, team, status=["failed"]) == {a, d, e}
     assert await _matched(client, team, status=["failed", "ignored"]) == {a, c, d, e}
     assert await _matched(client, team, event="github.issues") == {b}
+    await conn.execute("UPDATE autopilot_run SET status = 'failed' WHERE webhook_delivery_id = $1", a)
+    await conn.execute("UPDATE autopilot_run SET status = 'completed' WHERE webhook_delivery_id = $1", b)
+    assert await _matched(client, team, run_status=["failed"]) == {a}  # c and e have no run
+    assert await _matched(client, team, run_status=["failed", "pending"]) == {a, d}
     after, before = T0 + timedelta(minutes=10), T0 + timedelta(minutes=30)
     assert await _matched(client, team, received_after=_iso(after)) == {b, c, d, e}
     assert await _matched(client, team, received_before=_iso(before)) == {a, b, c}
@@ -198,7 +202,7 @@ async def test_one_audit_row_with_the_filter_and_counts(client, team, conn):
     assert entry["subject_id"] == str(team.world.workspace_id)
     detail = entry["detail"]
     assert detail["filter"] == {"trigger_id": trigger["id"], "autopilot_id": None, "status": ["failed"],
-                                "event": None, "received_after": _iso(T0 - timedelta(hours=1)),
+                                "run_status": None, "event": None, "received_after": _iso(T0 - timedelta(hours=1)),
                                 "received_before": None, "limit": 1000}
     assert (detail["matched"], detail["replayed"]) == (3, 3)
     assert detail["statuses"] == {"queued": 2, "ignored": 1}
