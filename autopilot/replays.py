@@ -4,11 +4,15 @@ GitHub's own "redeliver" reuses its delivery id and is deduplicated away; a repl
 event again. The copy has no dedupe key (it must never collide with the original), keeps the original's
 body, headers and envelope, points back with ``replayed_from_delivery_id``, and goes through the same gates
 as a fresh request: ignored if the trigger or autopilot no longer admits it, else a run is admitted.
+
+One replay (:func:`replay`, audited REPLAY) and a bulk replay (:func:`replay_many`, the caller audits the
+lot) are the same code: one replay is a lot of one, so both take the same set-based statements.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from uuid import UUID
 
 import asyncpg
@@ -16,7 +20,7 @@ import asyncpg
 from autopilot import admission, audit
 from autopilot.deliveries import Delivery
 from hookgate import notify
-from hookgate.database import Conn, one
+from hookgate.database import Conn
 from hookgate.errors import HookgateError
 from sql import Q
 
@@ -48,36 +52,89 @@ async def replay(conn: Conn, row: asyncpg.Record, actor_id: UUID, *, heartbeat_t
 
     ``heartbeat_timeout_s`` is the setting the gate judges a pull runtime ready by.
     """
-    original = Delivery.from_row(row)
-    if original.status == "rejected":
-        raise NotReplayable("rejected_delivery", "a delivery with a bad signature cannot be replayed")
     async with conn.transaction():
-        if await conn.fetchrow(Q.trigger_hold, original.trigger_id) is None:
-            raise NotReplayable("trigger_deleted", "the delivery's trigger was deleted")
-        [facts] = await admission.read_facts(conn, [original.admission()], heartbeat_timeout_s)
-        if facts is None:
-            raise admission.AdmissionError(f"autopilot {original.autopilot_id} does not exist")
-        code = admission.ignore_reason(facts, original.event)
-        status = "ignored" if code else "queued"
-        copy = Delivery.from_row(one(await conn.fetchrow(Q.delivery_insert_replay, original.id, status, code,
-                                                         admission.REASONS.get(code or ""))))
-        run_id = None
-        if code is None:
-            run_id, status, code = await _admit(conn, copy, facts, heartbeat_timeout_s)
+        [made] = await replay_many(conn, [row], heartbeat_timeout_s=heartbeat_timeout_s)
         await audit.record(conn, "REPLAY", actor_type="member", actor_id=actor_id, subject_type="delivery",
-                           subject_id=original.id, workspace_id=original.workspace_id,
-                           detail={"delivery_id": str(copy.id), "status": status, "reason_code": code})
-    return Replay(copy.id, status, run_id, code)
+                           subject_id=row["id"], workspace_id=row["workspace_id"],
+                           detail={"delivery_id": str(made.delivery_id), "status": made.status,
+                                   "reason_code": made.reason_code})
+    return made
+
+
+async def replay_many(conn: Conn, rows: Sequence[asyncpg.Record], *, heartbeat_timeout_s: float) -> list[Replay]:
+    """Replay every delivery of ``rows`` (distinct ids) in one transaction, set-based; one Replay per row, in order.
+
+    The steps of one replay, each one statement for the lot: hold the triggers, read the admission facts
+    once per (autopilot, trigger), insert the copies (``ignored`` ones with their reason), admit the others'
+    runs through the gate, link them, and wake a worker once. Nothing is audited here: the caller records
+    what was asked (REPLAY for one, REPLAY_BULK for a filter). Raises :class:`NotReplayable` (and replays
+    nothing) if any original is rejected or its trigger was deleted.
+    """
+    originals = [Delivery.from_row(row) for row in rows]
+    if any(o.status == "rejected" for o in originals):
+        raise NotReplayable("rejected_delivery", "a delivery with a bad signature cannot be replayed")
+    if not originals:
+        return []
+    async with conn.transaction():
+        await _hold_triggers(conn, {o.trigger_id for o in originals})
+        facts = await _facts(conn, originals, heartbeat_timeout_s)
+        codes = [admission.ignore_reason(f, o.event) for o, f in zip(originals, facts, strict=True)]
+        copies = await _insert_copies(conn, originals, codes)
+        taken = [(c, f) for c, f, code in zip(copies, facts, codes, strict=True) if code is None]
+        admitted = await _admit(conn, taken, heartbeat_timeout_s)
+    return [admitted.get(copy.id) or Replay(copy.id, "ignored", None, code)
+            for copy, code in zip(copies, codes, strict=True)]
+
+
+async def _hold_triggers(conn: Conn, trigger_ids: set[UUID]) -> None:
+    """Hold the originals' triggers until commit (edits wait); a deleted one makes the lot not replayable."""
+    held = {row["id"] for row in await conn.fetch(Q.trigger_hold, sorted(trigger_ids))}
+    if held != trigger_ids:
+        raise NotReplayable("trigger_deleted", "the delivery's trigger was deleted")
+
+
+async def _facts(conn: Conn, originals: Sequence[Delivery], heartbeat_timeout_s: float) -> list[admission.Facts]:
+    """The admission facts of each original (ingress step 9), read in one statement once per (autopilot, trigger)."""
+    pairs = list(dict.fromkeys((o.autopilot_id, o.trigger_id) for o in originals))
+    requests = [admission.Request(autopilot_id, "webhook", {}, trigger_id) for autopilot_id, trigger_id in pairs]
+    found = dict(zip(pairs, await admission.read_facts(conn, requests, heartbeat_timeout_s), strict=True))
+    facts = []
+    for o in originals:
+        fact = found[o.autopilot_id, o.trigger_id]
+        if fact is None:
+            raise admission.AdmissionError(f"autopilot {o.autopilot_id} does not exist")
+        facts.append(fact)
+    return facts
+
+
+async def _insert_copies(conn: Conn, originals: Sequence[Delivery], codes: Sequence[str | None]) -> list[Delivery]:
+    """The copies (``queued``, or ``ignored`` with the reason), in the originals' order."""
+    rows = await conn.fetch(Q.delivery_insert_replays, [o.id for o in originals],
+                            ["ignored" if code else "queued" for code in codes], list(codes),
+                            [admission.REASONS.get(code) if code else None for code in codes])
+    made = {row["replayed_from_delivery_id"]: row["id"] for row in rows}
+    return [replace(o, id=made[o.id], run_id=None, status="ignored" if code else "queued", lease_token=None,
+                    dispatch_attempts=0)
+            for o, code in zip(originals, codes, strict=True)]
 
 
 async def _admit(
-    conn: Conn, copy: Delivery, facts: admission.Facts, heartbeat_timeout_s: float
-) -> tuple[UUID, str, str | None]:
-    """Ingress step 10-11 for the copy: its run through the gate (over the facts step 9 read); wake a worker."""
-    [admitted] = await admission.admit_many(conn, [copy.admission()], heartbeat_timeout_s=heartbeat_timeout_s,
-                                            facts=[facts])
-    status = "dispatched" if admitted.status == "skipped" else "queued"
-    await conn.fetchrow(Q.delivery_set_run, copy.id, admitted.run_id, status, admitted.reason_code)
-    if status == "queued":
-        await conn.execute(Q.notify_send, notify.DELIVERIES, str(copy.id))
-    return admitted.run_id, status, admitted.reason_code
+    conn: Conn, taken: Sequence[tuple[Delivery, admission.Facts]], heartbeat_timeout_s: float
+) -> dict[UUID, Replay]:
+    """Ingress steps 10-11 for the copies taken, by copy id: their runs through the gate in one statement.
+
+    The gate judges the facts step 9 read; the copies are linked to their runs, and a worker is woken once
+    if any is left queued.
+    """
+    if not taken:
+        return {}
+    admitted = await admission.admit_many(conn, [copy.admission() for copy, _ in taken],
+                                          heartbeat_timeout_s=heartbeat_timeout_s, facts=[f for _, f in taken])
+    made = [Replay(copy.id, "dispatched" if a.status == "skipped" else "queued", a.run_id, a.reason_code)
+            for (copy, _), a in zip(taken, admitted, strict=True)]
+    await conn.fetchval(Q.delivery_set_runs, [r.delivery_id for r in made], [r.run_id for r in made],
+                        [r.status for r in made], [r.reason_code for r in made])
+    queued = [r for r in made if r.status == "queued"]
+    if queued:  # a hint only (the worker also polls): one for the lot; it names the first copy
+        await conn.execute(Q.notify_send, notify.DELIVERIES, str(queued[0].delivery_id))
+    return {r.delivery_id: r for r in made}

@@ -1,9 +1,9 @@
 """Admin verbs of the ``hookgate`` command: thin HTTP clients of the admin API (ARCHITECTURE §2, §11).
 
 ``hookgate agents …``, ``autopilots …``, ``triggers …``, ``runs …``, ``deliveries …`` (``tail`` follows new
-ones), ``members …`` and ``keys …``. Readable tables by default, the API's JSON with ``--json``. Every verb
-takes ``--url`` and ``--key`` (env ``HOOKGATE_URL``, else ``http://HOOKGATE_HOST:HOOKGATE_PORT``, and
-``HOOKGATE_API_KEY``).
+ones, ``replay-bulk`` replays what filters select), ``members …`` and ``keys …``. Readable tables by default,
+the API's JSON with ``--json``. Every verb takes ``--url`` and ``--key`` (env ``HOOKGATE_URL``, else
+``http://HOOKGATE_HOST:HOOKGATE_PORT``, and ``HOOKGATE_API_KEY``).
 
 Exit codes: 0 done; 1 the API refused (one line: ``hookgate: error: 404 not_found: no such run``); 2 the
 request was never answered: bad input, no key, a malformed id, bad client settings, the gateway unreachable.
@@ -19,6 +19,7 @@ import signal
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 import httpx
@@ -79,6 +80,26 @@ def json_value(text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON ({exc})") from None
+
+
+_UNITS = {"m": 60, "h": 3600, "d": 86400}
+
+
+def instant(text: str) -> str:
+    """An argparse type: an ISO 8601 time with its zone, or a span ago; sent as ISO 8601.
+
+    ``2026-03-01T12:00:00Z``, ``2026-03-01T13:00+01:00``; ``90m``, ``2h``, ``1d`` ago by this machine's clock.
+    A time without a zone is refused before any request (it would be read in an unknown zone).
+    """
+    if text[:-1].isdigit() and text[-1:] in _UNITS:
+        return (datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * _UNITS[text[-1]])).isoformat()
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a time (ISO 8601, or 30m/2h/1d ago): {text!r}") from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the time zone, e.g. {text}Z: {text!r}")
+    return when.isoformat()
 
 
 class ApiFailure(Exception):
@@ -243,6 +264,15 @@ async def deliveries_get(c: Client, a: argparse.Namespace) -> Any:
 async def deliveries_replay(c: Client, a: argparse.Namespace) -> Any:
     """POST /v1/deliveries/{id}/replay."""
     return await c.call("POST", f"/v1/deliveries/{a.delivery}/replay",
+                        headers={"Idempotency-Key": a.idempotency_key} if a.idempotency_key else None)
+
+
+async def deliveries_replay_bulk(c: Client, a: argparse.Namespace) -> Any:
+    """POST /v1/deliveries/replay: replay (or with ``--dry-run`` count) what the filters select."""
+    body = {"trigger_id": a.trigger, "autopilot_id": a.autopilot, "status": a.status, "run_status": a.run_status,
+            "event": a.event,
+            "received_after": a.since, "received_before": a.until, "dry_run": a.dry_run or None, "limit": a.limit}
+    return await c.call("POST", "/v1/deliveries/replay", json_body={k: v for k, v in body.items() if v is not None},
                         headers={"Idempotency-Key": a.idempotency_key} if a.idempotency_key else None)
 
 
@@ -521,6 +551,7 @@ def _runs(sub: Any) -> None:
 
 
 DELIVERY_STATUSES = ("queued", "dispatched", "rejected", "ignored", "failed")
+REPLAYABLE_STATUSES = tuple(s for s in DELIVERY_STATUSES if s != "rejected")
 
 
 def _deliveries(sub: Any) -> None:
@@ -538,6 +569,18 @@ def _deliveries(sub: Any) -> None:
     p.add_argument("--last", type=int, default=0, metavar="N", help="first show the N newest (default 0)")
     p = _verb(deliveries, "replay", deliveries_replay, "replay a delivery as a new one (runs it again)")
     p.add_argument("delivery", type=resource_id("delivery"))
+    p.add_argument("--idempotency-key", help="retry-safe: the same key within 5 minutes replays once")
+    p = _verb(deliveries, "replay-bulk", deliveries_replay_bulk, "replay every delivery the filters select, "
+              "oldest first, each like 'replay' (at least one filter; try --dry-run first)")
+    p.add_argument("--trigger", type=resource_id("trigger"))
+    p.add_argument("--autopilot", type=resource_id("autopilot"))
+    p.add_argument("--status", action="append", choices=REPLAYABLE_STATUSES, help="the delivery's; repeatable")
+    p.add_argument("--run-status", action="append", choices=RUN_STATUSES, help="its run's, e.g. failed; repeatable")
+    p.add_argument("--event", help="exact event name, e.g. github.push")
+    p.add_argument("--since", type=instant, help="received at or after: ISO 8601 with a zone, or 30m/2h/1d ago")
+    p.add_argument("--until", type=instant, help="received before: ISO 8601 with a zone, or 30m/2h/1d ago")
+    p.add_argument("--limit", type=int, help="at most this many (default 1000, max 10000)")
+    p.add_argument("--dry-run", action="store_true", help="only count and list the deliveries it would replay")
     p.add_argument("--idempotency-key", help="retry-safe: the same key within 5 minutes replays once")
 
 

@@ -114,11 +114,13 @@ LIMIT $3;
 SELECT * FROM autopilot_trigger WHERE id = $1 AND deleted_at IS NULL FOR UPDATE;
 
 -- name: trigger_hold
--- Hold live trigger $1 unchanged until commit (a replay judges and copies against it). FOR SHARE, not FOR
--- UPDATE: edits still wait, but the delivery worker's foreign-key checks on the trigger (FOR KEY SHARE, e.g.
--- its first trigger_pace row) do not. The worker takes them while it holds queued deliveries FOR UPDATE, and
--- a replay waits on the delivery it copies (its replayed_from key): with FOR UPDATE here the two deadlocked.
-SELECT * FROM autopilot_trigger WHERE id = $1 AND deleted_at IS NULL FOR SHARE;
+-- Hold the live triggers among $1 (ids) unchanged until commit (replays judge and copy against them), in id
+-- order so concurrent holders take the locks in one order; returns the ids held (a deleted one is missing).
+-- FOR SHARE, not FOR UPDATE: edits still wait, but the delivery worker's foreign-key checks on the trigger
+-- (FOR KEY SHARE, e.g. its first trigger_pace row) do not. The worker takes them while it holds queued
+-- deliveries FOR UPDATE, and a replay waits on the delivery it copies (its replayed_from key): with FOR
+-- UPDATE here the two deadlocked.
+SELECT id FROM autopilot_trigger WHERE id = ANY ($1::uuid[]) AND deleted_at IS NULL ORDER BY id FOR SHARE;
 
 -- name: trigger_update_webhook
 -- Edit webhook trigger $1 and re-stamp its publisher. $2 = enabled, $3 = provider, $4 = event filters,

@@ -194,23 +194,56 @@ LIMIT $5;
 -- One delivery of workspace $1 by id $2, with its stored body and selected headers.
 SELECT * FROM webhook_delivery WHERE workspace_id = $1 AND id = $2;
 
--- name: delivery_insert_replay
--- A replay of delivery $1: a NEW queued delivery with the same body, headers and envelope, no dedupe key
--- (a replay must never collide with the original), linked by replayed_from_delivery_id. $2 = status
--- ('queued', or 'ignored' when the trigger no longer admits it), $3 = reason code, $4 = reason.
+-- name: delivery_insert_replays
+-- Replays of deliveries $1 (distinct ids), in one statement: per original a NEW delivery with the same body,
+-- headers and envelope, no dedupe key (a replay must never collide with the original), linked by
+-- replayed_from_delivery_id. Parallel arrays, one element per original: $2 = statuses ('queued', or
+-- 'ignored' when the trigger no longer admits it), $3 = reason codes, $4 = reasons. Returns one row per
+-- copy: its id and the original it copies (RETURNING order is not array order; match on the original).
 INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, headers, envelope,
                               provider, event, signature_status, status, reason_code, reason,
                               replayed_from_delivery_id)
-SELECT workspace_id, trigger_id, autopilot_id, body, content_type, headers, envelope,
-       provider, event, signature_status, $2, $3, $4, id
-FROM webhook_delivery WHERE id = $1
-RETURNING *;
+SELECT d.workspace_id, d.trigger_id, d.autopilot_id, d.body, d.content_type, d.headers, d.envelope,
+       d.provider, d.event, d.signature_status, x.status, x.reason_code, x.reason, d.id
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS x(id, status, reason_code, reason, n)
+JOIN webhook_delivery d ON d.id = x.id
+ORDER BY x.n
+RETURNING id, replayed_from_delivery_id;
 
--- name: delivery_set_run
--- Link delivery $1 to the run admitted for it, $2. $3 = delivery status: 'queued' (a pending run for the
--- worker to dispatch) or 'dispatched' (the run was skipped: nothing is left to do), $4 = its reason code.
-UPDATE webhook_delivery SET run_id = $2, status = $3, reason_code = $4, updated_at = now() WHERE id = $1
-RETURNING id;
+-- name: delivery_set_runs
+-- Link each delivery of $1 to the run admitted for it. Parallel arrays: $2 = run ids, $3 = delivery
+-- statuses ('queued': a pending run for the worker to dispatch; 'dispatched': the run was skipped, nothing
+-- is left to do), $4 = their reason codes. Returns how many deliveries were linked.
+WITH linked AS (
+    UPDATE webhook_delivery d
+    SET run_id = x.run_id, status = x.status, reason_code = x.reason_code, updated_at = now()
+    FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS x(id, run_id, status, reason_code)
+    WHERE d.id = x.id
+    RETURNING 1
+)
+SELECT count(*) AS linked FROM linked;
+
+-- name: delivery_replay_select
+-- The deliveries a bulk replay selects in workspace $1, oldest first, at most $9: never rejected ones (a
+-- bad signature is not replayable) nor those of deleted triggers. Filters (nullable): $2 = trigger,
+-- $3 = autopilot, $4 = statuses, $5 = event (exact), $6 = received at or after, $7 = received before,
+-- $10 = statuses of the delivery's run (a delivery without a run never matches). $8 = the caller when only
+-- the autopilots they may write count (creator or collaborator; NULL for owners and admins, who write every
+-- autopilot). The columns a replay needs, the body left out.
+SELECT d.id, d.workspace_id, d.trigger_id, d.autopilot_id, d.event, d.envelope, d.run_id, d.status
+FROM webhook_delivery d
+JOIN autopilot_trigger t ON t.id = d.trigger_id AND t.deleted_at IS NULL
+JOIN autopilot a ON a.id = d.autopilot_id
+LEFT JOIN autopilot_run r ON r.id = d.run_id
+WHERE d.workspace_id = $1 AND d.status <> 'rejected'
+  AND ($2::uuid IS NULL OR d.trigger_id = $2) AND ($3::uuid IS NULL OR d.autopilot_id = $3)
+  AND ($4::text[] IS NULL OR d.status = ANY ($4)) AND ($5::text IS NULL OR d.event = $5)
+  AND ($6::timestamptz IS NULL OR d.received_at >= $6) AND ($7::timestamptz IS NULL OR d.received_at < $7)
+  AND ($10::text[] IS NULL OR r.status = ANY ($10))
+  AND ($8::uuid IS NULL OR a.created_by = $8
+       OR EXISTS (SELECT 1 FROM autopilot_collaborator c WHERE c.autopilot_id = a.id AND c.member_id = $8))
+ORDER BY d.received_at, d.id
+LIMIT $9;
 
 -- name: delivery_take
 -- The worker's claim and dispatch, one round trip (sql/functions/hookgate_delivery_take.sql): claim up to $1
