@@ -148,12 +148,14 @@ RETURNING id, status, reason_code;
 SELECT pg_notify('hookgate_runs', r::text) FROM unnest($1::uuid[]) AS r;
 
 -- name: run_failure_rates
--- Active autopilots whose finished runs created after $1 - $2 seconds number at least $3 with at least
--- a share $4 failed (the auto-pause rule, ARCHITECTURE §6).
+-- Active autopilots whose finished runs created after $1 - $2 seconds (and after the autopilot was last
+-- resumed: a resume restarts the window) number at least $3 with at least a share $4 failed (the auto-pause
+-- rule, ARCHITECTURE §6).
 SELECT r.autopilot_id, count(*) AS finished, count(*) FILTER (WHERE r.status = 'failed') AS failed
 FROM autopilot_run r
 JOIN autopilot a ON a.id = r.autopilot_id AND a.status = 'active'
 WHERE r.created_at > $1::timestamptz - make_interval(secs => $2)
+  AND (a.failure_window_since IS NULL OR r.created_at > a.failure_window_since)
   AND r.status IN ('completed', 'failed', 'cancelled')
 GROUP BY r.autopilot_id
 HAVING count(*) >= $3::bigint AND count(*) FILTER (WHERE r.status = 'failed') >= $4::float8 * count(*);
