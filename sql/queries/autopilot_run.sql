@@ -184,18 +184,22 @@ HAVING count(*) >= $3::bigint AND count(*) FILTER (WHERE r.status = 'failed') >=
 
 -- name: run_list
 -- Runs of workspace $1, newest first. Filters (each nullable): $2 = autopilot, $3 = status, $4 = source,
--- $5 = cursor (the last id seen). $6 = at most.
-SELECT * FROM autopilot_run
-WHERE workspace_id = $1 AND ($2::uuid IS NULL OR autopilot_id = $2) AND ($3::text IS NULL OR status = $3)
-  AND ($4::text IS NULL OR source = $4) AND ($5::uuid IS NULL OR id < $5)
-ORDER BY id DESC
+-- $5 = cursor (the last id seen). $6 = at most. A pending run's delivery status, reason code and
+-- available_at come along (a run held back by its trigger's pacing says so; see gateway/admin/runs.py).
+SELECT r.*, d.status AS delivery_status, d.reason_code AS delivery_reason_code,
+       d.available_at AS delivery_available_at
+FROM autopilot_run r
+LEFT JOIN webhook_delivery d ON d.id = r.webhook_delivery_id AND r.status = 'pending'
+WHERE r.workspace_id = $1 AND ($2::uuid IS NULL OR r.autopilot_id = $2) AND ($3::text IS NULL OR r.status = $3)
+  AND ($4::text IS NULL OR r.source = $4) AND ($5::uuid IS NULL OR r.id < $5)
+ORDER BY r.id DESC
 LIMIT $6;
 
 -- name: run_chain
 -- Run $2 of workspace $1 with what it came from and what it made: delivery, issue and task statuses.
 SELECT r.*,
        d.status AS delivery_status, d.reason_code AS delivery_reason_code,
-       d.signature_status AS delivery_signature_status,
+       d.signature_status AS delivery_signature_status, d.available_at AS delivery_available_at,
        i.status AS issue_status,
        t.status AS task_status, t.attempt AS task_attempt, t.error AS task_error
 FROM autopilot_run r
