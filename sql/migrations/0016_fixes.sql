@@ -9,7 +9,8 @@ ALTER TABLE autopilot ADD COLUMN failure_window_since timestamptz;
 -- Overlap policy buffer_one: a buffered run (pending, reason_code 'buffered') waits until the unfinished run
 -- of its trigger ends; this trigger wakes the run worker for it then (live definition of the function in
 -- sql/functions/hookgate_run_wake_buffered.sql). Only schedule runs have an overlap policy, so the WHEN
--- clause keeps webhook runs, the hot path, from ever calling it.
+-- clause keeps webhook runs, the hot path, from ever calling it; nor does an occurrence the overlap policy
+-- skipped as soon as it was admitted (nothing was ahead of the waiting run).
 CREATE OR REPLACE FUNCTION hookgate_run_wake_buffered() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -28,5 +29,6 @@ CREATE TRIGGER autopilot_run_wake_buffered
     FOR EACH ROW
     WHEN (NEW.source = 'schedule' AND NEW.trigger_id IS NOT NULL
           AND NEW.status IN ('completed', 'failed', 'cancelled', 'skipped')
+          AND NEW.reason_code IS DISTINCT FROM 'previous_run_active'  -- an occurrence skipped on admission
           AND OLD.status NOT IN ('completed', 'failed', 'cancelled', 'skipped'))
     EXECUTE FUNCTION hookgate_run_wake_buffered();
