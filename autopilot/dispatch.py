@@ -80,7 +80,8 @@ async def dispatch_run(conn: Conn, run_id: UUID, options: Options) -> Dispatched
         run = await conn.fetchrow(Q.run_lock_for_dispatch, run_id, options.heartbeat_timeout_s)
         if run is None:
             raise DispatchError(str(run_id))
-        if run["status"] not in ("pending", "issue_created"):
+        if run["status"] not in ("pending", "issue_created") or run["waiting"]:
+            # Ended, already dispatched, or buffered behind an unfinished run of its trigger (buffer_one).
             return Dispatched(run_id, run["status"], run["issue_id"], run["task_id"])
         issue_id = run["issue_id"]
         if run["execution_mode"] == "create_issue":

@@ -383,9 +383,10 @@ def _stop_on_signals() -> Iterator[asyncio.Event]:
 COLUMNS = {
     "agents": ("id", "name", "runtime.kind", "runtime.url", "visibility", "archived_at"),
     "autopilots": ("id", "title", "status", "execution_mode", "assignee.type", "version"),
-    "triggers": ("id", "kind", "enabled", "provider", "cron", "event_filters", "next_fire_at"),
+    "triggers": ("id", "kind", "enabled", "provider", "rate_limit_per_minute", "cron", "event_filters",
+                 "next_fire_at"),
     "runs": ("id", "source", "status", "autopilot_id", "reason_code", "created_at"),
-    "deliveries": ("id", "status", "signature_status", "event", "run_id", "received_at"),
+    "deliveries": ("id", "status", "reason_code", "signature_status", "event", "run_id", "received_at"),
     "members": ("id", "name", "email", "role", "disabled_at"),
     "keys": ("id", "member_id", "hint", "last_used_at", "revoked_at"),
 }

@@ -32,6 +32,7 @@ SCHEDULE_JOB = "autopilot_schedule_dispatch"
 LATE_AFTER = timedelta(minutes=5)
 WINDOW = timedelta(hours=24)
 _TICK = timedelta(seconds=1)
+#: Unfinished runs of a trigger at which a newly admitted run is skipped, per overlap policy ('allow': never).
 _ACTIVE_LIMIT = {"skip": 1, "buffer_one": 2}
 
 
@@ -176,16 +177,25 @@ async def _admit_all(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> dict
 async def _apply_overlap(
     conn: Conn, todo: Todo, found: dict[JobRun, admission.Admission]
 ) -> dict[UUID, tuple[str, str]]:
-    """Skip newly admitted pending runs whose trigger already has too many active runs (overlap policy)."""
-    overlapping = []
+    """Apply the overlap policy to newly admitted pending runs; returns the new ``(status, reason_code)`` of each.
+
+    A trigger with too many unfinished runs gets the new one skipped; under ``buffer_one`` a new run behind
+    one unfinished run waits instead (``reason_code = buffered``): the run worker dispatches it once that
+    run ends. The trigger is single-flight in the scheduler, so no other admission for it runs meanwhile.
+    """
+    overlapping, buffered = [], []
     for run, state in todo:
-        adm, limit = found[run], _ACTIVE_LIMIT.get(state["overlap_policy"])
-        if adm.created and adm.status == "pending" and limit is not None and state["active_runs"] >= limit:
-            why = f"a previous run of this trigger is still active (overlap policy {state['overlap_policy']})"
+        adm, policy = found[run], state["overlap_policy"]
+        limit = _ACTIVE_LIMIT.get(policy)
+        if not adm.created or adm.status != "pending" or limit is None:
+            continue
+        if state["active_runs"] >= limit:
+            why = f"a previous run of this trigger is still active (overlap policy {policy})"
             overlapping.append((adm.run_id, why))
-    if not overlapping:
-        return {}
-    rows = await conn.fetchmany(Q.run_skip_overlap, overlapping)
+        elif policy == "buffer_one" and state["active_runs"] >= 1:
+            buffered.append((adm.run_id, "waits for the active run of this trigger to end (overlap policy buffer_one)"))
+    rows = await conn.fetchmany(Q.run_skip_overlap, overlapping) if overlapping else []
+    rows += await conn.fetchmany(Q.run_buffer, buffered) if buffered else []
     return {row["id"]: (row["status"], row["reason_code"]) for row in rows}
 
 

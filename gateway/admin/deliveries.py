@@ -58,6 +58,8 @@ class DeliveryOut(BaseModel):
     run_id: UUID | None
     reason_code: str | None
     reason: str | None
+    #: When a queued delivery is tried next (after pacing, a retry's backoff or a lease); None once it left the queue.
+    next_attempt_at: datetime | None
     response_status: int | None
     content_type: str | None
     received_at: datetime
@@ -140,8 +142,10 @@ class BulkReplayOut(BaseModel):
 
 
 def delivery_out(row: asyncpg.Record) -> DeliveryOut:
-    """Render a delivery row for lists."""
-    return DeliveryOut.model_validate(dict(row) | {"replayed_from": row["replayed_from_delivery_id"]})
+    """Render a delivery row; a queued one says when it is tried next (``reason_code = paced``: held by pacing)."""
+    next_attempt_at = row["available_at"] if row["status"] == "queued" else None
+    return DeliveryOut.model_validate(dict(row) | {"replayed_from": row["replayed_from_delivery_id"],
+                                                   "next_attempt_at": next_attempt_at})
 
 
 @api.add("GET", "/v1/deliveries", summary="List deliveries", response=DeliveryPage, query=DeliveryQuery)

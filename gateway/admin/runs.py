@@ -69,6 +69,9 @@ class RunOut(BaseModel):
     accountable_id: UUID | None
     reason_code: str | None
     reason: str | None
+    #: Set while a pending webhook run waits for its delivery, held back by the trigger's pacing
+    #: (``reason_code = paced``): when the delivery is tried next.
+    next_attempt_at: datetime | None = None
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
@@ -121,9 +124,29 @@ class CancelIn(BaseModel):
     reason: str | None = Field(default=None, max_length=1000)
 
 
+PACED_REASON = "its delivery is held back by the trigger's rate_limit_per_minute until next_attempt_at"
+
+
+def paced_until(row: asyncpg.Record) -> datetime | None:
+    """When a pending run's delivery, held back by its trigger's pacing, is tried next; None if it is not held.
+
+    Read from the delivery (queries that join it: run_list, run_chain), so pacing writes nothing to the run.
+    """
+    if row["status"] != "pending" or row.get("delivery_status") != "queued":
+        return None
+    if row.get("delivery_reason_code") != "paced":
+        return None
+    at: datetime | None = row.get("delivery_available_at")
+    return at
+
+
 def run_out(row: asyncpg.Record) -> RunOut:
-    """Render a run row."""
-    return RunOut.model_validate(dict(row) | {"delivery_id": row["webhook_delivery_id"]})
+    """Render a run row; a run held back by pacing shows ``reason_code = paced`` and its ``next_attempt_at``."""
+    out = dict(row) | {"delivery_id": row["webhook_delivery_id"]}
+    paced = paced_until(row)
+    if paced is not None and row["reason_code"] is None:
+        out |= {"reason_code": "paced", "reason": PACED_REASON, "next_attempt_at": paced}
+    return RunOut.model_validate(out)
 
 
 def _chain(row: asyncpg.Record) -> Chain:

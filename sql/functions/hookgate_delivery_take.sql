@@ -2,7 +2,8 @@
 -- (since 0008_dispatch_take; key plans since 0010_take_key_plans).
 -- Claim up to p_limit due queued deliveries, round-robin across at most p_fanout triggers after cursor
 -- p_cursor, locked FOR UPDATE SKIP LOCKED, one pacing grant per trigger (hookgate_pace_take), rows over their
--- trigger's budget released to the window's end without spending an attempt. Then, without writing a lease on
+-- trigger's budget released to the window's end without spending an attempt and marked reason_code 'paced'
+-- (the API shows it with available_at as next_attempt_at; dispatch clears it). Then, without writing a lease on
 -- them, dispatch every granted delivery whose admitted run is still plain 'pending' in run_only mode with an
 -- unarchived agent (hookgate_assignee_agent) whose runtime is ready (hookgate_runtime_ready): what ingress
 -- stores. The delivery row is locked by this transaction from the claim to its 'dispatched' write, which is
@@ -99,7 +100,9 @@ BEGIN
         CROSS JOIN LATERAL hookgate_pace_take(p.trigger_id, p.wanted, t.rate_limit_per_minute, v_at) g
     ), deferred AS (
         UPDATE webhook_delivery w
-        SET lease_token = NULL, lease_expires_at = NULL, available_at = paced.window_end, updated_at = now()
+        SET lease_token = NULL, lease_expires_at = NULL, available_at = paced.window_end,
+            reason_code = 'paced', reason = 'over the trigger''s rate_limit_per_minute: waits for its next window',
+            updated_at = now()
         FROM picked JOIN paced ON paced.trigger_id = picked.trigger_id
         WHERE w.id = picked.id AND picked.nth > paced.granted
     )
@@ -181,7 +184,9 @@ BEGIN
             FROM made m WHERE m.status = 'running'
         ), completed AS (
             UPDATE webhook_delivery w
-            SET status = 'dispatched', lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+            SET status = 'dispatched', lease_token = NULL, lease_expires_at = NULL,
+                reason_code = CASE WHEN w.reason_code = 'paced' THEN NULL ELSE w.reason_code END,
+                reason = CASE WHEN w.reason_code = 'paced' THEN NULL ELSE w.reason END, updated_at = now()
             FROM made m JOIN x ON x.run_id = m.run_id
             WHERE w.id = x.delivery_id
         )

@@ -11,8 +11,11 @@ RETURNING *;
 SELECT * FROM autopilot WHERE workspace_id = $1 AND id = $2;
 
 -- name: autopilot_set_status
--- Pause, resume or archive. $1 = autopilot id, $2 = new status. Returns the row if it changed.
-UPDATE autopilot SET status = $2, updated_at = now()
+-- Pause, resume or archive. $1 = autopilot id, $2 = new status. Returns the row if it changed. Resuming
+-- (back to 'active') restarts the auto-pause failure window: only runs created after it count.
+UPDATE autopilot
+SET status = $2, updated_at = now(),
+    failure_window_since = CASE WHEN $2 = 'active' THEN now() ELSE failure_window_since END
 WHERE id = $1 AND status IS DISTINCT FROM $2
 RETURNING *;
 

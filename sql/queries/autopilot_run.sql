@@ -74,12 +74,17 @@ SELECT * FROM autopilot_run WHERE workspace_id = $1 AND id = $2;
 
 -- name: run_lock_for_dispatch
 -- Lock run $1 for dispatch (concurrent dispatchers of one run queue up here; the loser sees the work done)
--- with what dispatch needs: the autopilot, the agent it resolves to (a squad resolves to its leader) and
--- whether that agent's runtime is ready. $2 = runtime heartbeat timeout in seconds.
+-- with what dispatch needs: the autopilot, the agent it resolves to (a squad resolves to its leader),
+-- whether that agent's runtime is ready, and whether the run is a buffered one (overlap policy buffer_one)
+-- that must still wait for an older unfinished run of its trigger. $2 = runtime heartbeat timeout in seconds.
 SELECT r.id, r.workspace_id, r.autopilot_id, r.status, r.payload, r.issue_id, r.task_id, r.source,
        a.title, a.instructions, a.execution_mode, a.assignee_type, a.assignee_id, a.issue_title_template,
        ag.id AS agent_id, ag.archived_at IS NOT NULL AS agent_archived, ag.runtime_kind, ag.timeout_s,
-       rt.ready AS runtime_ready
+       rt.ready AS runtime_ready,
+       (r.reason_code = 'buffered' AND EXISTS (
+           SELECT 1 FROM autopilot_run o
+           WHERE o.trigger_id = r.trigger_id AND o.status IN ('pending', 'issue_created', 'queued', 'running')
+             AND (o.created_at, o.id) < (r.created_at, r.id))) AS waiting
 FROM autopilot_run r
 JOIN autopilot a ON a.id = r.autopilot_id
 LEFT JOIN LATERAL hookgate_assignee_agent(a.assignee_type, a.assignee_id, a.workspace_id) ag ON true
@@ -88,17 +93,20 @@ WHERE r.id = $1
 FOR UPDATE OF r;
 
 -- name: run_set_issue
--- Run $1 got its issue $2 (create_issue mode): pending -> issue_created.
+-- Run $1 got its issue $2 (create_issue mode): pending -> issue_created. A buffered run no longer waits.
 UPDATE autopilot_run
-SET issue_id = $2, status = CASE WHEN status = 'pending' THEN 'issue_created' ELSE status END, updated_at = now()
+SET issue_id = $2, status = CASE WHEN status = 'pending' THEN 'issue_created' ELSE status END,
+    reason_code = CASE WHEN reason_code = 'buffered' THEN NULL ELSE reason_code END,
+    reason = CASE WHEN reason_code = 'buffered' THEN NULL ELSE reason END, updated_at = now()
 WHERE id = $1
 RETURNING status;
 
 -- name: run_set_task
--- Run $1 got its task $2: pending/issue_created -> queued.
+-- Run $1 got its task $2: pending/issue_created -> queued. A buffered run no longer waits.
 UPDATE autopilot_run
 SET task_id = $2, status = CASE WHEN status IN ('pending', 'issue_created') THEN 'queued' ELSE status END,
-    updated_at = now()
+    reason_code = CASE WHEN reason_code = 'buffered' THEN NULL ELSE reason_code END,
+    reason = CASE WHEN reason_code = 'buffered' THEN NULL ELSE reason END, updated_at = now()
 WHERE id = $1
 RETURNING status;
 
@@ -121,12 +129,17 @@ RETURNING id, status;
 -- name: run_claim_undispatched
 -- Lock one run the worker must dispatch: admitted 'pending' without a delivery (manual, api, schedule),
 -- or any run left half-made (pending / issue_created without its task) for more than $1 seconds.
--- $2 = clock override (nullable). SKIP LOCKED: each run goes to one dispatcher.
-SELECT id FROM autopilot_run
-WHERE (status = 'pending' AND (webhook_delivery_id IS NULL
-                               OR updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)))
-   OR (status = 'issue_created' AND task_id IS NULL
-       AND updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1))
+-- $2 = clock override (nullable). SKIP LOCKED: each run goes to one dispatcher. A buffered run (overlap
+-- policy buffer_one) is left alone while an older run of its trigger is unfinished: never two active.
+SELECT id FROM autopilot_run r
+WHERE ((status = 'pending' AND (webhook_delivery_id IS NULL
+                                OR updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)))
+       OR (status = 'issue_created' AND task_id IS NULL
+           AND updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)))
+  AND NOT (reason_code IS NOT DISTINCT FROM 'buffered' AND EXISTS (
+      SELECT 1 FROM autopilot_run o
+      WHERE o.trigger_id = r.trigger_id AND o.status IN ('pending', 'issue_created', 'queued', 'running')
+        AND (o.created_at, o.id) < (r.created_at, r.id)))
 ORDER BY updated_at
 LIMIT 1
 FOR UPDATE SKIP LOCKED;
@@ -143,35 +156,50 @@ SET status = 'skipped', reason_code = 'previous_run_active', reason = $2, finish
 WHERE id = $1 AND status = 'pending'
 RETURNING id, status, reason_code;
 
+-- name: run_buffer
+-- Overlap policy buffer_one: the just-admitted pending run $1 waits (reason_code 'buffered', reason $2) for
+-- the active run of its trigger to end; the run worker dispatches it once no older run of the trigger is
+-- unfinished (run_claim_undispatched), woken by hookgate_run_wake_buffered when that run ends.
+UPDATE autopilot_run
+SET reason_code = 'buffered', reason = $2, updated_at = now()
+WHERE id = $1 AND status = 'pending'
+RETURNING id, status, reason_code;
+
 -- name: run_notify_pending
 -- Wake workers for the pending runs $1 (channel hookgate_runs, payload = run id), in the caller's transaction.
 SELECT pg_notify('hookgate_runs', r::text) FROM unnest($1::uuid[]) AS r;
 
 -- name: run_failure_rates
--- Active autopilots whose finished runs created after $1 - $2 seconds number at least $3 with at least
--- a share $4 failed (the auto-pause rule, ARCHITECTURE §6).
+-- Active autopilots whose finished runs created after $1 - $2 seconds (and after the autopilot was last
+-- resumed: a resume restarts the window) number at least $3 with at least a share $4 failed (the auto-pause
+-- rule, ARCHITECTURE §6).
 SELECT r.autopilot_id, count(*) AS finished, count(*) FILTER (WHERE r.status = 'failed') AS failed
 FROM autopilot_run r
 JOIN autopilot a ON a.id = r.autopilot_id AND a.status = 'active'
 WHERE r.created_at > $1::timestamptz - make_interval(secs => $2)
+  AND (a.failure_window_since IS NULL OR r.created_at > a.failure_window_since)
   AND r.status IN ('completed', 'failed', 'cancelled')
 GROUP BY r.autopilot_id
 HAVING count(*) >= $3::bigint AND count(*) FILTER (WHERE r.status = 'failed') >= $4::float8 * count(*);
 
 -- name: run_list
 -- Runs of workspace $1, newest first. Filters (each nullable): $2 = autopilot, $3 = status, $4 = source,
--- $5 = cursor (the last id seen). $6 = at most.
-SELECT * FROM autopilot_run
-WHERE workspace_id = $1 AND ($2::uuid IS NULL OR autopilot_id = $2) AND ($3::text IS NULL OR status = $3)
-  AND ($4::text IS NULL OR source = $4) AND ($5::uuid IS NULL OR id < $5)
-ORDER BY id DESC
+-- $5 = cursor (the last id seen). $6 = at most. A pending run's delivery status, reason code and
+-- available_at come along (a run held back by its trigger's pacing says so; see gateway/admin/runs.py).
+SELECT r.*, d.status AS delivery_status, d.reason_code AS delivery_reason_code,
+       d.available_at AS delivery_available_at
+FROM autopilot_run r
+LEFT JOIN webhook_delivery d ON d.id = r.webhook_delivery_id AND r.status = 'pending'
+WHERE r.workspace_id = $1 AND ($2::uuid IS NULL OR r.autopilot_id = $2) AND ($3::text IS NULL OR r.status = $3)
+  AND ($4::text IS NULL OR r.source = $4) AND ($5::uuid IS NULL OR r.id < $5)
+ORDER BY r.id DESC
 LIMIT $6;
 
 -- name: run_chain
 -- Run $2 of workspace $1 with what it came from and what it made: delivery, issue and task statuses.
 SELECT r.*,
        d.status AS delivery_status, d.reason_code AS delivery_reason_code,
-       d.signature_status AS delivery_signature_status,
+       d.signature_status AS delivery_signature_status, d.available_at AS delivery_available_at,
        i.status AS issue_status,
        t.status AS task_status, t.attempt AS task_attempt, t.error AS task_error
 FROM autopilot_run r

@@ -1,8 +1,10 @@
 -- name: delivery_complete
--- The delivery became run $3 (dispatched). Guarded by $1 id + $2 lease token + status queued: zero rows
--- means another worker owns it now (harmless).
+-- The delivery became run $3 (dispatched; no longer 'paced'). Guarded by $1 id + $2 lease token + status
+-- queued: zero rows means another worker owns it now (harmless).
 UPDATE webhook_delivery
-SET status = 'dispatched', run_id = $3, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+SET status = 'dispatched', run_id = $3, lease_token = NULL, lease_expires_at = NULL,
+    reason_code = CASE WHEN reason_code = 'paced' THEN NULL ELSE reason_code END,
+    reason = CASE WHEN reason_code = 'paced' THEN NULL ELSE reason END, updated_at = now()
 WHERE id = $1 AND lease_token = $2 AND status = 'queued'
 RETURNING id;
 
@@ -17,11 +19,12 @@ RETURNING id;
 
 -- name: delivery_retry
 -- Dispatch failed: spend an attempt and come back after $3 seconds, or give up ('failed',
--- dispatch_failed) once $4 attempts are spent. $1 id, $2 lease token, $5 error text.
+-- dispatch_failed) once $4 attempts are spent. $1 id, $2 lease token, $5 error text. No longer 'paced'.
 UPDATE webhook_delivery
 SET dispatch_attempts = dispatch_attempts + 1,
     status = CASE WHEN dispatch_attempts + 1 >= $4 THEN 'failed' ELSE 'queued' END,
-    reason_code = CASE WHEN dispatch_attempts + 1 >= $4 THEN 'dispatch_failed' ELSE reason_code END,
+    reason_code = CASE WHEN dispatch_attempts + 1 >= $4 THEN 'dispatch_failed'
+                       ELSE nullif(reason_code, 'paced') END,
     reason = $5,
     available_at = now() + make_interval(secs => $3),
     lease_token = NULL, lease_expires_at = NULL, updated_at = now()
@@ -183,7 +186,7 @@ FROM hit;
 -- $4 = cursor (last id seen). $5 = at most. The body is left out of lists.
 SELECT id, workspace_id, trigger_id, autopilot_id, received_at, content_type, provider, event, dedupe_key,
        dedupe_source, signature_status, status, attempt_count, body_mismatch_count, dispatch_attempts,
-       reason_code, reason, response_status, run_id, replayed_from_delivery_id, updated_at
+       reason_code, reason, response_status, run_id, replayed_from_delivery_id, available_at, updated_at
 FROM webhook_delivery
 WHERE workspace_id = $1 AND ($2::uuid IS NULL OR trigger_id = $2) AND ($3::text IS NULL OR status = $3)
   AND ($4::uuid IS NULL OR id < $4)
@@ -244,6 +247,14 @@ WHERE d.workspace_id = $1 AND d.status <> 'rejected'
        OR EXISTS (SELECT 1 FROM autopilot_collaborator c WHERE c.autopilot_id = a.id AND c.member_id = $8))
 ORDER BY d.received_at, d.id
 LIMIT $9;
+-- name: delivery_set_run
+-- Link delivery $1 to the run admitted for it, $2. $3 = delivery status: 'queued' (a pending run for the
+-- worker to dispatch) or 'dispatched' (the run was skipped: nothing is left to do), $4 = its reason code.
+UPDATE webhook_delivery
+SET run_id = $2, status = $3, reason_code = $4,
+    reason = CASE WHEN reason_code = 'paced' THEN NULL ELSE reason END, updated_at = now()
+WHERE id = $1
+RETURNING id;
 
 -- name: delivery_take
 -- The worker's claim and dispatch, one round trip (sql/functions/hookgate_delivery_take.sql): claim up to $1

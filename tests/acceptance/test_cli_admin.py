@@ -104,6 +104,8 @@ def test_every_api_verb_has_a_cli_verb_with_quiet_stderr(admin: Admin):
     table = hookgate("triggers", "list", "--autopilot", admin.autopilot["id"], env=env)
     assert table.returncode == 0 and table.stderr == ""
     assert table.stdout.split()[:3] == ["ID", "KIND", "ENABLED"] and trigger_id in table.stdout
+    header, row = table.stdout.splitlines()[0].split(), next(r for r in table.stdout.splitlines() if trigger_id in r)
+    assert row.split()[header.index("RATE_LIMIT_PER_MINUTE")] == str(listed["items"][0]["rate_limit_per_minute"])
 
 
 def test_tail_prints_each_new_delivery_once_and_ctrl_c_ends_it_cleanly(admin: Admin):

@@ -58,7 +58,8 @@ DEFINITIONS = f"""
 # equals the migrations' (their signature still does).
 CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
     "hookgate_slots_take",  # a lowered concurrency cap stays strict
-    "hookgate_delivery_take",  # uses hookgate_assignee_agent and hookgate_runtime_ready instead of copies
+    # uses hookgate_assignee_agent and hookgate_runtime_ready instead of copies; marks paced deliveries 'paced'
+    "hookgate_delivery_take",
     "hookgate_task_claim",  # takes its slots from hookgate_slots_take (one slot rule)
 })
 

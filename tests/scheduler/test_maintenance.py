@@ -126,3 +126,34 @@ async def test_the_lease_watchdog_job_records_what_its_sweep_did(setup, ctx):
     async with ctx.pool.acquire() as conn:
         result = await conn.fetchval("SELECT result FROM sys_cron_executions WHERE job_name = 'lease_watchdog'")
     assert result == {"requeued": 0, "failed": 0, "offline": 0}
+
+
+async def test_resuming_an_auto_paused_autopilot_starts_its_failure_window_afresh(setup, ctx, client):
+    async with ctx.pool.acquire() as conn:
+        await _runs(conn, setup.autopilot, failed=50, completed=0)
+        now = await conn.fetchval("SELECT now()")
+    scheduler = setup.scheduler([auto_pause_job()])
+    await scheduler.run_once(now)
+    assert await _status(ctx, setup.autopilot) == "paused"
+
+    resumed = await client.post(f"/v1/autopilots/{setup.autopilot['id']}/resume", headers=setup.world.auth)
+    assert resumed.status_code == 200 and resumed.json()["status"] == "active"
+    await scheduler.run_once(now + 6 * timedelta(minutes=1))  # the old failures no longer count
+    assert await _status(ctx, setup.autopilot) == "active"
+
+    async with ctx.pool.acquire() as conn:
+        await _runs(conn, setup.autopilot, failed=49, completed=0)  # new failures, one short of the rule
+    await scheduler.run_once(now + 12 * timedelta(minutes=1))
+    assert await _status(ctx, setup.autopilot) == "active"
+    async with ctx.pool.acquire() as conn:
+        await _runs(conn, setup.autopilot, failed=1, completed=0)
+    await scheduler.run_once(now + 18 * timedelta(minutes=1))
+    assert await _status(ctx, setup.autopilot) == "paused"
+    async with ctx.pool.acquire() as conn:
+        audits = await conn.fetch("SELECT detail FROM audit_log WHERE action = 'AUTO_PAUSE' ORDER BY id")
+    assert [a["detail"]["failed_runs"] for a in audits] == [50, 50]
+
+
+async def _status(ctx, autopilot):
+    async with ctx.pool.acquire() as conn:
+        return await conn.fetchval("SELECT status FROM autopilot WHERE id = $1", autopilot["id"])

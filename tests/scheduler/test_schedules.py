@@ -6,9 +6,11 @@ from datetime import timedelta
 
 import asyncpg
 
+from autopilot import lifecycle
 from scheduler.cron import Schedule
 from scheduler.jobs import SCHEDULE_JOB, newest_due
 from tests.scheduler.conftest import utc
+from worker.runs import RunWorker
 
 MIN = timedelta(minutes=1)
 SEC = timedelta(seconds=1)
@@ -177,7 +179,8 @@ async def test_overlap_buffer_one_keeps_one_waiting_and_allow_never_skips(setup)
     scheduler = setup.scheduler()
     for i in range(3):
         await scheduler.run_once(DAY0 + i * MIN + SEC)
-    assert [r["status"] for r in await setup.runs(buffered["id"])] == ["pending", "pending", "skipped"]
+    assert [(r["status"], r["reason_code"]) for r in await setup.runs(buffered["id"])] == [
+        ("pending", None), ("pending", "buffered"), ("skipped", "previous_run_active")]
     assert [r["status"] for r in await setup.runs(allowed["id"])] == ["pending"] * 3
 
 
@@ -374,3 +377,22 @@ async def test_a_session_ending_inside_the_transaction_leaves_the_occurrence_due
     (run,) = await setup.runs(trigger["id"])
     (execution,) = await setup.executions(trigger["id"])
     assert (run["planned_at"], execution["status"], execution["attempt"]) == (DAY0, "SUCCESS", 1)
+
+
+async def test_buffer_one_runs_start_one_at_a_time_in_order_even_when_two_wait(setup, ctx):
+    trigger = await setup.trigger("* * * * *", DAY0, overlap_policy="buffer_one")
+    scheduler, worker = setup.scheduler(), RunWorker(ctx, holder="t")
+    await scheduler.run_once(DAY0 + SEC)
+    assert await worker.run_once() == 1  # the first starts
+    await scheduler.run_once(DAY0 + MIN + SEC)
+    assert await worker.run_once() == 0  # the second waits behind it
+    first, second = await setup.runs(trigger["id"])
+    async with ctx.pool.acquire() as conn:
+        await lifecycle.cancel_run(conn, first["id"])
+    # Before a worker starts the second, a third is admitted: it waits behind the second, not beside it.
+    await scheduler.run_once(DAY0 + 2 * MIN + SEC)
+    assert await worker.run_once() == 1
+    assert await worker.run_once() == 0
+    _, second, third = await setup.runs(trigger["id"])
+    assert (second["status"], second["reason_code"]) == ("queued", None)
+    assert (third["status"], third["reason_code"], third["task_id"]) == ("pending", "buffered", None)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
+from datetime import datetime, timedelta
 
 from autopilot import admission
 from hookgate import database
+from worker.deliveries import DeliveryWorker
 
 
 async def _trigger(client, team, **spec):
@@ -136,3 +139,32 @@ async def test_replay_is_for_writers_only(client, team, conn):
     codes = {r: (await client.post(f"/v1/deliveries/{original}/replay", headers=team.h(r))).status_code
              for r in ("owner", "admin", "collaborator", "member", "outsider")}
     assert codes == {"owner": 201, "admin": 201, "collaborator": 201, "member": 403, "outsider": 404}
+
+
+async def test_a_delivery_held_back_by_pacing_says_so_with_its_next_attempt_until_dispatched(client, team, conn):
+    trigger = await _trigger(client, team, rate_limit_per_minute=1)
+    shown = await client.get(f"/v1/triggers/{trigger['id']}", headers=team.h("member"))
+    assert trigger["rate_limit_per_minute"] == 1 and shown.json()["rate_limit_per_minute"] == 1
+    first = await _delivery(conn, team, trigger, status="queued", key="gh-1")
+    second = await _delivery(conn, team, trigger, status="queued", key="gh-2")
+    worker = DeliveryWorker(team.ctx, holder="t")
+    assert await worker.run_once() == 1  # one dispatched, the other over the trigger's budget of 1 a minute
+
+    got = (await client.get(f"/v1/deliveries/{second}", headers=team.h("member"))).json()
+    available_at = await conn.fetchval("SELECT available_at FROM webhook_delivery WHERE id = $1", uuid.UUID(second))
+    assert (got["status"], got["reason_code"], got["dispatch_attempts"]) == ("queued", "paced", 0)
+    assert datetime.fromisoformat(got["next_attempt_at"]) == available_at
+    listed = {d["id"]: d for d in (await client.get("/v1/deliveries", headers=team.h("member"))).json()["items"]}
+    assert (listed[second]["reason_code"], listed[second]["next_attempt_at"]) == ("paced", got["next_attempt_at"])
+    assert (listed[first]["status"], listed[first]["reason_code"], listed[first]["next_attempt_at"]) == (
+        "dispatched", None, None)
+    run = (await client.get(f"/v1/runs/{got['run_id']}", headers=team.h("member"))).json()
+    assert (run["status"], run["reason_code"], run["next_attempt_at"]) == ("pending", "paced", got["next_attempt_at"])
+    runs = {r["id"]: r for r in (await client.get("/v1/runs", headers=team.h("member"))).json()["items"]}
+    assert runs[got["run_id"]]["reason_code"] == "paced" and runs[listed[first]["run_id"]]["reason_code"] is None
+
+    assert await worker.run_once(now=available_at + timedelta(seconds=1)) == 1  # the next window: dispatched
+    got = (await client.get(f"/v1/deliveries/{second}", headers=team.h("member"))).json()
+    assert (got["status"], got["reason_code"], got["next_attempt_at"]) == ("dispatched", None, None)
+    run = (await client.get(f"/v1/runs/{got['run_id']}", headers=team.h("member"))).json()
+    assert (run["status"], run["reason_code"], run["next_attempt_at"]) == ("queued", None, None)
