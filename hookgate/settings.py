@@ -11,6 +11,7 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from hookgate import retry
 from hookgate.errors import HookgateError
 
 
@@ -180,6 +181,7 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="Push lease = agent timeout + this margin (a crashed pusher's task recovers)"
     )
     push_timeout_cap_s: float = Field(default=60.0, gt=0, description="Upper bound of any agent's push timeout")
+    push_retry_schedule: str = retry.DEFAULT
     push_inflight: int = Field(default=256, ge=1, description="Pushes in flight per worker process (all agents)")
     push_connections: int = Field(default=100, ge=1, description="HTTP connection pool size of the push client")
     heartbeat_timeout_s: float = Field(
