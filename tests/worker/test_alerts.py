@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 import uvicorn
@@ -23,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from autopilot import admission, alerts, dispatch, tasks
+from hookgate import notify
 from hookgate.context import Context, open_context
 from scheduler.maintenance import jobs as maintenance_jobs
 from scheduler.maintenance import rejection_spikes
@@ -189,8 +191,13 @@ async def test_emit_queues_one_notification_per_channel_hearing_the_event_and_no
     await channel(client, w, agent_server.url("a"), ["run.failed", "agent.unhealthy"])
     await channel(client, w, agent_server.url("b"), ["agent.unhealthy"])
     await channel(client, other, agent_server.url("c"), ["agent.unhealthy"])
+    heard: list[str] = []
+    listener = await asyncpg.connect(actx.dsn)
+    await listener.add_listener(notify.ALERTS, lambda *a: heard.append(a[3]))
     async with actx.pool.acquire() as conn:
         assert await alerts.emit(conn, w.workspace_id, "agent.unhealthy", {}) == 2
+        await wait_for(lambda: _heard(heard))  # the sender is woken, not left to its poll
+        assert heard[0] in {str(r["id"]) for r in await conn.fetch("SELECT id FROM notification")}
         assert await alerts.emit(conn, w.workspace_id, "autopilot.paused", {}) == 0
         with contextlib.suppress(RuntimeError):
             async with conn.transaction():
@@ -199,6 +206,12 @@ async def test_emit_queues_one_notification_per_channel_hearing_the_event_and_no
         assert await conn.fetchval("SELECT count(*) FROM notification") == 2
         with pytest.raises(ValueError):
             await alerts.emit(conn, w.workspace_id, "run.exploded", {})
+    await listener.close()
+    assert len(heard) == 1  # nothing for an event no channel hears, nor for a rolled-back one
+
+
+async def _heard(heard: list[str]) -> bool:
+    return bool(heard)
 
 
 # --- trigger.rejections_spike ---------------------------------------------------------------------------------
