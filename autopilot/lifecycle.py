@@ -2,16 +2,18 @@
 
 A task that ends ends its run (succeeded → completed, failed → failed, cancelled → cancelled); an issue
 moved to done or cancelled ends its run too, and cancels the run's unfinished tasks (a holder's later
-report then gets 409). A run keeps its first ending.
+report then gets 409). A run keeps its first ending. A run ending failed raises the ``run.failed`` alert
+(:mod:`autopilot.alerts`) in the same transaction.
 """
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 import asyncpg
 
-from autopilot import audit
+from autopilot import alerts, audit
 from hookgate import metrics
 from hookgate.database import Conn
 from hookgate.errors import HookgateError
@@ -19,6 +21,8 @@ from sql import Q
 
 _RUN_STATUS = {"succeeded": "completed", "failed": "failed", "cancelled": "cancelled"}
 ISSUE_STATUSES = ("todo", "in_progress", "done", "cancelled")
+#: A failed run's reason (an agent's error text) is cut to this length in its alert.
+MAX_REASON_CHARS = 1000
 
 
 class IssueNotFound(HookgateError, LookupError):
@@ -26,12 +30,27 @@ class IssueNotFound(HookgateError, LookupError):
 
 
 async def task_finished(conn: Conn, run_id: UUID | None, task_status: str, error: str | None = None) -> None:
-    """The task of ``run_id`` reached a terminal status: end the run accordingly."""
+    """The task of ``run_id`` reached a terminal status: end the run accordingly.
+
+    A run that fails here fails for good (its task has no attempt left): that raises ``run.failed``.
+    """
     metrics.COMPLETIONS.labels("tasks", task_status).inc()
     if run_id is None or task_status not in _RUN_STATUS:
         return
     code = "task_failed" if task_status == "failed" else None
-    await conn.execute(Q.run_finish, run_id, _RUN_STATUS[task_status], code, error if code else None)
+    ended = await conn.fetchrow(Q.run_finish, run_id, _RUN_STATUS[task_status], code, error if code else None)
+    if ended is not None and ended["status"] == "failed":
+        await alerts.emit(conn, ended["workspace_id"], alerts.RUN_FAILED, run_failed_data(ended))
+
+
+def run_failed_data(run: asyncpg.Record) -> dict[str, Any]:
+    """The data of a ``run.failed`` alert: which run, of which autopilot and trigger, and why."""
+    reason = run["reason"]
+    return {"run_id": str(run["id"]), "autopilot_id": str(run["autopilot_id"]),
+            "trigger_id": None if run["trigger_id"] is None else str(run["trigger_id"]), "source": run["source"],
+            "reason_code": run["reason_code"],
+            "reason": None if reason is None else reason[:MAX_REASON_CHARS],
+            "finished_at": run["finished_at"].isoformat()}
 
 
 async def issue_status_changed(conn: Conn, issue_id: UUID, status: str) -> asyncpg.Record:

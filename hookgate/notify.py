@@ -31,8 +31,10 @@ RUNS = "hookgate_runs"
 TASKS = "hookgate_tasks"
 #: A trigger's schedule changed (admin API, edits): the scheduler plans again.
 TRIGGERS = "hookgate_triggers"
+#: A notification was queued for a channel (an alert was raised, a channel's test): the alert sender sends it.
+ALERTS = "hookgate_alerts"
 #: What the worker role listens to.
-WORKER_CHANNELS = (DELIVERIES, RUNS, TASKS)
+WORKER_CHANNELS = (DELIVERIES, RUNS, TASKS, ALERTS)
 
 
 class NotifyListener:

@@ -8,6 +8,7 @@ import socket
 from hookgate.context import Context
 from hookgate.notify import NotifyListener
 from hookgate.service import Service
+from worker.alerts import AlertSender
 from worker.deliveries import DeliveryWorker
 from worker.push import Pusher, PushWorker
 from worker.runs import RunWorker
@@ -15,7 +16,7 @@ from worker.watchdog import WatchdogLoop
 
 
 def services(ctx: Context) -> list[Service]:
-    """The worker role: delivery dispatch, pending-run dispatch, pushes, and the lease watchdog loop."""
+    """The worker role: delivery dispatch, pending-run dispatch, pushes, alerts, and the lease watchdog loop."""
     holder = f"{socket.gethostname()}:{os.getpid()}"
     wake = NotifyListener(ctx.dsn)
     pusher = Pusher(ctx, holder=holder, wake=wake)
@@ -25,5 +26,6 @@ def services(ctx: Context) -> list[Service]:
         DeliveryWorker(ctx, holder=holder, pusher=pusher, wake=wake),
         RunWorker(ctx, holder=holder, pusher=pusher, wake=wake),
         PushWorker(ctx, holder=holder, pusher=pusher, wake=wake),
+        AlertSender(ctx, wake=wake),
         WatchdogLoop(ctx),
     ]

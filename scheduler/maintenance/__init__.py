@@ -3,8 +3,10 @@
 - :mod:`~scheduler.maintenance.leases` ``lease_watchdog`` (60 s): silent runtime instances offline, expired
   task leases back to the queue (or failed, with their run, when no attempt is left); one transaction.
 - :mod:`~scheduler.maintenance.retention` ``retention`` (hourly): old raw delivery bodies dropped, old
-  finished executions and expired Idempotency-Keys deleted, in short batches.
+  finished executions, sent or failed notifications and expired Idempotency-Keys deleted, in short batches.
 - :mod:`~scheduler.maintenance.auto_pause` ``auto_pause`` (5 min): autopilots whose runs mostly fail paused.
+- :mod:`~scheduler.maintenance.rejection_spikes` ``rejection_spikes`` (1 min): ``trigger.rejections_spike``
+  alerts for triggers with many rejected deliveries.
 - :mod:`~scheduler.maintenance.periodic`: the shape they share (once per interval across all schedulers,
   latest-only) and :func:`~scheduler.maintenance.periodic.periodic_job` for a one-line job.
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from hookgate.settings import Settings
-from scheduler.maintenance import auto_pause, leases, retention
+from scheduler.maintenance import auto_pause, leases, rejection_spikes, retention
 from scheduler.spec import JobSpec
 
 
@@ -27,5 +29,6 @@ def jobs(settings: Settings) -> list[JobSpec]:
     return [
         retention.retention_job(timedelta(days=settings.retention_age_days), settings.retention_batch_size),
         auto_pause.auto_pause_job(),
+        rejection_spikes.rejection_spikes_job(),
         leases.lease_watchdog_job(settings.heartbeat_timeout_s),
     ]

@@ -1,7 +1,7 @@
 """``auto_pause`` (every 5 min): pause autopilots whose runs mostly fail.
 
 At least 50 finished runs (completed, failed, cancelled) in 7 days, at least 90 % of them failed: paused with
-a system rule version (``change = 'auto_pause'``) and an ``AUTO_PAUSE`` audit entry.
+a system rule version (``change = 'auto_pause'``), an ``AUTO_PAUSE`` audit entry and an ``autopilot.paused`` alert.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from autopilot import audit, rules
+from autopilot import alerts, audit, rules
 from hookgate.database import Conn
 from scheduler.maintenance.periodic import periodic_spec
 from scheduler.spec import Batch, JobSpec
@@ -36,6 +36,10 @@ async def _pause(conn: Conn, row: Any) -> bool:
             detail={"finished_runs": row["finished"], "failed_runs": row["failed"],
                     "window_days": AUTO_PAUSE_WINDOW.days, "threshold": AUTO_PAUSE_FAILED_SHARE},
         )
+        await alerts.emit(conn, changed["workspace_id"], alerts.AUTOPILOT_PAUSED, {
+            "autopilot_id": str(row["autopilot_id"]), "title": changed["title"], "reason": "auto_pause",
+            "finished_runs": row["finished"], "failed_runs": row["failed"], "window_days": AUTO_PAUSE_WINDOW.days,
+            "threshold": AUTO_PAUSE_FAILED_SHARE})
     return True
 
 

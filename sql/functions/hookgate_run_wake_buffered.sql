@@ -1,5 +1,5 @@
 -- hookgate_run_wake_buffered: the trigger function that wakes the run worker for a buffered run when the run
--- ahead of it ends (since 0016_fixes).
+-- ahead of it ends (since 0017_failure_window_buffer_one).
 -- Overlap policy buffer_one keeps one run of a schedule trigger active and one waiting (pending, reason_code
 -- 'buffered'). Whatever ends a schedule run (task finish, failure, cancel, skip), this notifies
 -- hookgate_runs with the oldest waiting run of its trigger, so a worker dispatches it at once instead of at

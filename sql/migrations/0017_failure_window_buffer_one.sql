@@ -1,4 +1,4 @@
--- 0016_fixes: resuming an autopilot restarts its failure window; buffer_one runs wait for the run ahead.
+-- 0017_failure_window_buffer_one: resuming an autopilot restarts its failure window; buffer_one runs wait for the run ahead.
 --
 -- autopilot.failure_window_since: set when the autopilot is resumed; the auto-pause rule counts only runs
 -- created after it, so an autopilot paused for its failures is not paused again by the same failures at the

@@ -119,12 +119,13 @@ RETURNING id;
 
 -- name: run_finish
 -- A run ends from a downstream fact: $1 run, $2 status (completed|failed|cancelled), $3 reason code,
--- $4 reason. A run that already ended keeps its first ending.
+-- $4 reason. A run that already ended keeps its first ending. Returns the run as it ended (what a
+-- run.failed alert says), none if it had ended already.
 UPDATE autopilot_run
 SET status = $2, reason_code = coalesce($3, reason_code), reason = coalesce($4, reason),
     finished_at = now(), updated_at = now()
 WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled', 'skipped')
-RETURNING id, status;
+RETURNING id, status, workspace_id, autopilot_id, trigger_id, source, reason_code, reason, created_at, finished_at;
 
 -- name: run_claim_undispatched
 -- Lock one run the worker must dispatch: admitted 'pending' without a delivery (manual, api, schedule),

@@ -6,7 +6,7 @@ SELECT 1;
 -- Wake listeners (a hint only: every listener also polls). $1 = channel, $2 = payload (an id).
 -- Channels: hookgate_deliveries (queued delivery), hookgate_runs (pending run without a delivery),
 -- hookgate_tasks (a task of that id's agent may be claimable: queued, requeued, or a slot freed),
--- hookgate_triggers (a schedule trigger changed).
+-- hookgate_triggers (a schedule trigger changed), hookgate_alerts (a notification was queued).
 SELECT pg_notify($1, $2);
 
 -- name: server_now

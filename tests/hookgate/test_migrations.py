@@ -23,11 +23,12 @@ EXPECTED_TABLES = {
     "autopilot_collaborator", "autopilot_rule_version", "autopilot_trigger", "webhook_delivery",
     "autopilot_run", "issue", "agent_task", "sys_cron_executions", "audit_log", "idempotency_key",
     "hookgate_migrations", "trigger_pace", "agent_slot", "hookgate_functions", "agent_health", "task_attempt",
+    "notification_channel", "notification", "trigger_rejection_alert",
 }
 EXPECTED_INDEXES = {
     "webhook_delivery_dedupe_uq", "webhook_delivery_queue_idx", "autopilot_run_planned_uq",
     "autopilot_run_delivery_uq", "agent_task_queue_idx", "agent_task_lease_idx", "autopilot_trigger_due_idx",
-    "sys_cron_executions_stale_idx",
+    "sys_cron_executions_stale_idx", "notification_due_idx", "webhook_delivery_rejected_idx",
 }
 
 

@@ -39,7 +39,7 @@ async def _post(client: httpx.AsyncClient, path: str, auth: dict[str, str], body
 
 
 async def build(ctx: Context, client: httpx.AsyncClient, name: str) -> Estate:
-    """Members, keys, agents, squad, autopilots, triggers, a signed delivery, a run, an issue and a task."""
+    """Members, keys, agents, squad, notification channel, autopilots, triggers, a delivery, run, issue, task."""
     estate = Estate(await factories.world(ctx, name))
     auth, ids, secrets = estate.auth, estate.ids, estate.secrets
     secrets.append(estate.world.api_key)
@@ -52,6 +52,10 @@ async def build(ctx: Context, client: httpx.AsyncClient, name: str) -> Estate:
     secrets += [http["signing_secret"], pull["runtime_token"]]
     squad = await _post(client, "/v1/squads", auth, {"name": "s", "leader_id": http["id"]})
     ids |= {"agent_id": http["id"], "squad_id": squad["id"]}
+    channel = await _post(client, "/v1/notification-channels", auth,
+                          {"name": "ops", "url": "http://127.0.0.1:9/alerts", "events": ["run.failed"]})
+    secrets.append(channel["signing_secret"])
+    ids["channel_id"] = channel["id"]
     ap = await _post(client, "/v1/autopilots", auth, {"title": "t", "instructions": "i",
                                                       "execution_mode": "create_issue",
                                                       "assignee": {"type": "agent", "id": http["id"]}})
