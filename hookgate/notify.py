@@ -29,10 +29,13 @@ DELIVERIES = "hookgate_deliveries"
 RUNS = "hookgate_runs"
 #: A task is queued for an agent (dispatch, a requeue): the push worker and waiting runtime claims take it.
 TASKS = "hookgate_tasks"
+#: A running task was cancelled (its run cancelled or past its deadline, its issue closed): payload = task id.
+#: The worker pushing it aborts the push.
+CANCELS = "hookgate_cancels"
 #: A trigger's schedule changed (admin API, edits): the scheduler plans again.
 TRIGGERS = "hookgate_triggers"
 #: What the worker role listens to.
-WORKER_CHANNELS = (DELIVERIES, RUNS, TASKS)
+WORKER_CHANNELS = (DELIVERIES, RUNS, TASKS, CANCELS)
 
 
 class NotifyListener:

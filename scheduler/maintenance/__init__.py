@@ -5,6 +5,8 @@
 - :mod:`~scheduler.maintenance.retention` ``retention`` (hourly): old raw delivery bodies dropped, old
   finished executions and expired Idempotency-Keys deleted, in short batches.
 - :mod:`~scheduler.maintenance.auto_pause` ``auto_pause`` (5 min): autopilots whose runs mostly fail paused.
+- :mod:`~scheduler.maintenance.deadlines` ``run_deadlines`` (``HOOKGATE_DEADLINE_SWEEP_S``, 5 s): runs past
+  their autopilot's ``run_timeout_s`` fail (deadline_exceeded) and their tasks are cancelled.
 - :mod:`~scheduler.maintenance.periodic`: the shape they share (once per interval across all schedulers,
   latest-only) and :func:`~scheduler.maintenance.periodic.periodic_job` for a one-line job.
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from hookgate.settings import Settings
-from scheduler.maintenance import auto_pause, leases, retention
+from scheduler.maintenance import auto_pause, deadlines, leases, retention
 from scheduler.spec import JobSpec
 
 
@@ -28,4 +30,5 @@ def jobs(settings: Settings) -> list[JobSpec]:
         retention.retention_job(timedelta(days=settings.retention_age_days), settings.retention_batch_size),
         auto_pause.auto_pause_job(),
         leases.lease_watchdog_job(settings.heartbeat_timeout_s),
+        deadlines.run_deadlines_job(timedelta(seconds=settings.deadline_sweep_s)),
     ]
