@@ -85,7 +85,7 @@ async def dispatch_run(conn: Conn, run_id: UUID, options: Options) -> Dispatched
             return Dispatched(run_id, run["status"], run["issue_id"], run["task_id"])
         issue_id = run["issue_id"]
         if run["execution_mode"] == "create_issue":
-            issue_id = await _ensure_issue(conn, run)
+            issue_id = await ensure_issue(conn, run)
         reason = _cannot_run(run)
         if reason is not None:
             await conn.execute(Q.run_skip, run_id, reason[0], reason[1])
@@ -110,7 +110,8 @@ def _cannot_run(run: asyncpg.Record) -> tuple[str, str] | None:
     return None
 
 
-async def _ensure_issue(conn: Conn, run: asyncpg.Record) -> UUID:
+async def ensure_issue(conn: Conn, run: asyncpg.Record) -> UUID:
+    """The run's issue (a ``run_lock_for_dispatch`` row), made once: a second call finds the first one's."""
     issue_id: UUID | None = await conn.fetchval(
         Q.issue_insert_for_run, run["workspace_id"], run["autopilot_id"], run["id"], issue_title(run),
         run["instructions"], run["assignee_type"], run["assignee_id"],

@@ -23,7 +23,7 @@ from sql import Q
 
 #: Autopilot fields a PATCH may change; each is substantive (part of the rule snapshot).
 AUTOPILOT_FIELDS = ("title", "instructions", "assignee_type", "assignee_id", "execution_mode",
-                    "issue_title_template")
+                    "issue_title_template", "run_timeout_s")
 #: The status each lifecycle verb moves an autopilot to.
 STATUS_VERBS = {"pause": "paused", "resume": "active", "archive": "archived"}
 

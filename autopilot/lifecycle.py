@@ -1,9 +1,11 @@
 """Run lifecycle (ARCHITECTURE §6): runs end from downstream facts, never from a guess.
 
 A task that ends ends its run (succeeded → completed, failed → failed, cancelled → cancelled); an issue
-moved to done or cancelled ends its run too, and cancels the run's unfinished tasks (a holder's later
-report then gets 409). A run keeps its first ending. A run ending failed raises the ``run.failed`` alert
-(:mod:`autopilot.alerts`) in the same transaction.
+moved to done or cancelled ends its run too, and cancels the run's unfinished tasks. A run keeps its first
+ending. Cancelling a run's tasks (:func:`cancel_tasks`, also used by the admin API's run cancel and the
+deadline sweep) reaches running work: the holder of a running task is told on ``hookgate_cancels`` (a
+pushing worker aborts the push) and its next renew or report gets 409 ``cancelled``. A run ending failed
+raises the ``run.failed`` alert (:mod:`autopilot.alerts`) in the same transaction.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import alerts, audit
-from hookgate import metrics
+from hookgate import metrics, notify
 from hookgate.database import Conn
 from hookgate.errors import HookgateError
 from sql import Q
@@ -75,7 +77,26 @@ async def cancel_run(conn: Conn, run_id: UUID, workspace_id: UUID | None = None)
 
 async def _end_run(conn: Conn, run_id: UUID, status: str, code: str, workspace_id: UUID | None) -> bool:
     ended = await conn.fetchrow(Q.run_finish, run_id, status, code, None)
-    for task_id in [r["id"] for r in await conn.fetch(Q.task_cancel_for_run, run_id)]:
-        await audit.record(conn, "TASK_CANCEL", actor_type="system", actor_id=None, subject_type="agent_task",
-                           subject_id=task_id, workspace_id=workspace_id, detail={"reason": code})
+    await cancel_tasks(conn, run_id, code, workspace_id)
     return ended is not None
+
+
+async def cancel_tasks(conn: Conn, run_id: UUID, reason: str, workspace_id: UUID | None) -> list[asyncpg.Record]:
+    """Cancel the run's queued and running tasks, in the caller's transaction; returns them (``was``: before).
+
+    Each is audited TASK_CANCEL. A running task's holder is told on ``hookgate_cancels`` (payload: the task
+    id) so a push in flight is aborted, and its agent's waiting claims are woken (``hookgate_tasks``): the
+    task's concurrency slot is free now. The notifications go out when the caller commits.
+    """
+    cancelled = await conn.fetch(Q.task_cancel_for_run, run_id)
+    woken: set[UUID] = set()
+    for task in cancelled:
+        await audit.record(conn, "TASK_CANCEL", actor_type="system", actor_id=None, subject_type="agent_task",
+                           subject_id=task["id"], workspace_id=workspace_id,
+                           detail={"reason": reason, "was": task["was"]})
+        if task["was"] == "running":
+            await conn.execute(Q.notify_send, notify.CANCELS, str(task["id"]))
+            if task["agent_id"] not in woken:
+                woken.add(task["agent_id"])
+                await conn.execute(Q.notify_send, notify.TASKS, str(task["id"]))
+    return cancelled

@@ -42,7 +42,7 @@ class Publisher:
 def snapshot(autopilot: asyncpg.Record) -> dict[str, Any]:
     """The substantive configuration of an autopilot, as recorded in a rule version."""
     keys = ("title", "instructions", "assignee_type", "assignee_id", "execution_mode", "status",
-            "issue_title_template")
+            "issue_title_template", "run_timeout_s")
     return {k: (str(autopilot[k]) if isinstance(autopilot[k], UUID) else autopilot[k]) for k in keys}
 
 
@@ -73,12 +73,16 @@ async def publish(
 async def create_autopilot(
     conn: Conn, *, workspace_id: UUID, creator_id: UUID, title: str, assignee_type: str,
     assignee_id: UUID, execution_mode: str, instructions: str = "", issue_title_template: str | None = None,
+    run_timeout_s: int | None = None,
 ) -> tuple[asyncpg.Record, asyncpg.Record]:
-    """Create an active autopilot and its first rule version; returns ``(autopilot, version)``."""
+    """Create an active autopilot and its first rule version; returns ``(autopilot, version)``.
+
+    ``run_timeout_s``: a run not finished that long after its creation (or retry) fails ``deadline_exceeded``.
+    """
     async with conn.transaction():
         row = one(await conn.fetchrow(
             Q.autopilot_insert, workspace_id, title, instructions, assignee_type, assignee_id,
-            execution_mode, issue_title_template, creator_id,
+            execution_mode, issue_title_template, creator_id, run_timeout_s,
         ))
         version = await publish(conn, row["id"], "create", Publisher.member(creator_id))
     return row, version

@@ -9,6 +9,7 @@ an unauthenticated write leaves nothing of its content behind. Errors (under ``h
     TaskError
      └── TaskNotFound   the task does not exist
     LeaseLost           the token is not the current lease: recorded as LATE_RESULT, never applied
+     └── TaskCancelled  the token held the task when it was cancelled (same recording)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import asyncpg
 from autopilot import audit, lifecycle
 from hookgate import metrics, retry
 from hookgate.database import Conn
-from hookgate.errors import HookgateError, LeaseLost
+from hookgate.errors import HookgateError, LeaseLost, TaskCancelled
 from sql import Q
 
 #: A failed report with one of these retry classes goes back to the queue while attempts are left.
@@ -138,7 +139,7 @@ async def renew(
     """Extend the holder's lease by ``lease_s`` from now; raises LeaseLost if the token is not current."""
     expires: datetime | None = await conn.fetchval(Q.task_renew, task_id, lease_token, lease_s, actor_type, actor_id)
     if expires is None:
-        await _refuse(conn, task_id, "renew", actor_type, actor_id, sent=sent)
+        await _refuse(conn, task_id, "renew", actor_type, actor_id, sent=sent, lease_token=lease_token)
     return expires
 
 
@@ -169,9 +170,9 @@ async def report(
             await lifecycle.task_finished(conn, done["run_id"], done["status"], done["error"])
             return "applied"
     state = await conn.fetchrow(Q.task_state, task_id)
-    if state is not None and state["released_token"] == lease_token:
+    if state is not None and state["released_token"] == lease_token and state["status"] != "cancelled":
         return "repeated"
-    await _refuse(conn, task_id, "report", actor_type, actor_id, rep, sent)
+    await _refuse(conn, task_id, "report", actor_type, actor_id, rep, sent, lease_token=lease_token)
 
 
 async def accept(conn: Conn, task_id: UUID, lease_token: UUID, *, lease_s: float, actor_id: str) -> datetime | None:
@@ -192,7 +193,7 @@ async def release(conn: Conn, task_id: UUID, lease_token: UUID, *, holder: str, 
 
 async def _refuse(
     conn: Conn, task_id: UUID, op: str, actor_type: str, actor_id: str | None, rep: Report | None = None,
-    sent: Sent | None = None,
+    sent: Sent | None = None, *, lease_token: UUID | None = None,
 ) -> NoReturn:
     state = await conn.fetchrow(Q.task_state, task_id)
     if state is None:
@@ -207,4 +208,6 @@ async def _refuse(
         conn, "LATE_RESULT", actor_type=actor_type, actor_id=actor_id, subject_type="agent_task",
         subject_id=task_id, workspace_id=state["workspace_id"], detail=detail,
     )
+    if state["status"] == "cancelled" and state["released_token"] == lease_token:
+        raise TaskCancelled(str(task_id))  # the holder of the cancelled lease: tell it to stop
     raise LeaseLost(str(task_id))

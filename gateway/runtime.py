@@ -5,7 +5,9 @@ also how an HTTP agent that answered a push with 202 finishes its task: it has n
 task of an HTTP agent the request may carry no bearer and the lease token in the body is the capability
 (a random UUID given only to the current holder, in the push body). A stale or foreign lease token gets
 409 ``{"error":"lease_lost"}``, is recorded as LATE_RESULT and changes nothing; the same report repeated
-by the holder gets 200 again. The runtime instance is named by the optional ``instance`` body field.
+by the holder gets 200 again. A task cancelled while the caller's lease held it (its run cancelled or past
+its deadline, its issue closed) answers that lease's renew and report with 409 ``{"error":"cancelled"}``:
+stop working on it. The runtime instance is named by the optional ``instance`` body field.
 
 Credentials come before bodies: a runtime token is checked (and, for renew and report, that the task is
 the caller's, or an HTTP agent's when no token is sent) before a byte of the body is read; bodies are read
@@ -44,7 +46,7 @@ from gateway.errors import ApiError
 from hookgate import crypto, notify
 from hookgate.context import Context
 from hookgate.database import Conn
-from hookgate.errors import LeaseLost
+from hookgate.errors import LeaseLost, TaskCancelled
 from sql import Q
 
 DEFAULT_INSTANCE = "default"
@@ -338,6 +340,11 @@ async def _anonymous(request: Request, task_id: UUID) -> Caller:
     return Caller("agent", str(state["agent_id"]), ip)
 
 
+def _cancelled() -> ApiError:
+    """The caller's lease held the task when it was cancelled: it proved its token, so no debt is charged."""
+    return ApiError(409, "cancelled", "the task was cancelled; stop working on it")
+
+
 def _lease_lost(request: Request, caller: Caller) -> ApiError:
     if caller.ip is not None:
         _gates(request).charge(caller.ip)
@@ -355,6 +362,8 @@ async def renew(request: Request) -> Response:
             expires = await tasks.renew(conn, task_id, token, lease_s=ctx.settings.task_lease_s,
                                         actor_type=caller.actor_type, actor_id=caller.actor_id,
                                         sent=caller.sent(raw))
+        except TaskCancelled:
+            raise _cancelled() from None
         except LeaseLost:
             raise _lease_lost(request, caller) from None
     return _json(Renewed(task_id=task_id, lease_expires_at=expires))
@@ -386,6 +395,8 @@ async def report(request: Request) -> Response:
         try:
             outcome = await tasks.report(conn, task_id, token, rep, actor_type=caller.actor_type,
                                          actor_id=caller.actor_id, sent=caller.sent(raw))
+        except TaskCancelled:
+            raise _cancelled() from None
         except LeaseLost:
             raise _lease_lost(request, caller) from None
         if outcome == "applied":
@@ -423,7 +434,8 @@ _ON_TASK = {
     **_COMMON,
     401: Answer("No valid runtime token; without one, the task is not an HTTP agent's (`unauthorized`)", (Error,)),
     404: Answer("No such task, or it is another agent's (`not_found`)", (Error,)),
-    409: Answer("The lease token no longer holds the task (`lease_lost`); nothing changed", (Error,)),
+    409: Answer("The lease token no longer holds the task (`lease_lost`), or the task was cancelled while it "
+                "held it (`cancelled`: stop working on it); nothing changed", (Error,)),
     429: Answer("Without a runtime token: too many bad lease tokens from this address (`rate_limited`)",
                 (Error,), retry_after=True),
 }

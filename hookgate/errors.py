@@ -5,6 +5,8 @@ Each concept keeps its errors in its own module; every one derives from :class:`
     HookgateError
      ├── LeaseLost              a lease token is no longer the current one (a task, a delivery, a scheduler
      │                          execution): another holder swept or took the work over; our writes are void
+     │    └── TaskCancelled     the task was cancelled while this lease held it (its run cancelled, its
+     │                          issue closed, its deadline passed): stop working on it
      ├── ConfigError            a setting is wrong or the database is unreachable at start (hookgate.settings)
      ├── MigrationError         a migration or SQL function file cannot be applied (hookgate.migrations)
      ├── EmbeddedPostgresError  the embedded PostgreSQL cannot start (hookgate.embedded)
@@ -33,3 +35,7 @@ class HookgateError(Exception):
 
 class LeaseLost(HookgateError):
     """The caller's lease is stale or foreign: another holder swept or took the work; nothing was changed."""
+
+
+class TaskCancelled(LeaseLost):
+    """The task was cancelled while the caller's lease held it: the work should stop; nothing was changed."""

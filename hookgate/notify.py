@@ -29,12 +29,15 @@ DELIVERIES = "hookgate_deliveries"
 RUNS = "hookgate_runs"
 #: A task is queued for an agent (dispatch, a requeue): the push worker and waiting runtime claims take it.
 TASKS = "hookgate_tasks"
+#: A running task was cancelled (its run cancelled or past its deadline, its issue closed): payload = task id.
+#: The worker pushing it aborts the push.
+CANCELS = "hookgate_cancels"
 #: A trigger's schedule changed (admin API, edits): the scheduler plans again.
 TRIGGERS = "hookgate_triggers"
 #: A notification was queued for a channel (an alert was raised, a channel's test): the alert sender sends it.
 ALERTS = "hookgate_alerts"
 #: What the worker role listens to.
-WORKER_CHANNELS = (DELIVERIES, RUNS, TASKS, ALERTS)
+WORKER_CHANNELS = (DELIVERIES, RUNS, TASKS, ALERTS, CANCELS)
 
 
 class NotifyListener:

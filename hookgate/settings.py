@@ -158,6 +158,10 @@ class Settings(BaseSettings):
         "executions are deleted"
     )
     retention_batch_size: int = Field(default=1000, ge=1, description="Rows per retention statement")
+    deadline_sweep_s: float = Field(
+        default=5.0, gt=0, description="How often the scheduler ends runs past their autopilot's run_timeout_s "
+        "(so a run overruns by at most about this much)"
+    )
 
     # --- dispatch ---
     delivery_concurrency: int = Field(default=4, ge=1, le=256, description="Concurrent delivery dispatchers per worker")

@@ -11,7 +11,9 @@ first 4 KiB), and counts towards the agent's health: after ``agent_trip_after`` 
 agent is unhealthy (its circuit is open) and its tasks wait, without spending attempts, for a probe to
 succeed (``hookgate_slots_take`` lets one through per probe interval). Every connection passes the
 egress policy (:mod:`hookgate.egress`) on the address it is about to reach; a refused one fails the task
-at once (``egress_forbidden``). Transport faults all read ``unreachable`` whatever their cause, so the
+at once (``egress_forbidden``). A task cancelled while its push is in flight (NOTIFY ``hookgate_cancels``,
+payload = task id) has its request aborted: the outcome is ``cancelled`` and writes nothing (the task is
+cancelled already). Transport faults all read ``unreachable`` whatever their cause, so the
 error a tenant sees cannot tell a closed port from an open one. Pushes run as their own
 asyncio tasks, bounded per process (``push_inflight``) and per agent (its ``max_concurrency``, enforced at
 claim time in the database), each with the agent's timeout: a hanging agent holds only its own slots.
@@ -64,10 +66,11 @@ FAILING = frozenset({"failed", "timeout", "unreachable"})
 
 @dataclass(frozen=True)
 class Outcome:
-    """What an agent's answer means (``done``, ``accepted``, ``retry`` or ``terminal``) and what the attempt saw.
+    """What an agent's answer means (``done``, ``accepted``, ``retry``, ``terminal``, ``cancelled``), as seen.
 
     ``label`` is the attempt's recorded outcome (``succeeded``, ``accepted``, ``failed``, ``timeout``,
-    ``unreachable``, ``egress_forbidden``); ``hint`` an agent's ``Retry-After`` in seconds.
+    ``unreachable``, ``egress_forbidden``, ``cancelled``); ``hint`` an agent's ``Retry-After`` in seconds.
+    ``cancelled``: the task was cancelled during the push, which was aborted; only the attempt is written.
     """
 
     kind: str
@@ -101,6 +104,8 @@ class Health:
 
 #: A push the egress policy refused: terminal, since the same URL is refused again on every attempt.
 EGRESS_FORBIDDEN = Outcome("terminal", egress.CONNECT_REFUSED_TEXT, "egress_forbidden", retry_class="egress_forbidden")
+#: A push aborted because its task was cancelled meanwhile.
+CANCELLED = Outcome("cancelled", "the task was cancelled; the push was aborted", "cancelled")
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
@@ -206,8 +211,13 @@ class Pusher:
         #: finished push wake the ``pushes`` loop (a lookup per burst otherwise spent for nothing). Set by any
         #: ``hookgate_tasks`` notification (a task was queued somewhere) and by a pass that saw waiting tasks.
         self.backlog = True
+        #: The asyncio task posting each task (by task id) while its request is in flight, and the task ids
+        #: whose push a ``hookgate_cancels`` notice aborted.
+        self._posting: dict[UUID, asyncio.Task[Any]] = {}
+        self._aborted: set[UUID] = set()
         if wake is not None:
             wake.subscribe(notify.TASKS, self._on_task_notice)
+            wake.subscribe(notify.CANCELS, self._on_cancel_notice)
 
     def capacity(self) -> int:
         """How many more pushes this process may start now."""
@@ -221,6 +231,17 @@ class Pusher:
 
     def _on_task_notice(self, _payload: str) -> None:
         self.backlog = True
+
+    def _on_cancel_notice(self, payload: str) -> None:
+        """A task was cancelled: abort its push if this process is posting it now."""
+        try:
+            task_id = UUID(payload)
+        except ValueError:
+            return
+        posting = self._posting.get(task_id)
+        if posting is not None and task_id not in self._aborted:
+            self._aborted.add(task_id)
+            posting.cancel()
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.pop(task, None)
@@ -239,11 +260,27 @@ class Pusher:
     async def push(self, claimed: tasks.Claimed) -> str:
         """One push attempt of a claimed task, its outcome recorded under the lease; returns the outcome kind."""
         started, clock = datetime.now(UTC), time.monotonic()
-        outcome = await self._post(claimed)
+        outcome = await self._abortable_post(claimed)
         took = Attempt(started, datetime.now(UTC), round((time.monotonic() - clock) * 1000))
         metrics.PUSH_OUTCOMES.labels(str(claimed.agent_id), outcome.kind).inc()
         await self._record(claimed, outcome, took)
         return outcome.kind
+
+    async def _abortable_post(self, claimed: tasks.Claimed) -> Outcome:
+        """:meth:`_post`, aborted (``CANCELLED``) if a cancel notice for the task arrives meanwhile."""
+        me = asyncio.current_task()
+        assert me is not None
+        self._posting[claimed.id] = me
+        try:
+            return await self._post(claimed)
+        except asyncio.CancelledError:
+            if claimed.id not in self._aborted or me.cancelling() > 1:
+                raise  # cancelled by someone else too (a stopping worker): not ours to swallow
+            me.uncancel()
+            return CANCELLED
+        finally:
+            self._posting.pop(claimed.id, None)
+            self._aborted.discard(claimed.id)
 
     async def _post(self, claimed: tasks.Claimed) -> Outcome:
         body = push_body(claimed, self.settings.public_url)
@@ -431,6 +468,8 @@ class Pusher:
         return tasks.Report("failed", error=outcome.detail, retry_class=outcome.retry_class or "permanent")
 
     async def _write(self, conn: Any, claimed: tasks.Claimed, outcome: Outcome, health: Health | None) -> None:
+        if outcome.kind == "cancelled":
+            return  # the cancel ended the task and its lease already
         report = self._report(claimed, outcome, health)
         try:
             if report is None:

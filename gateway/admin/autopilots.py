@@ -24,6 +24,8 @@ from sql import Q
 
 api = Endpoints("Autopilots")
 Mode = Literal["run_only", "create_issue"]
+#: The longest run deadline: a year.
+MAX_RUN_TIMEOUT_S = 365 * 24 * 3600
 Status = Literal["active", "paused", "archived"]
 
 
@@ -44,6 +46,9 @@ class AutopilotIn(BaseModel):
     assignee: Assignee
     execution_mode: Mode = "create_issue"
     issue_title_template: str | None = Field(default=None, max_length=500)
+    run_timeout_s: int | None = Field(default=None, ge=1, le=MAX_RUN_TIMEOUT_S, strict=True, description=(
+        "A run not finished this many seconds after it was created (or retried) fails (deadline_exceeded) "
+        "and its tasks are cancelled; null: no deadline"))
 
 
 class AutopilotPatch(BaseModel):
@@ -55,6 +60,8 @@ class AutopilotPatch(BaseModel):
     assignee: Assignee | None = None
     execution_mode: Mode | None = None
     issue_title_template: str | None = Field(default=None, max_length=500)
+    run_timeout_s: int | None = Field(default=None, ge=1, le=MAX_RUN_TIMEOUT_S, strict=True,
+                                      description="Seconds; null removes the deadline")
 
 
 class AutopilotOut(BaseModel):
@@ -67,6 +74,7 @@ class AutopilotOut(BaseModel):
     execution_mode: Mode
     status: Status
     issue_title_template: str | None
+    run_timeout_s: int | None
     created_by: UUID
     created_at: datetime
     updated_at: datetime
@@ -136,7 +144,8 @@ async def autopilot_out(conn: Conn, row: asyncpg.Record) -> AutopilotOut:
     return AutopilotOut(
         id=row["id"], title=row["title"], instructions=row["instructions"],
         assignee=Assignee(type=row["assignee_type"], id=row["assignee_id"]), execution_mode=row["execution_mode"],
-        status=row["status"], issue_title_template=row["issue_title_template"], created_by=row["created_by"],
+        status=row["status"], issue_title_template=row["issue_title_template"],
+        run_timeout_s=row["run_timeout_s"], created_by=row["created_by"],
         created_at=row["created_at"], updated_at=row["updated_at"], version=version["version"] if version else 0,
     )
 
@@ -161,7 +170,7 @@ async def create_autopilot(call: Call) -> AutopilotOut:
         call.conn, workspace_id=call.principal.workspace_id, creator_id=call.principal.member_id,
         title=body.title, assignee_type=body.assignee.type, assignee_id=body.assignee.id,
         execution_mode=body.execution_mode, instructions=body.instructions,
-        issue_title_template=body.issue_title_template)
+        issue_title_template=body.issue_title_template, run_timeout_s=body.run_timeout_s)
     return await autopilot_out(call.conn, row)
 
 

@@ -1,10 +1,14 @@
-"""Runs: start one by hand or from a script, list, read with its causal chain, cancel.
+"""Runs: start one by hand or from a script, list, read with its causal chain, cancel, retry.
 
 ``POST /v1/autopilots/{id}/runs`` goes through the admission gate like every other source (ARCHITECTURE §6):
 ``manual`` runs record the caller as originator and accountable member (checked live, in the same
 transaction); ``api`` runs have no originator and are accountable to the rule's publisher. A run that
 cannot proceed is still created, ``skipped`` with its reason. A pending run wakes the workers
 (``hookgate_runs``), which create its issue or task. ``Idempotency-Key`` makes a retried POST safe.
+
+Cancel ends the run and its unfinished tasks, running ones included: their holder is told (a push in
+flight is aborted, a pull runtime's next renew or report gets 409 ``cancelled``). Retry gives a failed or
+cancelled run one more task (``autopilot.reruns``) and queues it again.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from uuid import UUID
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
-from autopilot import admission, audit
+from autopilot import admission, audit, lifecycle, reruns
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints, Reply
 from gateway.admin.pagination import PageQuery
@@ -140,6 +144,14 @@ def paced_until(row: asyncpg.Record) -> datetime | None:
     return at
 
 
+class Retried(BaseModel):
+    """The run's new task; ``attempt`` is the run's task count, this one included (1 was the first dispatch)."""
+
+    run_id: UUID
+    task_id: UUID
+    attempt: int
+
+
 def run_out(row: asyncpg.Record) -> RunOut:
     """Render a run row; a run held back by pacing shows ``reason_code = paced`` and its ``next_attempt_at``."""
     out = dict(row) | {"delivery_id": row["webhook_delivery_id"]}
@@ -213,7 +225,7 @@ async def get_run(call: Call) -> RunDetail:
 
 @api.add("POST", "/v1/runs/{run_id}/cancel", summary="Cancel a run", response=RunOut, body=CancelIn)
 async def cancel_run(call: Call) -> RunOut:
-    """Writers of the run's autopilot. Queued tasks are cancelled too; a held task ends via its holder."""
+    """Writers of the run's autopilot. Its queued and running tasks are cancelled too; a holder is told."""
     body: CancelIn = call.body
     run = await call.conn.fetchrow(Q.run_get, call.principal.workspace_id, call.path["run_id"])
     if run is None:
@@ -225,8 +237,39 @@ async def cancel_run(call: Call) -> RunOut:
                                        body.reason or "cancelled through the admin API")
         if row is None:
             raise ApiError(409, "run_finished", f"the run already ended ({run['status']})")
-        tasks = await call.conn.fetch(Q.task_cancel_queued_for_run, run["id"])
+        tasks = await lifecycle.cancel_tasks(call.conn, run["id"], "run_cancelled", call.principal.workspace_id)
         await audit.record(call.conn, "RUN_CANCEL", actor_type="member", actor_id=call.principal.member_id,
                            subject_type="run", subject_id=run["id"], workspace_id=call.principal.workspace_id,
                            detail={"previous_status": run["status"], "tasks_cancelled": len(tasks)})
     return run_out(row)
+
+
+@api.add("POST", "/v1/runs/{run_id}/retry", summary="Retry a failed or cancelled run", response=Retried,
+         status=202, idempotent=True)
+async def retry_run(call: Call) -> Reply:
+    """Writers of the run's autopilot. A new task for the same run; the run is queued again. Honours Idempotency-Key.
+
+    409 ``run_not_retryable`` unless the run ended failed or cancelled; 409 ``assignee_missing`` /
+    ``agent_archived`` when the autopilot's assignee resolves to no usable agent now; 409
+    ``autopilot_archived`` for an archived autopilot.
+    """
+    run = await call.conn.fetchrow(Q.run_get, call.principal.workspace_id, call.path["run_id"])
+    if run is None:
+        raise auth.not_found("run")
+    autopilot = await auth.autopilot_of(call.conn, call.principal, run["autopilot_id"])
+    await auth.require_writer(call.conn, call.principal, autopilot)
+    return await call.once(lambda: _retry(call, run["id"], autopilot))
+
+
+async def _retry(call: Call, run_id: UUID, autopilot: asyncpg.Record) -> Retried:
+    settings = call.ctx.settings
+    if autopilot["status"] == "archived":
+        raise ApiError(409, "autopilot_archived", "the autopilot is archived; its runs cannot be retried")
+    try:
+        async with call.conn.transaction():
+            done = await reruns.retry_run(call.conn, run_id, max_attempts=settings.retry_schedule.attempts,
+                                          actor_id=call.principal.member_id,
+                                          heartbeat_timeout_s=settings.heartbeat_timeout_s)
+    except reruns.RetryRefused as exc:
+        raise ApiError(409, exc.code, str(exc)) from None
+    return Retried(run_id=done.run_id, task_id=done.task_id, attempt=done.attempt)

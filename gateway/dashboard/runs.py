@@ -40,8 +40,8 @@ async def cancel(request: Request) -> Response:
             row = await conn.fetchrow(Q.dashboard_run_chain, v.workspace_id, run_id)
         if row is None:
             raise Denied(404, "no such run")
-        return confirm(v, "Cancel this run? Its queued tasks are cancelled too; a task an agent holds ends "
-                          "through its holder's report.",
+        return confirm(v, "Cancel this run? Its queued and running tasks are cancelled too; a push in "
+                          "flight is aborted, and an agent holding a task is told to stop.",
                        [("Run", str(run_id)), ("Status", row["status"]), ("Autopilot", row["autopilot"])],
                        f"/dashboard/runs/{run_id}")
     reason = v.form.get("reason", "").strip() or "cancelled from the dashboard"

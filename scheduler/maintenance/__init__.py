@@ -5,6 +5,8 @@
 - :mod:`~scheduler.maintenance.retention` ``retention`` (hourly): old raw delivery bodies dropped, old
   finished executions, sent or failed notifications and expired Idempotency-Keys deleted, in short batches.
 - :mod:`~scheduler.maintenance.auto_pause` ``auto_pause`` (5 min): autopilots whose runs mostly fail paused.
+- :mod:`~scheduler.maintenance.deadlines` ``run_deadlines`` (``HOOKGATE_DEADLINE_SWEEP_S``, 5 s): runs past
+  their autopilot's ``run_timeout_s`` fail (deadline_exceeded) and their tasks are cancelled.
 - :mod:`~scheduler.maintenance.rejection_spikes` ``rejection_spikes`` (1 min): ``trigger.rejections_spike``
   alerts for triggers with many rejected deliveries.
 - :mod:`~scheduler.maintenance.periodic`: the shape they share (once per interval across all schedulers,
@@ -20,7 +22,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from hookgate.settings import Settings
-from scheduler.maintenance import auto_pause, leases, rejection_spikes, retention
+from scheduler.maintenance import auto_pause, deadlines, leases, rejection_spikes, retention
 from scheduler.spec import JobSpec
 
 
@@ -31,4 +33,5 @@ def jobs(settings: Settings) -> list[JobSpec]:
         auto_pause.auto_pause_job(),
         rejection_spikes.rejection_spikes_job(),
         leases.lease_watchdog_job(settings.heartbeat_timeout_s),
+        deadlines.run_deadlines_job(timedelta(seconds=settings.deadline_sweep_s)),
     ]

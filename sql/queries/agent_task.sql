@@ -195,10 +195,33 @@ WITH due AS (
 SELECT id, workspace_id, run_id, agent_id, status, attempt FROM expired;
 
 -- name: task_cancel_for_run
--- Cancel run $1's unfinished tasks (its issue was cancelled or done); a holder's later report gets 409.
-UPDATE agent_task
-SET status = 'cancelled', lease_token = NULL, lease_expires_at = NULL, finished_at = now(), updated_at = now()
-WHERE run_id = $1 AND status IN ('queued', 'running')
+-- Cancel run $1's unfinished tasks (the run was cancelled, its issue closed, or its deadline passed). A running
+-- task's lease ends here: its token moves to released_token, so the holder's next renew or report is told
+-- "cancelled" (409) rather than "lease lost", and its concurrency slot is free at once. Returns each task
+-- with the status it had ('queued' or 'running': a running one has a holder to stop) and its agent. A pull
+-- runtime's lease ended this way is kept as a 'cancelled' attempt (a push records its own when it aborts).
+WITH doomed AS (
+    SELECT id, status FROM agent_task WHERE run_id = $1 AND status IN ('queued', 'running')
+    ORDER BY id
+    FOR UPDATE
+), cancelled AS (
+    UPDATE agent_task t
+    SET status = 'cancelled',
+        released_token = CASE WHEN doomed.status = 'running' THEN t.lease_token ELSE t.released_token END,
+        lease_token = NULL, lease_expires_at = NULL, finished_at = now(), updated_at = now()
+    FROM doomed
+    WHERE t.id = doomed.id
+    RETURNING t.id, t.workspace_id, t.run_id, t.agent_id, t.attempt, t.attempt_started_at, doomed.status AS was
+), attempted AS (
+    INSERT INTO task_attempt (workspace_id, task_id, run_id, agent_id, attempt, started_at, finished_at,
+                              duration_ms, outcome, error)
+    SELECT c.workspace_id, c.id, c.run_id, c.agent_id, c.attempt, coalesce(c.attempt_started_at, now()), now(),
+           greatest(0, extract(epoch FROM now() - coalesce(c.attempt_started_at, now())) * 1000)::integer,
+           'cancelled', 'the run was cancelled'
+    FROM cancelled c JOIN agent ag ON ag.id = c.agent_id
+    WHERE c.was = 'running' AND ag.runtime_kind <> 'http'
+)
+SELECT id, agent_id, was FROM cancelled;
 
 -- name: task_list
 -- Tasks of workspace $1, newest first. Filters (nullable): $2 = agent, $3 = status, $4 = run,
@@ -219,12 +242,9 @@ SELECT id, workspace_id, run_id, issue_id, agent_id, payload, status, attempt, m
        CASE WHEN status = 'queued' THEN available_at END AS next_attempt_at, error AS last_error
 FROM agent_task WHERE workspace_id = $1 AND id = $2;
 
--- name: task_cancel_queued_for_run
--- A cancelled run's tasks that no worker holds yet are cancelled too. $1 = run. A running task ends
--- through its holder's report (ARCHITECTURE §7 P5), never here.
-UPDATE agent_task SET status = 'cancelled', finished_at = now(), updated_at = now()
-WHERE run_id = $1 AND status = 'queued'
-RETURNING id;
+-- name: task_count_for_run
+-- How many tasks run $1 has had (every attempt of the run: the first dispatch and each retry).
+SELECT count(*) FROM agent_task WHERE run_id = $1;
 
 -- name: task_succeed_many
 -- Push outcomes in one statement: the holders' reports (P5) that tasks $1 (lease tokens $2, results $3,

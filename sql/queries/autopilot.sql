@@ -1,9 +1,10 @@
 -- name: autopilot_insert
 -- A new, active autopilot. $1 = workspace, $2 = title, $3 = instructions, $4 = assignee type,
--- $5 = assignee id, $6 = execution mode, $7 = issue title template (nullable), $8 = creator.
+-- $5 = assignee id, $6 = execution mode, $7 = issue title template (nullable), $8 = creator,
+-- $9 = run timeout in seconds (nullable: none).
 INSERT INTO autopilot (workspace_id, title, instructions, assignee_type, assignee_id, execution_mode,
-                       issue_title_template, created_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                       issue_title_template, created_by, run_timeout_s)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 RETURNING *;
 
 -- name: autopilot_get
@@ -49,10 +50,11 @@ LIMIT $4;
 
 -- name: autopilot_update
 -- Replace the editable fields of autopilot $1 (the caller merged the patch). $2 = title,
--- $3 = instructions, $4 = assignee type, $5 = assignee id, $6 = execution mode, $7 = issue title template.
+-- $3 = instructions, $4 = assignee type, $5 = assignee id, $6 = execution mode, $7 = issue title template,
+-- $8 = run timeout in seconds (nullable).
 UPDATE autopilot
 SET title = $2, instructions = $3, assignee_type = $4, assignee_id = $5, execution_mode = $6,
-    issue_title_template = $7, updated_at = now()
+    issue_title_template = $7, run_timeout_s = $8, updated_at = now()
 WHERE id = $1
 RETURNING *;
 

@@ -216,3 +216,36 @@ SET status = 'cancelled', reason_code = 'cancelled_by_member', reason = $3, fini
     updated_at = now()
 WHERE workspace_id = $1 AND id = $2 AND status IN ('pending', 'issue_created', 'queued', 'running')
 RETURNING *;
+
+-- name: run_requeue
+-- A retry gave run $1 its new task $2: the run is queued again, its ending (finish time, reason) cleared, and
+-- its deadline counts from now (retried_at).
+UPDATE autopilot_run
+SET status = 'queued', task_id = $2, reason_code = NULL, reason = NULL, finished_at = NULL, retried_at = now(),
+    updated_at = now()
+WHERE id = $1
+RETURNING id, status;
+
+-- name: run_fail_overdue
+-- The deadline sweep: lock up to $1 unfinished runs whose autopilot's run_timeout_s has passed since the run
+-- was created or last retried, and end them failed (deadline_exceeded). $2 = clock override (nullable).
+-- SKIP LOCKED: concurrent sweeps take different runs, and a run being retried or cancelled right now is left
+-- for the next sweep; the lock re-checks the status, so a run that just ended keeps its ending.
+WITH due AS (
+    SELECT r.id, a.run_timeout_s FROM autopilot a
+    JOIN autopilot_run r ON r.autopilot_id = a.id
+    WHERE a.run_timeout_s IS NOT NULL
+      AND r.status IN ('pending', 'issue_created', 'queued', 'running')
+      AND coalesce(r.retried_at, r.created_at)
+          < coalesce($2::timestamptz, now()) - make_interval(secs => a.run_timeout_s)
+    ORDER BY coalesce(r.retried_at, r.created_at)
+    LIMIT $1
+    FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE autopilot_run r
+SET status = 'failed', reason_code = 'deadline_exceeded',
+    reason = format('the run did not finish within %s s (the autopilot''s run_timeout_s)', due.run_timeout_s),
+    finished_at = now(), updated_at = now()
+FROM due
+WHERE r.id = due.id
+RETURNING r.id, r.workspace_id, r.autopilot_id;

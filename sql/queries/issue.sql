@@ -34,3 +34,9 @@ WITH old AS (SELECT id, status FROM issue WHERE workspace_id = $1 AND id = $2 FO
 UPDATE issue i SET status = $3, updated_at = CASE WHEN i.status = $3 THEN i.updated_at ELSE now() END
 FROM old WHERE i.id = old.id
 RETURNING i.*, old.status AS previous_status;
+
+-- name: issue_reopen
+-- A retried run's issue $1 is open again if it was cancelled (a cancelled issue is what cancelled its run);
+-- an open or done issue is left as it is. Returns the issue if it was reopened.
+UPDATE issue SET status = 'todo', updated_at = now() WHERE id = $1 AND status = 'cancelled'
+RETURNING id;

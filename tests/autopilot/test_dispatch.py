@@ -67,7 +67,7 @@ async def test_a_half_made_run_is_repaired_not_duplicated(ctx, conn):
     # A crash after the issue, before the task: issue_created with no task.
     async with conn.transaction():
         run = await conn.fetchrow(dispatch.Q.run_lock_for_dispatch, run_id, 120.0)
-        await dispatch._ensure_issue(conn, run)
+        await dispatch.ensure_issue(conn, run)
     assert await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "issue_created"
     result = await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
     assert result.status == "queued"

@@ -34,6 +34,8 @@ class Hit:
     name: str
     headers: dict[str, str]
     raw: bytes
+    #: The request itself, for behaviours that watch the connection (e.g. wait for the client to hang up).
+    request: Request | None = field(default=None, repr=False, compare=False)
 
     @property
     def body(self) -> Any:
@@ -65,7 +67,7 @@ class AgentServer:
 
     async def handle(self, request: Request) -> Response:
         name = request.path_params["name"]
-        hit = Hit(name, dict(request.headers), await request.body())
+        hit = Hit(name, dict(request.headers), await request.body(), request)
         n = len(self.of(name))
         self.hits.append(hit)
         self.inflight[name] = self.inflight.get(name, 0) + 1

@@ -127,3 +127,27 @@ async def test_a_private_agent_is_assigned_only_by_its_owner(client, team):
     by_admin = await client.post("/v1/autopilots", headers=team.h("admin"), json=spec)
     by_owner = await client.post("/v1/autopilots", headers=team.h("member"), json=spec)
     assert (by_admin.status_code, by_admin.json()["error"], by_owner.status_code) == (422, "invalid_assignee", 201)
+
+
+async def test_run_timeout_s_is_set_at_create_changed_or_removed_by_patch_and_validated(client, team):
+    base = {"title": "timed", "assignee": {"type": "agent", "id": team.agent_id}}
+    made = await client.post("/v1/autopilots", headers=team.h("owner"), json=base | {"run_timeout_s": 30})
+    assert made.status_code == 201 and made.json()["run_timeout_s"] == 30
+    url = f"/v1/autopilots/{made.json()['id']}"
+    assert (await client.get(url, headers=team.h("member"))).json()["run_timeout_s"] == 30
+    changed = await client.patch(url, headers=team.h("owner"), json={"run_timeout_s": 5})
+    assert (changed.json()["run_timeout_s"], changed.json()["version"]) == (5, 2)
+    removed = await client.patch(url, headers=team.h("owner"), json={"run_timeout_s": None})
+    assert (removed.json()["run_timeout_s"], removed.json()["version"]) == (None, 3)
+    versions = (await client.get(f"{url}/versions", headers=team.h("owner"))).json()["items"]
+    assert [v["config"]["run_timeout_s"] for v in versions] == [30, 5, None]
+    assert (await client.get(url, headers=team.h("owner"))).json()["run_timeout_s"] is None
+    plain = await client.post("/v1/autopilots", headers=team.h("owner"), json=base)
+    assert plain.json()["run_timeout_s"] is None
+    for bad in (0, -1, "5", True, 1.5, 10**12):
+        refused = await client.post("/v1/autopilots", headers=team.h("owner"), json=base | {"run_timeout_s": bad})
+        patched = await client.patch(url, headers=team.h("owner"), json={"run_timeout_s": bad})
+        assert (refused.status_code, patched.status_code) == (422, 422), bad
+        assert refused.json()["error"] == patched.json()["error"] == "invalid_request"
+    member = await client.patch(url, headers=team.h("member"), json={"run_timeout_s": 9})
+    assert member.status_code == 403
