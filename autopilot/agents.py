@@ -56,13 +56,15 @@ class AgentChange:
     timeout_s: float | None = None
     max_concurrency: int | None = None
     visibility: str | None = None
+    #: Seconds between attempts; ``[]`` puts the agent back on the default schedule (None keeps it).
+    retry_schedule: list[float] | None = None
 
 
 async def update_agent(conn: Conn, agent_id: UUID, change: AgentChange) -> asyncpg.Record:
     """Apply an edit; a new cap reshapes the concurrency slots at once, running tasks kept and counted."""
     async with conn.transaction():
         row = one(await conn.fetchrow(Q.agent_update, agent_id, change.name, change.url, change.timeout_s,
-                                      change.max_concurrency, change.visibility))
+                                      change.max_concurrency, change.visibility, change.retry_schedule))
         if change.max_concurrency is not None:
             await conn.execute(Q.agent_slots_resize, agent_id)
     return row

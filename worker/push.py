@@ -39,7 +39,7 @@ from uuid import UUID
 import aiohttp
 from multidict import CIMultiDictProxy
 
-from autopilot import agents, tasks
+from autopilot import agents, alerts, tasks
 from hookgate import crypto, egress, metrics, notify, retry
 from hookgate.context import Context
 from hookgate.errors import LeaseLost
@@ -405,13 +405,19 @@ class Pusher:
         return health
 
     async def _announce(self, conn: Any, row: Any) -> None:
-        """An agent's circuit opened or closed: log it; a recovered agent's backlog may flow at once."""
-        if row["state"] == "unhealthy":
-            log.warning("agent is unhealthy: its tasks wait for a probe to succeed",
-                        extra={"agent_id": str(row["agent_id"]), "agent": row["name"]})
-        else:
-            log.info("agent recovered", extra={"agent_id": str(row["agent_id"]), "agent": row["name"]})
-            await conn.execute(Q.notify_send, notify.TASKS, str(row["agent_id"]))
+        """An agent's circuit opened or closed: log it, alert the workspace; a recovered agent's backlog flows."""
+        data = {"agent_id": str(row["agent_id"]), "name": row["name"], "state": row["state"],
+                "since": row["since"].isoformat(), "failures": row["failures"], "last_error": row["last_error"],
+                "next_probe_at": None if row["next_probe_at"] is None else row["next_probe_at"].isoformat()}
+        async with conn.transaction():
+            if row["state"] == "unhealthy":
+                log.warning("agent is unhealthy: its tasks wait for a probe to succeed",
+                            extra={"agent_id": str(row["agent_id"]), "agent": row["name"]})
+                await alerts.emit(conn, row["workspace_id"], alerts.AGENT_UNHEALTHY, data)
+            else:
+                log.info("agent recovered", extra={"agent_id": str(row["agent_id"]), "agent": row["name"]})
+                await alerts.emit(conn, row["workspace_id"], alerts.AGENT_RECOVERED, data)
+                await conn.execute(Q.notify_send, notify.TASKS, str(row["agent_id"]))
 
     async def _write_done(self, conn: Any, group: list[Pending]) -> list[tuple[tasks.Claimed, Outcome]]:
         """Write every ``done`` outcome of a group in one statement; returns what needs the one-by-one path.

@@ -13,12 +13,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from gateway.admin import agents, audit, autopilots, channels, deliveries, issues, members, runs, triggers
+from gateway.admin import agents, attempts, audit, autopilots, channels, deliveries, issues, members, runs, triggers
 from gateway.admin.openapi import Endpoint, document
 
 ENDPOINTS: list[Endpoint] = [
     *members.api.items, *agents.api.items, *autopilots.api.items, *triggers.api.items, *runs.api.items,
-    *deliveries.api.items, *issues.api.items, *audit.api.items, *channels.api.items,
+    *deliveries.api.items, *issues.api.items, *attempts.api.items, *audit.api.items, *channels.api.items,
 ]
 
 

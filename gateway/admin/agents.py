@@ -19,7 +19,7 @@ from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
 from gateway.admin.pagination import PageQuery
 from gateway.errors import ApiError
-from hookgate import egress
+from hookgate import egress, retry
 from hookgate.database import one
 from sql import Q
 
@@ -46,6 +46,12 @@ class RuntimeIn(RootModel[Annotated[HttpRuntimeIn | PullRuntimeIn, Field(discrim
     """How the agent receives work."""
 
 
+Delay = Annotated[float, Field(gt=0, le=retry.MAX_DELAY_S)]
+RetrySchedule = Annotated[list[Delay], Field(min_length=1, max_length=retry.MAX_STEPS, description=(
+    "Seconds between attempts of this agent's tasks (n delays: n + 1 attempts, ±10 % jitter); null: the "
+    "gateway's HOOKGATE_PUSH_RETRY_SCHEDULE"))]
+
+
 class AgentIn(BaseModel):
     """A new agent."""
 
@@ -54,6 +60,7 @@ class AgentIn(BaseModel):
     runtime: RuntimeIn
     visibility: Literal["workspace", "private"] = "workspace"
     max_concurrency: int = Field(default=4, ge=1, le=10000)
+    retry_schedule: RetrySchedule | None = None
 
 
 class AgentPatch(BaseModel):
@@ -65,6 +72,8 @@ class AgentPatch(BaseModel):
     timeout_s: float | None = Field(default=None, gt=0, le=300)
     max_concurrency: int | None = Field(default=None, ge=1, le=10000)
     visibility: Literal["workspace", "private"] | None = None
+    #: null puts the agent back on the gateway's default schedule.
+    retry_schedule: RetrySchedule | None = None
 
 
 class RotatedSecretOut(BaseModel):
@@ -84,6 +93,20 @@ class RuntimeOut(BaseModel):
     token_hint: str | None = None
 
 
+class HealthOut(BaseModel):
+    """An agent's health: ``unhealthy`` while its circuit is open (its pushes kept failing).
+
+    ``since``: when it entered this state; ``next_probe_at``: when the next probe push may go (unhealthy
+    only); ``failures``: consecutive failed pushes; ``last_error``: the last failed push's error.
+    """
+
+    state: Literal["healthy", "unhealthy"]
+    since: datetime
+    next_probe_at: datetime | None
+    failures: int
+    last_error: str | None
+
+
 class AgentOut(BaseModel):
     """An agent (credentials only as hints)."""
 
@@ -93,6 +116,8 @@ class AgentOut(BaseModel):
     visibility: Literal["workspace", "private"]
     runtime: RuntimeOut
     max_concurrency: int
+    retry_schedule: list[float] | None
+    health: HealthOut
     created_at: datetime
     archived_at: datetime | None
 
@@ -146,8 +171,16 @@ def agent_out(row: asyncpg.Record) -> AgentOut:
     else:
         runtime = RuntimeOut(kind="pull", token_hint=row["runtime_token_hint"])
     return AgentOut(id=row["id"], name=row["name"], owner_id=row["owner_id"], visibility=row["visibility"],
-                    runtime=runtime, max_concurrency=row["max_concurrency"], created_at=row["created_at"],
-                    archived_at=row["archived_at"])
+                    runtime=runtime, max_concurrency=row["max_concurrency"], retry_schedule=row["retry_schedule"],
+                    health=health_out(row), created_at=row["created_at"], archived_at=row["archived_at"])
+
+
+def health_out(row: asyncpg.Record) -> HealthOut:
+    """The agent's health from its ``health_*`` columns (queries join agent_health); no row: never failed."""
+    if row.get("health_state") is None:
+        return HealthOut(state="healthy", since=row["created_at"], next_probe_at=None, failures=0, last_error=None)
+    return HealthOut(state=row["health_state"], since=row["health_since"], next_probe_at=row["health_next_probe_at"],
+                     failures=row["health_failures"], last_error=row["health_last_error"])
 
 
 def squad_out(row: asyncpg.Record) -> SquadOut:
@@ -186,8 +219,12 @@ async def create_agent(call: Call) -> dict[str, Any]:
         made = await agents.create_pull_agent(
             call.conn, workspace_id=p.workspace_id, owner_id=p.member_id, name=body.name,
             visibility=body.visibility, max_concurrency=body.max_concurrency)
+    row = made.row
+    if body.retry_schedule is not None:
+        await agents.update_agent(call.conn, row["id"], agents.AgentChange(retry_schedule=body.retry_schedule))
+        row = one(await call.conn.fetchrow(Q.agent_get, p.workspace_id, row["id"]))
     # Only the credential of this runtime kind is in the answer (the other key is absent, not null).
-    out = agent_out(made.row).model_dump(mode="json")
+    out = agent_out(row).model_dump(mode="json")
     if made.signing_secret is not None:
         return out | {"signing_secret": made.signing_secret}
     return out | {"runtime_token": made.runtime_token}
@@ -231,25 +268,31 @@ async def edit_agent(call: Call) -> AgentOut:
     """The agent's owner, or an owner/admin (AGENT_UPDATE with the changed fields).
 
     A new ``url`` passes the egress policy as at creation. A lower ``max_concurrency`` cuts no running
-    task, but no new one starts until fewer than the new cap run.
+    task, but no new one starts until fewer than the new cap run. A new ``retry_schedule`` (null: the
+    default) applies to the next retry of every task of the agent.
     """
     body: AgentPatch = call.body
     row = await _changeable_agent(call, "edit")
     sent = body.model_dump(exclude_unset=True)
     for name, value in sent.items():
-        if value is None:
+        if value is None and name != "retry_schedule":
             raise ApiError(422, "invalid_request", f"{name}: may not be null")
     refused = [f for f in ("url", "timeout_s") if f in sent]
     if refused and (error := _not_http(row, 422, " or ".join(refused))) is not None:
         raise error
     current = {"name": row["name"], "url": row["endpoint_url"], "timeout_s": row["timeout_s"],
-               "max_concurrency": row["max_concurrency"], "visibility": row["visibility"]}
+               "max_concurrency": row["max_concurrency"], "visibility": row["visibility"],
+               "retry_schedule": row["retry_schedule"]}
     changed = {k: v for k, v in sent.items() if v != current[k]}
     if not changed:
         return agent_out(row)
     if "url" in changed:
         await check_agent_url(call, changed["url"])
-    updated = await agents.update_agent(call.conn, row["id"], agents.AgentChange(**changed))
+    # A schedule set back to null is the default again: the change says so with an empty one.
+    if "retry_schedule" in changed and changed["retry_schedule"] is None:
+        changed["retry_schedule"] = []
+    await agents.update_agent(call.conn, row["id"], agents.AgentChange(**changed))
+    updated = one(await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, row["id"]))
     shown = changed | ({"url": egress.redact(changed["url"])} if "url" in changed else {})
     await audit.record(call.conn, "AGENT_UPDATE", actor_type="member", actor_id=call.principal.member_id,
                        subject_type="agent", subject_id=row["id"], workspace_id=call.principal.workspace_id,

@@ -77,6 +77,9 @@ class TaskOut(BaseModel):
     result: Any
     error: str | None
     retry_class: str | None
+    #: While the task waits for its next attempt (``queued``): when that is; and the last attempt's error.
+    next_attempt_at: datetime | None
+    last_error: str | None
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autopilot import admission, audit, lifecycle, reruns
 from gateway.admin import auth, pagination
+from gateway.admin.attempts import AttemptOut, attempt_out
 from gateway.admin.openapi import Call, Endpoints, Reply
 from gateway.admin.pagination import PageQuery
 from gateway.errors import ApiError
@@ -73,9 +74,12 @@ class RunOut(BaseModel):
     accountable_id: UUID | None
     reason_code: str | None
     reason: str | None
-    #: Set while a pending webhook run waits for its delivery, held back by the trigger's pacing
-    #: (``reason_code = paced``): when the delivery is tried next.
+    #: When the run's work is tried next: while its task waits for its next attempt (the run is ``queued``), or
+    #: while a pending webhook run's delivery is held back by the trigger's pacing (``reason_code = paced``).
     next_attempt_at: datetime | None = None
+    #: Its task's attempts so far (0 before the first), and the last attempt's error.
+    attempt: int = 0
+    last_error: str | None = None
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
@@ -100,10 +104,11 @@ class Chain(BaseModel):
 
 
 class RunDetail(RunOut):
-    """A run with its payload and causal chain."""
+    """A run with its payload, causal chain and its task's latest attempt."""
 
     payload: dict[str, Any]
     chain: Chain
+    latest_attempt: AttemptOut | None = None
 
 
 class RunPage(BaseModel):
@@ -153,8 +158,11 @@ class Retried(BaseModel):
 
 
 def run_out(row: asyncpg.Record) -> RunOut:
-    """Render a run row; a run held back by pacing shows ``reason_code = paced`` and its ``next_attempt_at``."""
-    out = dict(row) | {"delivery_id": row["webhook_delivery_id"]}
+    """Render a run row with its task's attempt; a run held back by pacing shows ``reason_code = paced``."""
+    out = dict(row) | {"delivery_id": row["webhook_delivery_id"], "attempt": row.get("task_attempt") or 0,
+                       "last_error": row.get("task_error")}
+    if row.get("task_status") == "queued":
+        out["next_attempt_at"] = row["task_available_at"]
     paced = paced_until(row)
     if paced is not None and row["reason_code"] is None:
         out |= {"reason_code": "paced", "reason": PACED_REASON, "next_attempt_at": paced}
@@ -216,11 +224,19 @@ async def list_runs(call: Call) -> dict[str, Any]:
 
 @api.add("GET", "/v1/runs/{run_id}", summary="Get a run", response=RunDetail)
 async def get_run(call: Call) -> RunDetail:
-    """One run with its payload and its chain: delivery → run → issue → task."""
+    """One run with its payload, its chain (delivery → run → issue → task) and its task's latest attempt.
+
+    The attempt's response headers and body excerpt are shown to writers of the autopilot only.
+    """
     row = await call.conn.fetchrow(Q.run_chain, call.principal.workspace_id, call.path["run_id"])
     if row is None:
         raise auth.not_found("run")
-    return RunDetail(**run_out(row).model_dump(), payload=row["payload"] or {}, chain=_chain(row))
+    latest = None
+    if row["task_id"] is not None and (attempt := await call.conn.fetchrow(Q.attempt_latest, row["task_id"])):
+        autopilot = await auth.autopilot_of(call.conn, call.principal, row["autopilot_id"])
+        latest = attempt_out(attempt, full=await auth.can_write(call.conn, call.principal, autopilot))
+    return RunDetail(**run_out(row).model_dump(), payload=row["payload"] or {}, chain=_chain(row),
+                     latest_attempt=latest)
 
 
 @api.add("POST", "/v1/runs/{run_id}/cancel", summary="Cancel a run", response=RunOut, body=CancelIn)

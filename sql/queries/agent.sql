@@ -15,8 +15,11 @@ VALUES ($1, $2, $3, $4, 'pull', $5, $6, $7)
 RETURNING *;
 
 -- name: agent_get
--- One agent of a workspace. $1 = workspace, $2 = agent id.
-SELECT * FROM agent WHERE workspace_id = $1 AND id = $2;
+-- One agent of a workspace, with its health (agent_health; none: it never failed). $1 = workspace, $2 = id.
+SELECT a.*, h.state AS health_state, h.since AS health_since, h.next_probe_at AS health_next_probe_at,
+       h.failures AS health_failures, h.last_error AS health_last_error
+FROM agent a LEFT JOIN agent_health h ON h.agent_id = a.id
+WHERE a.workspace_id = $1 AND a.id = $2;
 
 -- name: squad_insert
 -- A squad led by an agent. $1 = workspace, $2 = name, $3 = leader agent.
@@ -37,10 +40,12 @@ RETURNING *;
 SELECT id, workspace_id, name, max_concurrency FROM agent
 WHERE runtime_token_digest = $1 AND runtime_kind = 'pull' AND archived_at IS NULL;
 -- name: agent_list
--- Agents of workspace $1 after cursor id $2 (nullable), $3 at most, oldest first.
-SELECT * FROM agent
-WHERE workspace_id = $1 AND ($2::uuid IS NULL OR id > $2)
-ORDER BY id
+-- Agents of workspace $1 after cursor id $2 (nullable), $3 at most, oldest first, with their health.
+SELECT a.*, h.state AS health_state, h.since AS health_since, h.next_probe_at AS health_next_probe_at,
+       h.failures AS health_failures, h.last_error AS health_last_error
+FROM agent a LEFT JOIN agent_health h ON h.agent_id = a.id
+WHERE a.workspace_id = $1 AND ($2::uuid IS NULL OR a.id > $2)
+ORDER BY a.id
 LIMIT $3;
 
 -- name: squad_get
@@ -77,11 +82,15 @@ WHERE workspace_id = $1 AND id = $2
 RETURNING *;
 
 -- name: agent_update
--- Edit agent $1: name $2, endpoint URL $3, push timeout $4 (s), concurrency cap $5, visibility $6; a null
--- keeps the current value. A changed cap needs agent_slots_resize in the same transaction. Returns the row.
+-- Edit agent $1: name $2, endpoint URL $3, push timeout $4 (s), concurrency cap $5, visibility $6, retry
+-- schedule $7 (seconds; an empty one puts the agent back on the default); a null keeps the current value. A
+-- changed cap needs agent_slots_resize in the same transaction. Returns the row.
 UPDATE agent
 SET name = coalesce($2, name), endpoint_url = coalesce($3, endpoint_url), timeout_s = coalesce($4, timeout_s),
-    max_concurrency = coalesce($5, max_concurrency), visibility = coalesce($6, visibility), updated_at = now()
+    max_concurrency = coalesce($5, max_concurrency), visibility = coalesce($6, visibility),
+    retry_schedule = CASE WHEN $7::double precision[] IS NULL THEN retry_schedule
+                          WHEN cardinality($7::double precision[]) = 0 THEN NULL ELSE $7 END,
+    updated_at = now()
 WHERE id = $1
 RETURNING *;
 

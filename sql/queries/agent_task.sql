@@ -236,11 +236,14 @@ ORDER BY id DESC
 LIMIT $6;
 
 -- name: task_get
--- One task of workspace $1 by id $2 (without its lease token).
-SELECT id, workspace_id, run_id, issue_id, agent_id, payload, status, attempt, max_attempts, lease_expires_at,
-       holder_instance, available_at, result, error, retry_class, created_at, updated_at, started_at, finished_at,
-       CASE WHEN status = 'queued' THEN available_at END AS next_attempt_at, error AS last_error
-FROM agent_task WHERE workspace_id = $1 AND id = $2;
+-- One task of workspace $1 by id $2 (without its lease token), with its run's autopilot.
+SELECT t.id, t.workspace_id, t.run_id, t.issue_id, t.agent_id, t.payload, t.status, t.attempt, t.max_attempts,
+       t.lease_expires_at, t.holder_instance, t.available_at, t.result, t.error, t.retry_class, t.created_at,
+       t.updated_at, t.started_at, t.finished_at,
+       CASE WHEN t.status = 'queued' THEN t.available_at END AS next_attempt_at, t.error AS last_error,
+       r.autopilot_id
+FROM agent_task t LEFT JOIN autopilot_run r ON r.id = t.run_id
+WHERE t.workspace_id = $1 AND t.id = $2;
 
 -- name: task_count_for_run
 -- How many tasks run $1 has had (every attempt of the run: the first dispatch and each retry).

@@ -186,11 +186,14 @@ HAVING count(*) >= $3::bigint AND count(*) FILTER (WHERE r.status = 'failed') >=
 -- name: run_list
 -- Runs of workspace $1, newest first. Filters (each nullable): $2 = autopilot, $3 = status, $4 = source,
 -- $5 = cursor (the last id seen). $6 = at most. A pending run's delivery status, reason code and
--- available_at come along (a run held back by its trigger's pacing says so; see gateway/admin/runs.py).
+-- available_at come along (a run held back by its trigger's pacing says so; see gateway/admin/runs.py), and
+-- its task's attempt, last error and when a waiting task is tried next.
 SELECT r.*, d.status AS delivery_status, d.reason_code AS delivery_reason_code,
-       d.available_at AS delivery_available_at
+       d.available_at AS delivery_available_at,
+       t.status AS task_status, t.attempt AS task_attempt, t.error AS task_error, t.available_at AS task_available_at
 FROM autopilot_run r
 LEFT JOIN webhook_delivery d ON d.id = r.webhook_delivery_id AND r.status = 'pending'
+LEFT JOIN agent_task t ON t.id = r.task_id
 WHERE r.workspace_id = $1 AND ($2::uuid IS NULL OR r.autopilot_id = $2) AND ($3::text IS NULL OR r.status = $3)
   AND ($4::text IS NULL OR r.source = $4) AND ($5::uuid IS NULL OR r.id < $5)
 ORDER BY r.id DESC
@@ -202,7 +205,7 @@ SELECT r.*,
        d.status AS delivery_status, d.reason_code AS delivery_reason_code,
        d.signature_status AS delivery_signature_status, d.available_at AS delivery_available_at,
        i.status AS issue_status,
-       t.status AS task_status, t.attempt AS task_attempt, t.error AS task_error
+       t.status AS task_status, t.attempt AS task_attempt, t.error AS task_error, t.available_at AS task_available_at
 FROM autopilot_run r
 LEFT JOIN webhook_delivery d ON d.id = r.webhook_delivery_id
 LEFT JOIN issue i ON i.id = r.issue_id

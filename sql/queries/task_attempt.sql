@@ -7,8 +7,8 @@
 -- that trip the breaker, $16 first probe interval, $17 longest probe interval (seconds).
 -- An agent gets a health row with its first failure; a success resets it and recovers an unhealthy agent; after
 -- $15 consecutive failures it is 'unhealthy': no slot but one probe per interval (hookgate_slots_take). Returns
--- each agent that has a row: its state, whether that changed in this transaction, its own retry schedule
--- (NULL = the default), workspace and name. An agent without failures and without a row costs an index probe.
+-- each agent that has a row: its health, whether its state changed in this transaction, its own retry
+-- schedule (NULL = the default), workspace and name. An agent without failures and without a row costs an index probe.
 WITH attempted AS (
     INSERT INTO task_attempt (workspace_id, task_id, run_id, agent_id, attempt, started_at, finished_at,
                               duration_ms, outcome, http_status, error, response_headers, response_body)
@@ -28,7 +28,7 @@ WITH attempted AS (
            CASE WHEN x.failed >= $15::integer THEN $16::double precision END, CASE WHEN x.failed >= $15::integer THEN $17::double precision END
     FROM x WHERE x.failed > 0
     ON CONFLICT (agent_id) DO NOTHING
-    RETURNING agent_id, state, state = 'unhealthy' AS changed
+    RETURNING agent_id, state, state = 'unhealthy' AS changed, since, failures, last_error, next_probe_at
 ), changed AS (
     -- Rows inserted above are not visible here (one snapshot), so each agent is written once. "Sick" (unhealthy
     -- after this flush: tripped now, or still, no success having come in between) is written out in each SET
@@ -54,9 +54,9 @@ WITH attempted AS (
         probe_max_s = $17::double precision, updated_at = now()
     FROM x
     WHERE h.agent_id = x.agent_id AND (x.failed > 0 OR h.failures > 0 OR h.state = 'unhealthy')
-    RETURNING h.agent_id, h.state, h.since = now() AS changed
+    RETURNING h.agent_id, h.state, h.since = now() AS changed, h.since, h.failures, h.last_error, h.next_probe_at
 )
-SELECT c.agent_id, c.state, c.changed, ag.retry_schedule, ag.workspace_id, ag.name
+SELECT c.*, ag.retry_schedule, ag.workspace_id, ag.name
 FROM (SELECT * FROM added UNION ALL SELECT * FROM changed) c
 JOIN agent ag ON ag.id = c.agent_id;
 

@@ -1,0 +1,79 @@
+"""Task attempts: one row per push attempt and per pull runtime's lease outcome (``task_attempt``).
+
+Anyone in the workspace sees an attempt's outcome, timing, HTTP status and error; the agent's answer (the
+kept response headers and the first 4 KiB of its body) only writers of the task's autopilot (owners and
+admins for a task without one), since an agent may echo what it was sent.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+import asyncpg
+from pydantic import BaseModel
+
+from gateway.admin import auth, pagination
+from gateway.admin.openapi import Call, Endpoints
+from gateway.admin.pagination import PageQuery
+from sql import Q
+
+api = Endpoints("Issues and tasks")
+AttemptOutcome = Literal["succeeded", "accepted", "failed", "timeout", "unreachable", "egress_forbidden",
+                         "lease_lost", "cancelled"]
+
+
+class AttemptOut(BaseModel):
+    """One attempt of a task; ``response_headers`` and ``response_body`` only for writers of its autopilot."""
+
+    id: UUID
+    task_id: UUID
+    run_id: UUID | None
+    agent_id: UUID
+    attempt: int
+    started_at: datetime
+    finished_at: datetime
+    duration_ms: int
+    outcome: AttemptOutcome
+    http_status: int | None
+    error: str | None
+    response_headers: dict[str, str] | None = None
+    response_body: str | None = None
+
+
+class AttemptPage(BaseModel):
+    """A page of attempts, oldest first."""
+
+    items: list[AttemptOut]
+    next_cursor: str | None
+
+
+def attempt_out(row: asyncpg.Record, *, full: bool) -> AttemptOut:
+    """Render an attempt; without ``full`` the agent's answer (headers, body excerpt) is left out."""
+    out = dict(row)
+    if not full:
+        out |= {"response_headers": None, "response_body": None}
+    return AttemptOut.model_validate(out)
+
+
+async def may_read_answers(call: Call, task: asyncpg.Record) -> bool:
+    """Whether the caller may read what the agent answered: a writer of the task's autopilot."""
+    if task["autopilot_id"] is None:
+        return call.principal.is_admin
+    autopilot = await auth.autopilot_of(call.conn, call.principal, task["autopilot_id"])
+    return await auth.can_write(call.conn, call.principal, autopilot)
+
+
+@api.add("GET", "/v1/tasks/{task_id}/attempts", summary="List a task's attempts", response=AttemptPage,
+         query=PageQuery)
+async def list_attempts(call: Call) -> dict[str, Any]:
+    """Every attempt of a task, oldest first: outcome, timing, HTTP status, error (and, for writers, the answer)."""
+    q: PageQuery = call.query
+    task = await call.conn.fetchrow(Q.task_get, call.principal.workspace_id, call.path["task_id"])
+    if task is None:
+        raise auth.not_found("task")
+    full = await may_read_answers(call, task)
+    rows = await call.conn.fetch(Q.attempt_list, call.principal.workspace_id, task["id"], pagination.uuid_after(q),
+                                 q.limit + 1)
+    return pagination.page(rows, q.limit, lambda r: attempt_out(r, full=full), lambda r: r["id"])
