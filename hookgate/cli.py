@@ -44,6 +44,8 @@ environment:
   HOOKGATE_METRICS_PORT   /metrics port of worker and scheduler processes (gateways use their HTTP port)
   HOOKGATE_AGENT_ALLOW_CIDRS   CIDRs agents may be pushed to although loopback/private/link-local
                           (default none; serve on its embedded database: 127.0.0.0/8,::1/128)
+  HOOKGATE_PUSH_RETRY_SCHEDULE   delays between attempts of a task (default 5s,1m,5m,30m,2h,5h,10h,10h)
+  HOOKGATE_AGENT_TRIP_AFTER   consecutive failed pushes that make an agent unhealthy (default 5)
   HOOKGATE_URL            gateway of the client commands (default http://HOOKGATE_HOST:HOOKGATE_PORT)
   HOOKGATE_API_KEY        hgk_ key of the admin verbs; HOOKGATE_RUNTIME_TOKEN: hgr_ token of listen
 See README.md and docs/OPERATIONS.md for every setting.

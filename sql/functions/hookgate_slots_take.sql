@@ -7,8 +7,8 @@
 -- archived or unknown agent gets none. A lowered cap stays strict (since 0014_agent_update): the cap is read
 -- again with the fresh snapshot, and tasks still running on slots it retired take free slots first
 -- (hookgate_slots_settle). An unhealthy agent (agent_health, since 0016_delivery_reliability: its circuit is
--- open) gets no slot, except one for a probe once its next probe is due, which moves the next probe one
--- interval on and doubles the interval up to its longest.
+-- open) gets no slot, except one for a probe once its next probe is due; each probe doubles the interval
+-- (up to its longest) and sets the next probe that far on.
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -36,7 +36,7 @@ BEGIN
     END IF;
     IF EXISTS (SELECT 1 FROM agent_health h WHERE h.agent_id = p_agent AND h.state = 'unhealthy') THEN
         UPDATE agent_health h
-        SET next_probe_at = now() + make_interval(secs => h.probe_interval_s),
+        SET next_probe_at = now() + make_interval(secs => least(h.probe_interval_s * 2, h.probe_max_s)),
             probe_interval_s = least(h.probe_interval_s * 2, h.probe_max_s), updated_at = now()
         WHERE h.agent_id = p_agent AND h.state = 'unhealthy' AND h.next_probe_at <= now();
         IF NOT FOUND THEN

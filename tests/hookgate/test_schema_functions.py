@@ -57,10 +57,10 @@ DEFINITIONS = f"""
 # Functions whose file was changed on purpose after the migrations that made them, so their definition no longer
 # equals the migrations' (their signature still does).
 CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
-    "hookgate_slots_take",  # a lowered concurrency cap stays strict
+    "hookgate_slots_take",  # a lowered concurrency cap stays strict; an unhealthy agent gets probe slots only
     # uses hookgate_assignee_agent and hookgate_runtime_ready instead of copies; marks paced deliveries 'paced'
     "hookgate_delivery_take",
-    "hookgate_task_claim",  # takes its slots from hookgate_slots_take (one slot rule)
+    "hookgate_task_claim",  # takes its slots from hookgate_slots_take (one slot rule); stamps attempt_started_at
 })
 
 

@@ -1,0 +1,217 @@
+"""Dispatch that outlives an agent's outage: the retry schedule, agent health (the circuit breaker), attempts.
+
+Real local agents (tests/worker/conftest.py), the real delivery and push loops with their LISTEN connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+from starlette.responses import JSONResponse, Response
+
+from hookgate.context import open_context
+from hookgate.notify import NotifyListener
+from tests import factories
+from tests.conftest import make_settings
+from tests.worker.conftest import AgentServer, add_delivery, bulk_deliveries, wait_for
+from worker.deliveries import DeliveryWorker
+from worker.push import Pusher, PushWorker
+
+#: A schedule that gives up after ~1.4 s (4 attempts), a breaker that trips after 3 failures and probes every
+#: 0.3 s, doubling up to 1 s: an outage of many seconds outlives the schedule by far.
+OUTAGE = {"worker_poll_s": 0.1, "push_retry_schedule": "0.2,0.4,0.8", "agent_trip_after": 3,
+          "agent_probe_min_s": 0.3, "agent_probe_max_s": 1.0, "delivery_backoff_base_s": 0.01,
+          "delivery_backoff_cap_s": 0.05}
+
+
+@asynccontextmanager
+async def _worker(ctx: Any) -> AsyncIterator[Pusher]:
+    """A worker's delivery and push loops with its LISTEN connection, running until the block ends."""
+    wake = NotifyListener(ctx.dsn)
+    await wake.ensure()
+    pusher = Pusher(ctx, holder="w1", wake=wake)
+    services = [DeliveryWorker(ctx, holder="w1", pusher=pusher, wake=wake),
+                PushWorker(ctx, holder="w1", pusher=pusher, wake=wake)]
+    loops = [asyncio.create_task(s.run()) for s in services]
+    try:
+        yield pusher
+    finally:
+        for service in services:
+            await service.stop()
+        await asyncio.gather(*loops, return_exceptions=True)
+        await pusher.stop(deadline=5)
+        await wake.close()
+
+
+class Outage:
+    """An agent that answers 503 while ``down``, then 200; records the time of every request."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.at: list[tuple[float, bool]] = []
+
+    async def __call__(self, _n: int, _hit: Any) -> Response:
+        self.at.append((time.monotonic(), self.down))
+        if self.down:
+            return Response(status_code=503)
+        return JSONResponse({"ok": True})
+
+
+async def _rows(ctx: Any, query: str, *args: Any) -> list[Any]:
+    async with ctx.pool.acquire() as conn:
+        return list(await conn.fetch(query, *args))
+
+
+async def test_an_agent_down_for_14_s_loses_nothing_its_circuit_opens_and_closes_and_the_backlog_completes_once(
+        db_url: str, agent_server: AgentServer) -> None:
+    outage = Outage()
+    agent_server.behaviours["a"] = outage
+    async with open_context(make_settings(db_url, **OUTAGE), migrate=False) as ctx:
+        w = await factories.world(ctx)
+        agent = await factories.http_agent(w, url=agent_server.url("a"), name="a", max_concurrency=4)
+        agent_id = agent.row["id"]
+        ap = await factories.autopilot(w, agent_id)
+        trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
+        async with ctx.pool.acquire() as conn:
+            await bulk_deliveries(conn, ap, trigger, 20)
+        async with _worker(ctx):
+            async def tripped() -> bool:
+                rows = await _rows(ctx, "SELECT state FROM agent_health WHERE agent_id = $1", agent_id)
+                return bool(rows) and rows[0]["state"] == "unhealthy"
+
+            await wait_for(tripped, timeout=10)
+            opened = time.monotonic()
+            await asyncio.sleep(14.0)  # far longer than the schedule (1.4 s) and several probe intervals
+            during = await _rows(ctx, "SELECT status, attempt, max_attempts FROM agent_task WHERE agent_id = $1",
+                                 agent_id)
+            runs_during = await _rows(ctx, "SELECT status, count(*) FROM autopilot_run WHERE autopilot_id = $1 "
+                                           "GROUP BY status", ap["id"])
+            outage.down = False
+            back = time.monotonic()
+
+            async def drained() -> bool:
+                rows = await _rows(ctx, "SELECT count(*) FROM autopilot_run WHERE autopilot_id = $1 "
+                                        "AND status = 'completed'", ap["id"])
+                return bool(rows[0][0] == 20)
+
+            await wait_for(drained, timeout=30)
+            drain_s = time.monotonic() - back
+        health = (await _rows(ctx, "SELECT * FROM agent_health WHERE agent_id = $1", agent_id))[0]
+        tasks = await _rows(ctx, "SELECT id, status, attempt FROM agent_task WHERE agent_id = $1", agent_id)
+        attempts = await _rows(ctx, "SELECT task_id, outcome, http_status FROM task_attempt WHERE agent_id = $1",
+                               agent_id)
+    # While the agent was down nothing failed for good and no task spent more attempts than its schedule has.
+    assert len(during) == 20 and all(t["status"] in ("queued", "running") for t in during)
+    assert all(t["attempt"] < t["max_attempts"] for t in during)
+    assert {r["status"] for r in runs_during} <= {"queued", "running"}
+    # The open circuit let only probes through: far fewer requests than 14 s of retries of 20 tasks would be.
+    probes = [t for t, down in outage.at if down and t > opened]
+    assert 4 <= len(probes) <= 14 / 0.3 + 2, len(probes)
+    gaps = [b - a for a, b in itertools.pairwise(probes)]
+    assert min(gaps) > 0.2 and max(gaps) < 1.0 * 1.1 + 0.5
+    # Back: every run completed, each task pushed successfully exactly once, the circuit closed.
+    assert drain_s < 10
+    assert len(tasks) == 20 and {t["status"] for t in tasks} == {"succeeded"}
+    succeeded = [a["task_id"] for a in attempts if a["outcome"] == "succeeded"]
+    assert sorted(succeeded) == sorted(t["id"] for t in tasks)
+    assert sum(1 for _, down in outage.at if not down) == 20
+    assert {a["http_status"] for a in attempts if a["outcome"] == "failed"} == {503}
+    assert len(attempts) == len(outage.at)
+    assert (health["state"], health["failures"], health["next_probe_at"]) == ("healthy", 0, None)
+
+
+async def test_without_an_outage_the_schedule_runs_out_and_the_task_fails_with_every_attempt_kept(
+        db_url: str, agent_server: AgentServer) -> None:
+    async def broken(_n: int, _hit: Any) -> Response:
+        return JSONResponse({"why": "x" * 5000}, status_code=500, headers={"set-cookie": "s=1", "x-request-id": "r"})
+
+    agent_server.behaviours["a"] = broken
+    settings = OUTAGE | {"push_retry_schedule": "0.05,0.05", "agent_trip_after": 100}
+    async with open_context(make_settings(db_url, **settings), migrate=False) as ctx:
+        w = await factories.world(ctx)
+        agent = await factories.http_agent(w, url=agent_server.url("a"), name="a")
+        ap = await factories.autopilot(w, agent.row["id"])
+        trigger, _ = await factories.webhook_trigger(w, ap)
+        async with ctx.pool.acquire() as conn:
+            _, run_id = await add_delivery(conn, ap, trigger)
+        async with _worker(ctx):
+            async def failed() -> bool:
+                rows = await _rows(ctx, "SELECT status FROM autopilot_run WHERE id = $1", run_id)
+                return bool(rows[0]["status"] == "failed")
+
+            await wait_for(failed, timeout=10)
+        task = (await _rows(ctx, "SELECT * FROM agent_task WHERE run_id = $1", run_id))[0]
+        attempts = await _rows(ctx, "SELECT * FROM task_attempt WHERE task_id = $1 ORDER BY id", task["id"])
+        health = await _rows(ctx, "SELECT state, failures FROM agent_health WHERE agent_id = $1", agent.row["id"])
+    assert (task["status"], task["attempt"], task["max_attempts"]) == ("failed", 3, 3)
+    assert [(a["attempt"], a["outcome"], a["http_status"]) for a in attempts] == [(n, "failed", 500) for n in (1, 2, 3)]
+    first = attempts[0]
+    kept = first["response_headers"]
+    assert kept["content-type"] == "application/json" and kept["x-request-id"] == "r" and "set-cookie" not in kept
+    assert set(kept) <= {"content-type", "content-length", "date", "server", "x-request-id"}
+    assert len(first["response_body"]) == 4096 and first["response_body"].startswith('{"why":"xxx')
+    assert first["finished_at"] >= first["started_at"] and first["duration_ms"] >= 0
+    assert first["error"] == "agent answered 500"
+    assert [(h["state"], h["failures"]) for h in health] == [("healthy", 3)]
+
+
+async def test_an_agents_own_schedule_sets_its_attempts_and_retry_after_is_honoured_up_to_a_day(
+        db_url: str, agent_server: AgentServer) -> None:
+    async def later(_n: int, _hit: Any) -> Response:
+        return Response(status_code=503, headers={"retry-after": str(3 * 86400)})
+
+    agent_server.behaviours["a"] = later
+    async with open_context(make_settings(db_url, **OUTAGE), migrate=False) as ctx:
+        w = await factories.world(ctx)
+        agent = await factories.http_agent(w, url=agent_server.url("a"), name="a")
+        async with ctx.pool.acquire() as conn:
+            await conn.execute("UPDATE agent SET retry_schedule = '{60, 600}' WHERE id = $1", agent.row["id"])
+        ap = await factories.autopilot(w, agent.row["id"])
+        trigger, _ = await factories.webhook_trigger(w, ap)
+        async with ctx.pool.acquire() as conn:
+            _, run_id = await add_delivery(conn, ap, trigger)
+        async with _worker(ctx):
+            async def waiting() -> bool:
+                rows = await _rows(ctx, "SELECT status, attempt FROM agent_task WHERE run_id = $1", run_id)
+                return bool(rows) and (rows[0]["status"], rows[0]["attempt"]) == ("queued", 1)
+
+            await wait_for(waiting, timeout=10)
+        task = (await _rows(ctx, "SELECT *, available_at - now() AS wait FROM agent_task WHERE run_id = $1",
+                            run_id))[0]
+        run = (await _rows(ctx, "SELECT status FROM autopilot_run WHERE id = $1", run_id))[0]
+    assert task["max_attempts"] == 3  # two delays of its own
+    assert 86400 - 5 < task["wait"].total_seconds() <= 86400  # three days asked, one day at most
+    assert task["error"] == "agent answered 503" and run["status"] == "queued"
+
+
+async def test_a_failed_probe_gives_its_attempt_back_and_the_next_probe_waits_longer(
+        db_url: str, agent_server: AgentServer) -> None:
+    outage = Outage()
+    agent_server.behaviours["a"] = outage
+    settings = OUTAGE | {"agent_trip_after": 1, "agent_probe_min_s": 0.5, "agent_probe_max_s": 4.0}
+    async with open_context(make_settings(db_url, **settings), migrate=False) as ctx:
+        w = await factories.world(ctx)
+        agent = await factories.http_agent(w, url=agent_server.url("a"), name="a")
+        ap = await factories.autopilot(w, agent.row["id"])
+        trigger, _ = await factories.webhook_trigger(w, ap)
+        async with ctx.pool.acquire() as conn:
+            _, run_id = await add_delivery(conn, ap, trigger)
+        async with _worker(ctx):
+            async def probed_twice() -> bool:
+                return len(outage.at) >= 3
+
+            await wait_for(probed_twice, timeout=10)
+        task = (await _rows(ctx, "SELECT status, attempt FROM agent_task WHERE run_id = $1", run_id))[0]
+        health = (await _rows(ctx, "SELECT * FROM agent_health WHERE agent_id = $1", agent.row["id"]))[0]
+    # The first failure tripped the breaker (and, the agent being unhealthy then, was given back too).
+    assert task["status"] in ("queued", "running") and task["attempt"] <= 1
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(outage.at)]
+    assert gaps[0] >= 0.45 and gaps[1] >= 0.9  # 0.5 s after the trip, then 1 s
+    assert health["state"] == "unhealthy" and health["probe_interval_s"] >= 1.0
+    assert isinstance(health["next_probe_at"], datetime)
