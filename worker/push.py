@@ -40,7 +40,7 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from autopilot import agents, alerts, tasks
-from hookgate import crypto, egress, metrics, notify, retry
+from hookgate import crypto, database, egress, metrics, notify, retry
 from hookgate.context import Context
 from hookgate.errors import LeaseLost
 from hookgate.notify import NotifyListener
@@ -378,24 +378,25 @@ class Pusher:
         Per agent, the failures after its last success in this group count as consecutive (a success resets the
         count first). An agent that tripped or recovered is logged (and announced) once, here.
         """
-        agents: dict[UUID, list[Any]] = {}  # agent -> [failures since the last success, a success came, error]
+        per_agent: dict[UUID, list[Any]] = {}  # agent -> [failures since the last success, a success came, error]
         for claimed, outcome, _, _ in group:
-            seen = agents.setdefault(claimed.agent_id, [0, False, None])
+            seen = per_agent.setdefault(claimed.agent_id, [0, False, None])
             if outcome.kind in ("done", "accepted"):
                 seen[:] = [0, True, None]
             elif outcome.kind == "retry" and outcome.label in FAILING:
                 seen[0] += 1
                 seen[2] = outcome.detail
         s, rows = self.settings, [(c, o, t) for c, o, t, _ in group]
-        records = await conn.fetch(
+        per_agent = dict(sorted(per_agent.items()))  # every flush locks health rows in one order
+        records = await database.retrying(lambda: conn.fetch(
             Q.push_outcomes_record, [c.id for c, _, _ in rows], [c.attempt for c, _, _ in rows],
             [t.started_at for _, _, t in rows], [t.finished_at for _, _, t in rows],
             [t.duration_ms for _, _, t in rows], [o.label for _, o, _ in rows], [o.http_status for _, o, _ in rows],
             [o.detail if o.kind != "done" else None for _, o, _ in rows],
             [o.headers for _, o, _ in rows], [o.body for _, o, _ in rows],
-            list(agents), [v[0] for v in agents.values()], [v[1] for v in agents.values()],
-            [v[2] for v in agents.values()], s.agent_trip_after, s.agent_probe_min_s, s.agent_probe_max_s,
-        )
+            list(per_agent), [v[0] for v in per_agent.values()], [v[1] for v in per_agent.values()],
+            [v[2] for v in per_agent.values()], s.agent_trip_after, s.agent_probe_min_s, s.agent_probe_max_s,
+        ), attempts=3, pause_s=0.01)
         health: dict[UUID, Health] = {}
         for r in records:
             schedule = None if r["retry_schedule"] is None else retry.Schedule.of(r["retry_schedule"])

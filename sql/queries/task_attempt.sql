@@ -52,7 +52,8 @@ WITH attempted AS (
                                                ELSE h.state = 'unhealthy' OR h.failures + x.failed >= $15::integer END) THEN NULL
                                 WHEN h.state = 'unhealthy' THEN h.probe_interval_s ELSE $16::double precision END,
         probe_max_s = $17::double precision, updated_at = now()
-    FROM x
+    FROM (SELECT x.* FROM x JOIN agent_health l ON l.agent_id = x.agent_id
+          ORDER BY x.agent_id FOR UPDATE OF l) x  -- rows locked in agent order: concurrent flushes never deadlock
     WHERE h.agent_id = x.agent_id AND (x.failed > 0 OR h.failures > 0 OR h.state = 'unhealthy')
     RETURNING h.agent_id, h.state, h.since = now() AS changed, h.since, h.failures, h.last_error, h.next_probe_at
 )
