@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     ingest_inflight: int = Field(
         default=4, ge=1, le=64, description="Ingress write statements in flight at once per gateway process"
     )
+    workspace_max_queued: int = Field(
+        default=0, ge=0, description="Waiting runs (pending, issue_created, queued) of one workspace at which "
+        "ingress answers its webhooks 429 + Retry-After (0 = no limit)"
+    )
 
     @field_validator("trusted_proxies", "agent_allow_cidrs", mode="before")
     @classmethod

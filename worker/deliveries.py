@@ -1,14 +1,16 @@
 """The delivery worker (ARCHITECTURE §5): a PostgreSQL queue of webhook deliveries, turned into dispatched runs.
 
-Claims are batched, round-robin across triggers, leased with a token (``delivery_lease_s``); every
-complete/retry/defer write is guarded by ``id + lease_token + status='queued'`` (zero rows: someone else
-owns it now, harmless). Over a trigger's pacing budget a delivery is released to the window's end without
-spending an attempt; a failed dispatch spends one and comes back after exponential backoff with jitter, up
-to ``delivery_max_attempts``. One path: the take (``worker/take.py``) claims a batch and dispatches the plain
-deliveries in one statement; it leases the others for the one-by-one path here. A delivery ingress stored but
-never admitted (the crash window) is re-checked like ingress would (trigger enabled, autopilot active, event
-filter) and then admitted. For an HTTP agent the worker claims the new task in the same transaction and pushes
-it at once: no second queue hop. A take that fails is logged and tried again on the next pass.
+Claims are batched, round-robin across workspaces and, within each, across its triggers (so a workspace with
+many busy triggers gets no more of a batch than one with a single trigger), leased with a token
+(``delivery_lease_s``); every complete/retry/defer write is guarded by ``id + lease_token + status='queued'``
+(zero rows: someone else owns it now, harmless). Over a trigger's pacing budget a delivery is released to the
+window's end without spending an attempt; a failed dispatch spends one and comes back after exponential
+backoff with jitter, up to ``delivery_max_attempts``. One path: the take (``worker/take.py``) claims a batch
+and dispatches the plain deliveries in one statement; it leases the others for the one-by-one path here. A
+delivery ingress stored but never admitted (the crash window) is re-checked like ingress would (trigger
+enabled, autopilot active, event filter) and then admitted. For an HTTP agent the worker claims the new task
+in the same transaction and pushes it at once: no second queue hop. A take that fails is logged and tried
+again on the next pass.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -33,8 +36,10 @@ from worker.push import Pusher
 
 log = logging.getLogger("hookgate.deliveries")
 
-#: Triggers visited per claim: the round-robin fan-out (a batch interleaves at most this many).
+#: Triggers visited per workspace and claim: the round-robin fan-out within a workspace.
 TRIGGER_FANOUT = 16
+#: Workspaces whose trigger cursor a worker remembers (least recently visited forgotten first).
+TRIGGER_CURSORS = 1024
 #: Deliveries a dispatcher commits together on the one-by-one path when the queue is backed up.
 COMMIT_GROUP = 8
 
@@ -60,7 +65,8 @@ class DeliveryWorker:
         self._stopping = asyncio.Event()
         self._taken = asyncio.Event()
         self._busy = 0
-        self._cursor: UUID | None = None
+        self._cursor: UUID | None = None  # the workspace the last walk stopped at
+        self._trigger_cursors: OrderedDict[UUID, UUID] = OrderedDict()  # per workspace, the trigger it stopped at
 
     async def take_batch(self, limit: int | None = None, now: datetime | None = None) -> take.Taken:
         """Claim up to ``limit`` due deliveries and dispatch the plain ones in one round trip; push what it claimed.
@@ -73,8 +79,8 @@ class DeliveryWorker:
         async with self.ctx.pool.acquire() as conn:
             taken = await take.take_batch(conn, limit=limit or s.delivery_batch, lease_s=s.delivery_lease_s,
                                           cursor=self._cursor, fanout=TRIGGER_FANOUT, options=options,
-                                          capacity=capacity, now=now)
-        self._cursor = max(taken.triggers) if len(taken.triggers) >= TRIGGER_FANOUT else None
+                                          capacity=capacity, now=now, trigger_cursors=self._trigger_cursors)
+        self._advance(taken)
         metrics.CLAIMS.labels("deliveries").inc(taken.dispatched + len(taken.leased))
         metrics.CLAIMS.labels("tasks").inc(len(taken.claimed))
         metrics.count_outcomes("deliveries", ["dispatched"] * taken.dispatched)
@@ -82,6 +88,17 @@ class DeliveryWorker:
             for claimed in taken.claimed:
                 self.pusher.submit(claimed)
         return taken
+
+    def _advance(self, taken: take.Taken) -> None:
+        """Move the round-robin cursors past what this take visited, so the next one starts after it."""
+        self._cursor = take.next_cursor(self._cursor, taken.workspaces)
+        for workspace, triggers in taken.workspaces.items():
+            cursor = take.next_cursor(self._trigger_cursors.get(workspace), triggers)
+            if cursor is not None:
+                self._trigger_cursors[workspace] = cursor
+                self._trigger_cursors.move_to_end(workspace)
+        while len(self._trigger_cursors) > TRIGGER_CURSORS:
+            self._trigger_cursors.popitem(last=False)
 
     async def process(self, delivery: Delivery) -> str:
         """Dispatch one leased delivery: ``dispatched``, ``ignored``, ``retry`` or ``lost``."""

@@ -2,7 +2,10 @@
 
 A request that passed the token, size and body steps becomes exactly one of:
 
-- ``rejected`` (bad, missing or expired signature): a row outside the dedupe index, debt, 401;
+- ``rejected`` (bad, missing or expired signature): a row outside the dedupe index, debt, 401; or, for an event
+  that would be accepted while its workspace is at ``HOOKGATE_WORKSPACE_MAX_QUEUED`` waiting runs
+  (:mod:`gateway.ingress.quota`), ``workspace_queue_full``: a row outside the dedupe index (the provider's retry
+  is a new delivery), no debt, 429 with ``Retry-After``;
 - ``ignored`` (step 9, :func:`autopilot.admission.ignore_reason`): a row, 200;
 - ``accepted``: a ``queued`` delivery and its ``pending`` run, admitted through the gate of
   :mod:`autopilot.admission` over the facts read with the token; the delivery worker dispatches the run;
@@ -30,7 +33,11 @@ REJECTED_TEXT = {
     "invalid_signature": "the signature does not match",
     "missing_signature": "the signature is missing",
     "expired_timestamp": "the signed timestamp is outside the tolerance",
+    "workspace_queue_full": "the workspace has too many runs waiting; retry later",
 }
+QUEUE_FULL = "workspace_queue_full"
+RETRY_AFTER_QUEUE_FULL_S = 30
+"""What a refused provider is told to wait: runs drain at the agents' pace, not in a second."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +91,12 @@ def verify(trigger: Trigger, inbound: Inbound, payload: dict[str, object] | list
     )
 
 
-def decide(trigger: Trigger, received: Received) -> Plan:
-    """Steps 8-10 as a decision over the facts read with the token (no I/O)."""
+def decide(trigger: Trigger, received: Received, *, queue_full: bool = False) -> Plan:
+    """Steps 8-10 as a decision over the facts read with the token (no I/O).
+
+    ``queue_full``: the trigger's workspace is at its limit of waiting runs, so an event that would make a
+    pending run is refused (429); one that is ignored or skipped makes none and is recorded as usual.
+    """
     if received.signature in REJECTED:
         code = REJECTED[received.signature]
         body = {"status": "rejected", "reason": code, "error": code, "message": REJECTED_TEXT[code]}
@@ -93,7 +104,11 @@ def decide(trigger: Trigger, received: Received) -> Plan:
     ignored = admission.ignore_reason(trigger.facts, received.event)
     if ignored is not None:
         return Plan("ignored", ignored, 200, {"status": "ignored", "reason": ignored})
-    return admitted(trigger)
+    plan = admitted(trigger)
+    if queue_full and plan.run_status == "pending":
+        body = {"status": "rejected", "reason": QUEUE_FULL, "error": QUEUE_FULL, "message": REJECTED_TEXT[QUEUE_FULL]}
+        return Plan("rejected", QUEUE_FULL, 429, body)
+    return plan
 
 
 def admitted(trigger: Trigger) -> Plan:

@@ -31,6 +31,7 @@ from gateway.envelope import BodyError, parse_body, unstorable
 from gateway.ingress import decision, persist
 from gateway.ingress.batch import IngestBatcher
 from gateway.ingress.notifier import DeliveryNotifier
+from gateway.ingress.quota import WorkspaceQueues
 from gateway.ingress.triggers import Trigger, TriggerLookup
 from gateway.providers import Inbound, slack_challenge
 from hookgate import crypto, database, logs
@@ -57,14 +58,16 @@ class IngressState:
     triggers: TriggerLookup
     notifier: DeliveryNotifier
     writer: IngestBatcher
+    queues: WorkspaceQueues
 
     @classmethod
     def create(cls, ctx: Context) -> IngressState:
-        """Fresh gates, lookup cache, notifier and batch writer for an app over ``ctx``."""
+        """Fresh gates, lookup cache, notifier, batch writer and workspace queue limit for an app over ``ctx``."""
         s = ctx.settings
         notifier = DeliveryNotifier(ctx.pool, s.pool_acquire_timeout)
         writer = IngestBatcher(ctx.pool, s.pool_acquire_timeout, size=s.ingest_batch_max, inflight=s.ingest_inflight)
-        return cls(ctx, ratelimit.RateGates(s), TriggerLookup(ctx), notifier, writer)
+        queues = WorkspaceQueues(ctx.pool, s.workspace_max_queued, s.pool_acquire_timeout)
+        return cls(ctx, ratelimit.RateGates(s), TriggerLookup(ctx), notifier, writer, queues)
 
 
 def ingress_state(app: Starlette) -> IngressState:
@@ -97,6 +100,7 @@ class Reply:
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # made once, not per call
 _RETRY_AFTER = ((b"retry-after", str(RETRY_AFTER_UNAVAILABLE_S).encode()),)
+_RETRY_AFTER_QUEUE_FULL = ((b"retry-after", str(decision.RETRY_AFTER_QUEUE_FULL_S).encode()),)
 _NOT_FOUND = Reply(404, NOT_FOUND)
 _TOO_LARGE = Reply(413, TOO_LARGE)
 _UNAVAILABLE = Reply(503, UNAVAILABLE, _RETRY_AFTER)
@@ -136,6 +140,8 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
     except BodyError as exc:
         status = 415 if exc.code == "unsupported_media_type" else 400
         return Reply.json(status, {"error": exc.code, "message": exc.detail, "detail": exc.detail})
+    # The workspace's limit of waiting runs: a set lookup (gateway.ingress.quota), no query per request.
+    queue_full = state.queues.limit > 0 and await state.queues.full(trigger.workspace_id)
     for attempt in range(2):
         inbound = _inbound(state, scope, trigger, raw, headers, payload)
         received = decision.verify(trigger, inbound, payload)  # step 6
@@ -144,7 +150,7 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
             if challenge is not None:
                 return Reply.json(200, {"challenge": challenge})
         try:
-            answer = await persist.persist_delivery(state.writer, trigger, received)  # steps 7-12
+            answer = await persist.persist_delivery(state.writer, trigger, received, queue_full=queue_full)
         except persist.Stale:
             state.triggers.cache.drop(trigger.digest)
             if attempt:
@@ -161,7 +167,7 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
             state.notifier.announce(answer.wake)  # step 11, after the commit
         logs.bind(outcome=answer.body.get("status"), delivery_id=answer.body.get("delivery_id"),
                   run_id=answer.body.get("run_id"))  # access log, ingress metrics (gateway.access)
-        return Reply.json(answer.status, answer.body)
+        return Reply.json(answer.status, answer.body, _RETRY_AFTER_QUEUE_FULL if answer.status == 429 else ())
     return _UNAVAILABLE
 
 

@@ -71,7 +71,8 @@ def _answer(p: Plan, delivery_id: UUID, run_id: UUID | None) -> Answer:
         body["run_id"] = None if run_id is None else str(run_id)
     body.update((k, v) for k, v in p.response.items() if k not in body)
     wake = body["delivery_id"] if p.status == "queued" else None
-    return Answer(p.response_status, body, charge=p.status == "rejected", wake=wake)
+    # Bad-credential debt for a bad signature only, not for a refusal of the workspace's queue.
+    return Answer(p.response_status, body, charge=p.status == "rejected" and p.response_status == 401, wake=wake)
 
 
 async def _duplicate(writer: IngestBatcher, trigger: Trigger, r: Received) -> Answer | None:
@@ -87,20 +88,24 @@ async def _duplicate(writer: IngestBatcher, trigger: Trigger, r: Received) -> An
     return Answer(200, body, wake=delivery_id if row["status"] == "queued" else None)
 
 
-async def persist_delivery(writer: IngestBatcher, trigger: Trigger, r: Received) -> Answer:
+async def persist_delivery(writer: IngestBatcher, trigger: Trigger, r: Received, *, queue_full: bool = False) -> Answer:
     """Steps 7-12 for a verified request: its delivery (and run), written in ``writer``'s next batch.
 
-    Raises :class:`Stale` if the trigger changed since lookup.
+    ``queue_full``: the workspace is at its limit of waiting runs (see :func:`decision.decide`). Raises
+    :class:`Stale` if the trigger changed since lookup.
     """
     for _ in range(3):
+        p: Plan | None = None
         try:
-            p = decision.decide(trigger, r)
+            p = decision.decide(trigger, r, queue_full=queue_full)
             row = await _ingest_retrying(writer, trigger, r, p)
         except Stale:
             raise
         except Exception as exc:  # the gate's own bugs included: the delivery is kept for the worker
-            # A conflict that kept losing is no admission bug: 503 + Retry-After like an outage.
-            if database.is_unavailable(exc) or database.is_retryable(exc) or r.signature in decision.REJECTED:
+            # A conflict that kept losing is no admission bug: 503 + Retry-After like an outage. A refused
+            # event is never kept for the worker (that would answer it 2xx).
+            if (database.is_unavailable(exc) or database.is_retryable(exc) or r.signature in decision.REJECTED
+                    or (p is not None and p.status == "rejected")):
                 raise
             log.error("admission failed at ingress; delivery left queued for the worker", exc_info=exc,
                       extra={"trigger_id": str(trigger.id)})

@@ -1,8 +1,16 @@
 -- hookgate_delivery_take: the delivery worker's claim, pacing and dispatch in one statement, its hot path
--- (since 0008_dispatch_take; key plans since 0010_take_key_plans).
--- Claim up to p_limit due queued deliveries, round-robin across at most p_fanout triggers after cursor
--- p_cursor, locked FOR UPDATE SKIP LOCKED, one pacing grant per trigger (hookgate_pace_take), rows over their
--- trigger's budget released to the window's end without spending an attempt and marked reason_code 'paced'
+-- (since 0008_dispatch_take; key plans since 0010_take_key_plans; fair across workspaces since
+-- 0020_fair_deliveries).
+-- Claim up to p_limit due queued deliveries fairly, workspace first: visit the workspaces with due work
+-- round-robin (after the worker's workspace cursor p_cursor, wrapping round; at most p_limit of them), and in
+-- each its triggers round-robin (after that workspace's own cursor, p_trigger_cursors: a JSON object workspace
+-- id -> trigger id, wrapping round; at most p_fanout triggers, fewer when many workspaces share the batch).
+-- Both walks are loose index scans of webhook_delivery_fair_idx. The batch interleaves workspaces (the 1st
+-- row of each, then the 2nd, ...), and within a workspace its triggers the same way, so every workspace with
+-- due work gets an equal share of the batch while it has rows, and a workspace with many busy triggers no
+-- more than one with a single trigger. Rows are locked FOR UPDATE SKIP LOCKED, one pacing grant per trigger
+-- (hookgate_pace_take), rows over their trigger's budget released to the window's end without spending an
+-- attempt and marked reason_code 'paced'
 -- (the API shows it with available_at as next_attempt_at; dispatch clears it). Then, without writing a lease on
 -- them, dispatch every granted delivery whose admitted run is still plain 'pending' in run_only mode with an
 -- unarchived agent (hookgate_assignee_agent) whose runtime is ready (hookgate_runtime_ready): what ingress
@@ -18,7 +26,8 @@
 -- seconds (lease token, available_at = lease end) and returned for the one-by-one path. p_at: clock override
 -- (nullable). Returns one row per granted delivery: kind 'dispatched' (task columns set; claimed = its lease is
 -- ours; previous_secret_ct = the agent's previous signing secret while its rotation window lasts) or 'leased'
--- (the delivery columns). Result type since 0014_agent_update (previous_secret_ct).
+-- (the delivery columns). Result type since 0014_agent_update (previous_secret_ct); p_trigger_cursors since
+-- 0020_fair_deliveries.
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -27,7 +36,7 @@
 CREATE OR REPLACE FUNCTION hookgate_delivery_take(
     p_limit integer, p_lease_s double precision, p_cursor uuid, p_fanout integer, p_at timestamptz,
     p_max_attempts integer, p_heartbeat_s double precision, p_holder text, p_claims integer,
-    p_lease_cap_s double precision, p_lease_margin_s double precision)
+    p_lease_cap_s double precision, p_lease_margin_s double precision, p_trigger_cursors jsonb)
 RETURNS TABLE (kind text, id uuid, lease_token uuid, workspace_id uuid, trigger_id uuid, autopilot_id uuid,
                event text, envelope jsonb, run_id uuid, dispatch_attempts integer, received_at timestamptz,
                rate_limit_per_minute integer, claimed boolean, task_id uuid, agent_id uuid, payload jsonb,
@@ -50,6 +59,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_at       timestamptz := coalesce(p_at, now());
+    v_low      uuid := '00000000-0000-0000-0000-000000000000';
+    v_high     uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
     v_granted  uuid[];
     v_plain    uuid[];
     v_runs     uuid[];
@@ -65,33 +76,97 @@ DECLARE
     v_tasks    uuid[];
     v_queued   uuid[];
 BEGIN
-    WITH RECURSIVE heads AS (
-        (SELECT d.trigger_id, 1 AS depth FROM webhook_delivery d
-         WHERE d.status = 'queued' AND d.available_at <= v_at AND (p_cursor IS NULL OR d.trigger_id > p_cursor)
-         ORDER BY d.trigger_id LIMIT 1)
+    WITH RECURSIVE spaces AS (
+        -- Loose index scan over the workspaces with due work: the first after p_cursor (or from the start when
+        -- there is none after it), then the next ones, wrapping round to those up to p_cursor; p_limit at most.
+        SELECT a.workspace_id, 1 AS depth, (p_cursor IS NULL OR a.first IS NULL) AS wrapped
+        FROM (SELECT s.first, coalesce(s.first, CASE WHEN p_cursor IS NOT NULL THEN
+                  (SELECT d.workspace_id FROM webhook_delivery d
+                   WHERE d.status = 'queued' AND d.available_at <= v_at AND d.workspace_id <= p_cursor
+                   ORDER BY d.workspace_id LIMIT 1) END) AS workspace_id
+              FROM (SELECT (SELECT d.workspace_id FROM webhook_delivery d
+                            WHERE d.status = 'queued' AND d.available_at <= v_at
+                              AND d.workspace_id > coalesce(p_cursor, v_low)
+                            ORDER BY d.workspace_id LIMIT 1) AS first) s) a
+        WHERE a.workspace_id IS NOT NULL
         UNION ALL
-        SELECT (SELECT d.trigger_id FROM webhook_delivery d
-                WHERE d.status = 'queued' AND d.available_at <= v_at AND d.trigger_id > h.trigger_id
-                ORDER BY d.trigger_id LIMIT 1), h.depth + 1
-        FROM heads h WHERE h.trigger_id IS NOT NULL AND h.depth < p_fanout
+        SELECT coalesce(n.next, CASE WHEN NOT s.wrapped THEN
+                   (SELECT d.workspace_id FROM webhook_delivery d
+                    WHERE d.status = 'queued' AND d.available_at <= v_at AND d.workspace_id <= p_cursor
+                    ORDER BY d.workspace_id LIMIT 1) END),
+               s.depth + 1, s.wrapped OR n.next IS NULL
+        FROM spaces s CROSS JOIN LATERAL (
+            SELECT (SELECT d.workspace_id FROM webhook_delivery d
+                    WHERE d.status = 'queued' AND d.available_at <= v_at AND d.workspace_id > s.workspace_id
+                      AND d.workspace_id <= CASE WHEN s.wrapped THEN coalesce(p_cursor, v_high) ELSE v_high END
+                    ORDER BY d.workspace_id LIMIT 1) AS next) n
+        WHERE s.workspace_id IS NOT NULL AND s.depth < p_limit
+    ), visited AS (
+        -- Each workspace's share of the triggers visited: p_fanout, fewer when many workspaces share the batch.
+        SELECT s.workspace_id, s.depth AS ws_ord,
+               least(p_fanout, ceil(p_limit::numeric / count(*) OVER ())::integer) AS trigger_cap,
+               count(*) OVER () AS spaces_n,
+               (p_trigger_cursors ->> s.workspace_id::text)::uuid AS trigger_cursor
+        FROM spaces s WHERE s.workspace_id IS NOT NULL
+    ), heads AS (
+        -- Within each workspace the same walk over its triggers, after its own cursor (p_trigger_cursors).
+        SELECT v.workspace_id, v.ws_ord, v.trigger_cap, v.trigger_cursor, a.trigger_id, 1 AS depth,
+               (v.trigger_cursor IS NULL OR a.first IS NULL) AS wrapped
+        FROM visited v CROSS JOIN LATERAL (
+            SELECT s.first, coalesce(s.first, CASE WHEN v.trigger_cursor IS NOT NULL THEN
+                       (SELECT d.trigger_id FROM webhook_delivery d
+                        WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at
+                          AND d.trigger_id <= v.trigger_cursor
+                        ORDER BY d.trigger_id LIMIT 1) END) AS trigger_id
+            FROM (SELECT (SELECT d.trigger_id FROM webhook_delivery d
+                          WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at
+                            AND d.trigger_id > coalesce(v.trigger_cursor, v_low)
+                          ORDER BY d.trigger_id LIMIT 1) AS first) s) a
+        UNION ALL
+        SELECT h.workspace_id, h.ws_ord, h.trigger_cap, h.trigger_cursor,
+               coalesce(n.next, CASE WHEN NOT h.wrapped THEN
+                   (SELECT d.trigger_id FROM webhook_delivery d
+                    WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at
+                      AND d.trigger_id <= h.trigger_cursor
+                    ORDER BY d.trigger_id LIMIT 1) END),
+               h.depth + 1, h.wrapped OR n.next IS NULL
+        FROM heads h CROSS JOIN LATERAL (
+            SELECT (SELECT d.trigger_id FROM webhook_delivery d
+                    WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at
+                      AND d.trigger_id > h.trigger_id
+                      AND d.trigger_id <= CASE WHEN h.wrapped THEN coalesce(h.trigger_cursor, v_high) ELSE v_high END
+                    ORDER BY d.trigger_id LIMIT 1) AS next) n
+        WHERE h.trigger_id IS NOT NULL AND h.depth < h.trigger_cap
+    ), walked AS (
+        -- A trigger can get no more than the batch less one row per other workspace and per other trigger of
+        -- its own (those come first), so that is all it locks.
+        SELECT h.workspace_id, h.ws_ord, h.trigger_id, h.depth AS trigger_ord,
+               greatest(1, p_limit - (v.spaces_n - 1) - (count(*) OVER (PARTITION BY h.workspace_id) - 1))::integer
+                   AS take_n
+        FROM heads h JOIN visited v ON v.workspace_id = h.workspace_id
+        WHERE h.trigger_id IS NOT NULL
     ), locked AS (
         -- Ordered by the (trigger_id, available_at) index, so each trigger's head is read, not its backlog.
-        SELECT x.id, x.trigger_id, x.available_at,
+        SELECT x.id, x.trigger_id, x.available_at, w.workspace_id, w.ws_ord, w.trigger_ord,
                row_number() OVER (PARTITION BY x.trigger_id ORDER BY x.available_at) AS rn
-        FROM heads h CROSS JOIN LATERAL (
+        FROM walked w CROSS JOIN LATERAL (
             SELECT d.id, d.trigger_id, d.available_at FROM webhook_delivery d
-            WHERE d.trigger_id = h.trigger_id AND d.status = 'queued' AND d.available_at <= v_at
+            WHERE d.trigger_id = w.trigger_id AND d.status = 'queued' AND d.available_at <= v_at
             ORDER BY d.available_at
-            LIMIT p_limit
+            LIMIT w.take_n
             FOR UPDATE SKIP LOCKED
         ) x
-        WHERE h.trigger_id IS NOT NULL
+    ), ranked AS (
+        -- Within a workspace its triggers interleaved: the 1st of each, then the 2nd, ... (ws_rank).
+        SELECT l.*, row_number() OVER (PARTITION BY l.workspace_id ORDER BY l.rn, l.trigger_ord) AS ws_rank
+        FROM locked l
     ), picked AS (
-        -- Interleaved: the 1st of each trigger, then the 2nd, ... (ord keeps that order for the result).
+        -- Then the workspaces interleaved the same way: each gets an equal share of the batch while it has
+        -- work (ord keeps that order for the result).
         SELECT l.id, l.trigger_id, l.ord,
                row_number() OVER (PARTITION BY l.trigger_id ORDER BY l.available_at, l.id) AS nth
-        FROM (SELECT id, trigger_id, available_at, row_number() OVER (ORDER BY rn, available_at) AS ord
-              FROM locked ORDER BY rn, available_at LIMIT p_limit) l
+        FROM (SELECT id, trigger_id, available_at, row_number() OVER (ORDER BY ws_rank, ws_ord) AS ord
+              FROM ranked ORDER BY ws_rank, ws_ord LIMIT p_limit) l
     ), paced AS (
         -- One pacing take per trigger of the batch (volatile: run once, before the update below reads it).
         SELECT p.trigger_id, g.granted, g.window_end

@@ -252,3 +252,23 @@ SET status = 'failed', reason_code = 'deadline_exceeded',
 FROM due
 WHERE r.id = due.id
 RETURNING r.id, r.workspace_id, r.autopilot_id;
+
+-- name: workspaces_queue_full
+-- The workspaces with at least $1 waiting runs (pending, issue_created or queued: not yet running, not
+-- finished), for ingress's HOOKGATE_WORKSPACE_MAX_QUEUED. A loose index scan of autopilot_run_waiting_idx: one
+-- probe per workspace with waiting runs, then at most $1 index entries each (is there a $1-th one?), so the cost
+-- does not grow with a backlog past the limit.
+WITH RECURSIVE spaces AS (
+    (SELECT r.workspace_id FROM autopilot_run r WHERE r.status IN ('pending', 'issue_created', 'queued')
+     ORDER BY r.workspace_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.workspace_id FROM autopilot_run r
+            WHERE r.status IN ('pending', 'issue_created', 'queued') AND r.workspace_id > s.workspace_id
+            ORDER BY r.workspace_id LIMIT 1)
+    FROM spaces s WHERE s.workspace_id IS NOT NULL
+)
+SELECT s.workspace_id FROM spaces s
+WHERE s.workspace_id IS NOT NULL
+  AND EXISTS (SELECT 1 FROM autopilot_run r
+              WHERE r.workspace_id = s.workspace_id AND r.status IN ('pending', 'issue_created', 'queued')
+              OFFSET $1::integer - 1 LIMIT 1);

@@ -1,11 +1,13 @@
 -- name: rejection_spikes_raise
--- Triggers with at least $3 rejected deliveries in the $2 seconds up to $1, whose last spike was raised at
+-- Triggers with at least $3 deliveries rejected for their signature (not for a full workspace queue: that is
+-- load, not a misconfiguration) in the $2 seconds up to $1, whose last spike was raised at
 -- least $2 seconds before $1: their spike is recorded as raised at $1 and they are returned (with the count).
 -- The guarded upsert makes concurrent runs (several schedulers, a restart) raise each spike once.
 WITH counts AS (
     SELECT d.trigger_id, count(*) AS rejected
     FROM webhook_delivery d
-    WHERE d.status = 'rejected' AND d.received_at > $1::timestamptz - make_interval(secs => $2)
+    WHERE d.status = 'rejected' AND d.reason_code IS DISTINCT FROM 'workspace_queue_full'
+      AND d.received_at > $1::timestamptz - make_interval(secs => $2)
       AND d.received_at <= $1::timestamptz
     GROUP BY d.trigger_id
     HAVING count(*) >= $3::bigint

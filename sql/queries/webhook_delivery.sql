@@ -258,8 +258,9 @@ RETURNING id;
 
 -- name: delivery_take
 -- The worker's claim and dispatch, one round trip (sql/functions/hookgate_delivery_take.sql): claim up to $1
--- due deliveries round-robin across triggers with pacing ($2 lease seconds, $3 trigger cursor, $4 triggers at
--- most, $5 clock override, nullable), dispatch the plain-pending ones ($6 max task attempts, $7 runtime heartbeat
+-- due deliveries round-robin across workspaces, then their triggers, with pacing ($2 lease seconds, $3
+-- workspace cursor, $4 triggers per workspace at most, $12 each workspace's trigger cursor as a JSON object,
+-- $5 clock override, nullable), dispatch the plain-pending ones ($6 max task attempts, $7 runtime heartbeat
 -- timeout) and claim up to $9 of their HTTP agents' tasks for holder $8 (leased least(agent timeout, $10) + $11
 -- s). Rows: kind 'dispatched' (task columns) or 'leased' (for the one-by-one path).
-SELECT * FROM hookgate_delivery_take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
+SELECT * FROM hookgate_delivery_take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);

@@ -59,6 +59,7 @@ DEFINITIONS = f"""
 CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
     "hookgate_slots_take",  # a lowered concurrency cap stays strict; an unhealthy agent gets probe slots only
     # uses hookgate_assignee_agent and hookgate_runtime_ready instead of copies; marks paced deliveries 'paced'
+    # (since 0020_fair_deliveries made it, the file and the migration's copy are still the same text)
     "hookgate_delivery_take",
     "hookgate_task_claim",  # takes its slots from hookgate_slots_take (one slot rule); stamps attempt_started_at
 })
@@ -152,7 +153,8 @@ async def test_a_stale_function_is_brought_back_by_the_migrator_when_its_checksu
 
 async def test_a_function_file_missing_from_the_records_is_applied(conn):
     await conn.execute("ALTER FUNCTION hookgate_delivery_take(integer, double precision, uuid, integer, timestamptz,"
-                       " integer, double precision, text, integer, double precision, double precision) RESET ALL")
+                       " integer, double precision, text, integer, double precision, double precision, jsonb)"
+                       " RESET ALL")
     await conn.execute("DELETE FROM hookgate_functions WHERE name = 'hookgate_delivery_take'")
     assert await migrations.migrate(conn) == ["functions/hookgate_delivery_take.sql"]
     config = await conn.fetchval("SELECT proconfig FROM pg_proc WHERE proname = 'hookgate_delivery_take'")

@@ -242,3 +242,58 @@ async def test_the_take_keeps_reading_by_index_after_its_plans_were_made_on_smal
     assert "INSERT INTO agent_task" in text and "webhook_delivery" in text  # the take's own statements
     scans = sorted({table for table in _BIG_TABLES if f"Seq Scan on {table}" in text})
     assert scans == [], f"sequential scans of {scans} in the take:\n{text}"
+
+
+async def _flooded_workspace(wctx, agent_server, name: str, triggers: int, each: int):
+    """A workspace whose autopilot has ``triggers`` webhook triggers with ``each`` queued deliveries apiece."""
+    w = await factories.world(wctx, name)
+    agent = await factories.http_agent(w, url=agent_server.url(name), name=name)
+    ap = await factories.autopilot(w, agent.row["id"], title=name)
+    made = [(await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000))[0] for _ in range(triggers)]
+    async with wctx.pool.acquire() as conn:
+        for trigger in made:
+            await bulk_deliveries(conn, ap, trigger, each)
+    return w, ap, made
+
+
+async def _dispatched_by(wctx, key: str) -> dict:
+    async with wctx.pool.acquire() as conn:
+        rows = await conn.fetch(f"SELECT {key} AS k, count(*) AS n FROM webhook_delivery "
+                                "WHERE status = 'dispatched' GROUP BY 1")
+    return {r["k"]: r["n"] for r in rows}
+
+
+async def test_a_workspace_with_one_delivery_is_not_starved_by_one_with_fifty_busy_triggers(wctx, agent_server):
+    busy, _, _ = await _flooded_workspace(wctx, agent_server, "busy", 50, 20)
+    # Made after the busy one: its workspace and trigger ids sort after all of the busy workspace's.
+    quiet, quiet_ap, [quiet_trigger] = await _flooded_workspace(wctx, agent_server, "quiet", 1, 0)
+    async with wctx.pool.acquire() as conn:
+        quiet_delivery, _ = await add_delivery(conn, quiet_ap, quiet_trigger)
+    worker = DeliveryWorker(wctx, holder="t", pusher=Pusher(wctx, holder="t"))
+    taken = await worker.take_batch(limit=8)
+    await worker.pusher.stop(deadline=5)
+    async with wctx.pool.acquire() as conn:
+        status = await conn.fetchval("SELECT status FROM webhook_delivery WHERE id = $1", quiet_delivery)
+    assert status == "dispatched" and taken.dispatched == 8
+    assert await _dispatched_by(wctx, "workspace_id") == {busy.workspace_id: 7, quiet.workspace_id: 1}
+
+
+async def test_busy_workspaces_share_each_batch_equally_whatever_their_number_of_triggers(wctx, agent_server):
+    many, _, _ = await _flooded_workspace(wctx, agent_server, "many", 30, 10)
+    one, _, _ = await _flooded_workspace(wctx, agent_server, "one", 1, 100)
+    worker = DeliveryWorker(wctx, holder="t")
+    for _ in range(3):
+        assert (await worker.take_batch(limit=16)).dispatched == 16
+    assert await _dispatched_by(wctx, "workspace_id") == {many.workspace_id: 24, one.workspace_id: 24}
+
+
+async def test_within_a_workspace_every_busy_trigger_gets_its_turn_across_batches(wctx, agent_server):
+    # 40 busy triggers, 16 visited per take: the worker's cursor in that workspace moves on (and wraps round),
+    # so three takes reach every trigger, none twice before all had one.
+    _, _, triggers = await _flooded_workspace(wctx, agent_server, "busy", 40, 5)
+    worker = DeliveryWorker(wctx, holder="t")
+    for _ in range(3):
+        assert (await worker.take_batch(limit=16)).dispatched == 16
+    per_trigger = await _dispatched_by(wctx, "trigger_id")
+    assert set(per_trigger) == {t["id"] for t in triggers}
+    assert sorted(per_trigger.values()) == [1] * 32 + [2] * 8

@@ -1,0 +1,297 @@
+-- 0020_fair_deliveries: fairness across workspaces, for the delivery worker's claim and for ingress.
+--
+-- The delivery worker's claim visits the workspaces with due deliveries round-robin, then each one's triggers
+-- round-robin (sql/functions/hookgate_delivery_take.sql). Both walks are loose index scans of this index:
+-- one probe per workspace, one per trigger of a workspace. It holds queued rows only, like the queue indexes.
+CREATE INDEX webhook_delivery_fair_idx ON webhook_delivery (workspace_id, trigger_id, available_at)
+    WHERE status = 'queued';
+
+-- HOOKGATE_WORKSPACE_MAX_QUEUED: each gateway reads, about once a second, which workspaces have that many
+-- runs waiting (not yet running, not finished), a loose index scan of this index that reads at most the limit
+-- per workspace.
+CREATE INDEX autopilot_run_waiting_idx ON autopilot_run (workspace_id)
+    WHERE status IN ('pending', 'issue_created', 'queued');
+
+-- Ingress refuses a correctly signed delivery of a workspace over that limit with 429: it is stored rejected
+-- with reason_code 'workspace_queue_full' (a rejected row was only ever a bad signature until now).
+ALTER TABLE webhook_delivery DROP CONSTRAINT webhook_delivery_check;
+ALTER TABLE webhook_delivery ADD CONSTRAINT webhook_delivery_check
+    CHECK (status <> 'rejected' OR signature_status IN ('invalid', 'missing', 'expired')
+           OR reason_code = 'workspace_queue_full');
+
+-- The claim takes each workspace's trigger cursor (a new argument).
+DROP FUNCTION hookgate_delivery_take(integer, double precision, uuid, integer, timestamptz, integer,
+                                     double precision, text, integer, double precision, double precision);
+CREATE FUNCTION hookgate_delivery_take(
+    p_limit integer, p_lease_s double precision, p_cursor uuid, p_fanout integer, p_at timestamptz,
+    p_max_attempts integer, p_heartbeat_s double precision, p_holder text, p_claims integer,
+    p_lease_cap_s double precision, p_lease_margin_s double precision, p_trigger_cursors jsonb)
+RETURNS TABLE (kind text, id uuid, lease_token uuid, workspace_id uuid, trigger_id uuid, autopilot_id uuid,
+               event text, envelope jsonb, run_id uuid, dispatch_attempts integer, received_at timestamptz,
+               rate_limit_per_minute integer, claimed boolean, task_id uuid, agent_id uuid, payload jsonb,
+               attempt integer, max_attempts integer, task_lease_token uuid, lease_expires_at timestamptz,
+               endpoint_url text, timeout_s double precision, signing_secret_ct bytea, autopilot_title text,
+               autopilot_instructions text, previous_secret_ct bytea)
+LANGUAGE plpgsql
+-- Generic plans: the statements here are index lookups by key whatever the arguments, and planning them
+-- anew on every call (PostgreSQL keeps custom plans when a generic one looks costlier on paper) cost
+-- ~0.5 ms of server CPU per call, more than the work itself for a batch of one.
+SET plan_cache_mode = force_generic_plan
+-- Key plans only: every statement here reads rows by primary key or by an index prefix, so nested loops over
+-- index scans are right at any size. Generic plans are made once per session from the statistics of that
+-- moment, and a connection that first ran this while the tables were small kept hash joins over sequential
+-- scans of agent_task, agent_slot and sometimes webhook_delivery until the next ANALYZE (seen with
+-- auto_explain in bench/dispatch.py, where the tables grow from empty to ~10,000 rows in half a minute; a
+-- young production database does the same). The settings hold only while the function runs.
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_at       timestamptz := coalesce(p_at, now());
+    v_low      uuid := '00000000-0000-0000-0000-000000000000';
+    v_high     uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
+    v_granted  uuid[];
+    v_plain    uuid[];
+    v_runs     uuid[];
+    v_agents   uuid[];
+    v_pushable boolean[];
+    v_leases   double precision[];
+    v_tokens   uuid[];
+    v_slots    integer[];
+    v_agent    uuid;
+    v_at_n     integer[];
+    v_free     integer[];
+    v_done     uuid[];
+    v_tasks    uuid[];
+    v_queued   uuid[];
+BEGIN
+    WITH RECURSIVE spaces AS (
+        -- Loose index scan over the workspaces with due work: the first after p_cursor (or from the start when
+        -- there is none after it), then the next ones, wrapping round to those up to p_cursor; p_limit at most.
+        SELECT a.workspace_id, 1 AS depth, (p_cursor IS NULL OR a.first IS NULL) AS wrapped
+        FROM (SELECT s.first, coalesce(s.first, CASE WHEN p_cursor IS NOT NULL THEN
+                  (SELECT d.workspace_id FROM webhook_delivery d
+                   WHERE d.status = 'queued' AND d.available_at <= v_at AND d.workspace_id <= p_cursor
+                   ORDER BY d.workspace_id LIMIT 1) END) AS workspace_id
+              FROM (SELECT (SELECT d.workspace_id FROM webhook_delivery d
+                            WHERE d.status = 'queued' AND d.available_at <= v_at
+                              AND d.workspace_id > coalesce(p_cursor, v_low)
+                            ORDER BY d.workspace_id LIMIT 1) AS first) s) a
+        WHERE a.workspace_id IS NOT NULL
+        UNION ALL
+        SELECT coalesce(n.next, CASE WHEN NOT s.wrapped THEN
+                   (SELECT d.workspace_id FROM webhook_delivery d
+                    WHERE d.status = 'queued' AND d.available_at <= v_at AND d.workspace_id <= p_cursor
+                    ORDER BY d.workspace_id LIMIT 1) END),
+               s.depth + 1, s.wrapped OR n.next IS NULL
+        FROM spaces s CROSS JOIN LATERAL (
+            SELECT (SELECT d.workspace_id FROM webhook_delivery d
+                    WHERE d.status = 'queued' AND d.available_at <= v_at AND d.workspace_id > s.workspace_id
+                      AND d.workspace_id <= CASE WHEN s.wrapped THEN coalesce(p_cursor, v_high) ELSE v_high END
+                    ORDER BY d.workspace_id LIMIT 1) AS next) n
+        WHERE s.workspace_id IS NOT NULL AND s.depth < p_limit
+    ), visited AS (
+        -- Each workspace's share of the triggers visited: p_fanout, fewer when many workspaces share the batch.
+        SELECT s.workspace_id, s.depth AS ws_ord,
+               least(p_fanout, ceil(p_limit::numeric / count(*) OVER ())::integer) AS trigger_cap,
+               count(*) OVER () AS spaces_n,
+               (p_trigger_cursors ->> s.workspace_id::text)::uuid AS trigger_cursor
+        FROM spaces s WHERE s.workspace_id IS NOT NULL
+    ), heads AS (
+        -- Within each workspace the same walk over its triggers, after its own cursor (p_trigger_cursors).
+        SELECT v.workspace_id, v.ws_ord, v.trigger_cap, v.trigger_cursor, a.trigger_id, 1 AS depth,
+               (v.trigger_cursor IS NULL OR a.first IS NULL) AS wrapped
+        FROM visited v CROSS JOIN LATERAL (
+            SELECT s.first, coalesce(s.first, CASE WHEN v.trigger_cursor IS NOT NULL THEN
+                       (SELECT d.trigger_id FROM webhook_delivery d
+                        WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at
+                          AND d.trigger_id <= v.trigger_cursor
+                        ORDER BY d.trigger_id LIMIT 1) END) AS trigger_id
+            FROM (SELECT (SELECT d.trigger_id FROM webhook_delivery d
+                          WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at
+                            AND d.trigger_id > coalesce(v.trigger_cursor, v_low)
+                          ORDER BY d.trigger_id LIMIT 1) AS first) s) a
+        UNION ALL
+        SELECT h.workspace_id, h.ws_ord, h.trigger_cap, h.trigger_cursor,
+               coalesce(n.next, CASE WHEN NOT h.wrapped THEN
+                   (SELECT d.trigger_id FROM webhook_delivery d
+                    WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at
+                      AND d.trigger_id <= h.trigger_cursor
+                    ORDER BY d.trigger_id LIMIT 1) END),
+               h.depth + 1, h.wrapped OR n.next IS NULL
+        FROM heads h CROSS JOIN LATERAL (
+            SELECT (SELECT d.trigger_id FROM webhook_delivery d
+                    WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at
+                      AND d.trigger_id > h.trigger_id
+                      AND d.trigger_id <= CASE WHEN h.wrapped THEN coalesce(h.trigger_cursor, v_high) ELSE v_high END
+                    ORDER BY d.trigger_id LIMIT 1) AS next) n
+        WHERE h.trigger_id IS NOT NULL AND h.depth < h.trigger_cap
+    ), walked AS (
+        -- A trigger can get no more than the batch less one row per other workspace and per other trigger of
+        -- its own (those come first), so that is all it locks.
+        SELECT h.workspace_id, h.ws_ord, h.trigger_id, h.depth AS trigger_ord,
+               greatest(1, p_limit - (v.spaces_n - 1) - (count(*) OVER (PARTITION BY h.workspace_id) - 1))::integer
+                   AS take_n
+        FROM heads h JOIN visited v ON v.workspace_id = h.workspace_id
+        WHERE h.trigger_id IS NOT NULL
+    ), locked AS (
+        -- Ordered by the (trigger_id, available_at) index, so each trigger's head is read, not its backlog.
+        SELECT x.id, x.trigger_id, x.available_at, w.workspace_id, w.ws_ord, w.trigger_ord,
+               row_number() OVER (PARTITION BY x.trigger_id ORDER BY x.available_at) AS rn
+        FROM walked w CROSS JOIN LATERAL (
+            SELECT d.id, d.trigger_id, d.available_at FROM webhook_delivery d
+            WHERE d.trigger_id = w.trigger_id AND d.status = 'queued' AND d.available_at <= v_at
+            ORDER BY d.available_at
+            LIMIT w.take_n
+            FOR UPDATE SKIP LOCKED
+        ) x
+    ), ranked AS (
+        -- Within a workspace its triggers interleaved: the 1st of each, then the 2nd, ... (ws_rank).
+        SELECT l.*, row_number() OVER (PARTITION BY l.workspace_id ORDER BY l.rn, l.trigger_ord) AS ws_rank
+        FROM locked l
+    ), picked AS (
+        -- Then the workspaces interleaved the same way: each gets an equal share of the batch while it has
+        -- work (ord keeps that order for the result).
+        SELECT l.id, l.trigger_id, l.ord,
+               row_number() OVER (PARTITION BY l.trigger_id ORDER BY l.available_at, l.id) AS nth
+        FROM (SELECT id, trigger_id, available_at, row_number() OVER (ORDER BY ws_rank, ws_ord) AS ord
+              FROM ranked ORDER BY ws_rank, ws_ord LIMIT p_limit) l
+    ), paced AS (
+        -- One pacing take per trigger of the batch (volatile: run once, before the update below reads it).
+        SELECT p.trigger_id, g.granted, g.window_end
+        FROM (SELECT trigger_id, count(*)::integer AS wanted FROM picked GROUP BY trigger_id) p
+        JOIN autopilot_trigger t ON t.id = p.trigger_id
+        CROSS JOIN LATERAL hookgate_pace_take(p.trigger_id, p.wanted, t.rate_limit_per_minute, v_at) g
+    ), deferred AS (
+        UPDATE webhook_delivery w
+        SET lease_token = NULL, lease_expires_at = NULL, available_at = paced.window_end,
+            reason_code = 'paced', reason = 'over the trigger''s rate_limit_per_minute: waits for its next window',
+            updated_at = now()
+        FROM picked JOIN paced ON paced.trigger_id = picked.trigger_id
+        WHERE w.id = picked.id AND picked.nth > paced.granted
+    )
+    SELECT array_agg(picked.id ORDER BY picked.ord) INTO v_granted
+    FROM picked JOIN paced ON paced.trigger_id = picked.trigger_id
+    WHERE picked.nth <= paced.granted;
+
+    IF v_granted IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- The plain-pending ones, their runs locked (SKIP LOCKED: one held elsewhere is left to the slow path).
+    SELECT array_agg(q.delivery_id ORDER BY q.n), array_agg(q.run_id ORDER BY q.n),
+           array_agg(q.agent_id ORDER BY q.n), array_agg(q.pushable ORDER BY q.n), array_agg(q.lease_s ORDER BY q.n)
+    INTO v_plain, v_runs, v_agents, v_pushable, v_leases
+    FROM (
+        SELECT g.n, w.id AS delivery_id, r.id AS run_id, ag.id AS agent_id, ag.runtime_kind = 'http' AS pushable,
+               least(ag.timeout_s, p_lease_cap_s) + p_lease_margin_s AS lease_s
+        FROM unnest(v_granted) WITH ORDINALITY AS g(id, n)
+        JOIN webhook_delivery w ON w.id = g.id
+        JOIN autopilot_run r ON r.id = w.run_id
+        JOIN autopilot a ON a.id = r.autopilot_id
+        CROSS JOIN LATERAL hookgate_assignee_agent(a.assignee_type, a.assignee_id, a.workspace_id) ag
+        CROSS JOIN LATERAL hookgate_runtime_ready(ag.id, ag.runtime_kind, ag.endpoint_url, p_heartbeat_s, now()) rt
+        WHERE r.status = 'pending' AND r.issue_id IS NULL AND r.task_id IS NULL AND a.execution_mode = 'run_only'
+          AND ag.archived_at IS NULL AND rt.ready
+        FOR UPDATE OF r SKIP LOCKED
+    ) q;
+
+    IF v_plain IS NOT NULL THEN
+        -- Slots for the first p_claims tasks of HTTP agents, agent by agent; a task without one stays queued.
+        v_tokens := array_fill(NULL::uuid, ARRAY[cardinality(v_plain)]);
+        v_slots := array_fill(NULL::integer, ARRAY[cardinality(v_plain)]);
+        FOR v_agent, v_at_n IN
+            SELECT u.agent_id, array_agg(u.n ORDER BY u.n)
+            FROM (SELECT x.agent_id, x.n FROM unnest(v_agents, v_pushable) WITH ORDINALITY AS x(agent_id, pushable, n)
+                  WHERE x.pushable ORDER BY x.n LIMIT greatest(p_claims, 0)) u
+            GROUP BY u.agent_id
+        LOOP
+            v_free := hookgate_slots_take(v_agent, cardinality(v_at_n));
+            FOR i IN 1 .. coalesce(cardinality(v_free), 0) LOOP
+                v_slots[v_at_n[i]] := v_free[i];
+                v_tokens[v_at_n[i]] := gen_random_uuid();
+            END LOOP;
+        END LOOP;
+
+        WITH x AS (
+            SELECT * FROM unnest(v_plain, v_runs, v_agents, v_leases, v_tokens, v_slots) WITH ORDINALITY
+                AS x(delivery_id, run_id, agent_id, lease_s, token, slot, n)
+        ), made AS (
+            -- A claimed task is born running (attempt 1), so it is written once instead of insert + claim.
+            INSERT INTO agent_task (workspace_id, run_id, agent_id, payload, max_attempts, idempotency_key, status,
+                                    attempt, lease_token, lease_expires_at, holder_instance, started_at,
+                                    attempt_started_at)
+            SELECT r.workspace_id, r.id, x.agent_id, r.payload,
+                   coalesce(cardinality(ag.retry_schedule) + 1, p_max_attempts), 'run:' || r.id::text || ':1',
+                   CASE WHEN x.token IS NULL THEN 'queued' ELSE 'running' END,
+                   CASE WHEN x.token IS NULL THEN 0 ELSE 1 END, x.token,
+                   CASE WHEN x.token IS NOT NULL THEN v_at + make_interval(secs => x.lease_s) END,
+                   CASE WHEN x.token IS NOT NULL THEN p_holder END,
+                   CASE WHEN x.token IS NOT NULL THEN now() END, CASE WHEN x.token IS NOT NULL THEN now() END
+            FROM x JOIN autopilot_run r ON r.id = x.run_id JOIN agent ag ON ag.id = x.agent_id
+            ORDER BY x.n
+            ON CONFLICT (idempotency_key) DO NOTHING
+            RETURNING id, run_id, workspace_id, agent_id, status, attempt, lease_token, lease_expires_at
+        ), slotted AS (
+            UPDATE agent_slot sl SET lease_token = m.lease_token
+            FROM made m JOIN x ON x.run_id = m.run_id
+            WHERE m.lease_token IS NOT NULL AND sl.agent_id = m.agent_id AND sl.slot = x.slot
+        ), started AS (
+            UPDATE autopilot_run r
+            SET task_id = m.id, status = CASE WHEN m.status = 'running' THEN 'running' ELSE 'queued' END,
+                updated_at = now()
+            FROM made m WHERE r.id = m.run_id
+        ), audited AS (
+            INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
+            SELECT m.workspace_id, 'CLAIM', 'worker', p_holder, 'agent_task', m.id::text,
+                   jsonb_build_object('attempt', m.attempt, 'lease_expires_at', m.lease_expires_at, 'run_id', m.run_id)
+            FROM made m WHERE m.status = 'running'
+        ), completed AS (
+            UPDATE webhook_delivery w
+            SET status = 'dispatched', lease_token = NULL, lease_expires_at = NULL,
+                reason_code = CASE WHEN w.reason_code = 'paced' THEN NULL ELSE w.reason_code END,
+                reason = CASE WHEN w.reason_code = 'paced' THEN NULL ELSE w.reason END, updated_at = now()
+            FROM made m JOIN x ON x.run_id = m.run_id
+            WHERE w.id = x.delivery_id
+        )
+        SELECT array_agg(x.delivery_id ORDER BY x.n), array_agg(m.id ORDER BY x.n),
+               array_agg(m.id) FILTER (WHERE m.status = 'queued')
+        INTO v_done, v_tasks, v_queued
+        FROM made m JOIN x ON x.run_id = m.run_id;
+
+        PERFORM pg_notify('hookgate_tasks', t::text) FROM unnest(v_queued) AS t;
+    END IF;
+
+    RETURN QUERY
+    SELECT 'dispatched'::text, w.id, NULL::uuid, t.workspace_id, w.trigger_id, r.autopilot_id, w.event, NULL::jsonb,
+           t.run_id, w.dispatch_attempts, w.received_at, NULL::integer, t.status = 'running', t.id, t.agent_id,
+           t.payload, t.attempt, t.max_attempts, t.lease_token, t.lease_expires_at, ag.endpoint_url, ag.timeout_s,
+           ag.signing_secret_ct, ap.title, ap.instructions,
+           CASE WHEN ag.previous_secret_expires_at > now() THEN ag.previous_secret_ct END
+    FROM unnest(v_done, v_tasks) WITH ORDINALITY AS x(delivery_id, task_id, n)
+    JOIN webhook_delivery w ON w.id = x.delivery_id
+    JOIN agent_task t ON t.id = x.task_id
+    JOIN agent ag ON ag.id = t.agent_id
+    JOIN autopilot_run r ON r.id = t.run_id
+    JOIN autopilot ap ON ap.id = r.autopilot_id
+    ORDER BY x.n;
+
+    -- The rest is leased for the one-by-one path.
+    RETURN QUERY
+    WITH leased AS (
+        UPDATE webhook_delivery w
+        SET lease_token = gen_random_uuid(), lease_expires_at = v_at + make_interval(secs => p_lease_s),
+            available_at = v_at + make_interval(secs => p_lease_s), updated_at = now()
+        FROM autopilot_trigger tr
+        WHERE w.id = ANY (v_granted) AND w.id <> ALL (coalesce(v_done, '{}')) AND w.status = 'queued'
+          AND tr.id = w.trigger_id
+        RETURNING w.id, w.lease_token, w.workspace_id, w.trigger_id, w.autopilot_id, w.event, w.envelope, w.run_id,
+                  w.dispatch_attempts, w.received_at, tr.rate_limit_per_minute
+    )
+    SELECT 'leased'::text, l.id, l.lease_token, l.workspace_id, l.trigger_id, l.autopilot_id, l.event, l.envelope,
+           l.run_id, l.dispatch_attempts, l.received_at, l.rate_limit_per_minute, false, NULL::uuid, NULL::uuid,
+           NULL::jsonb, NULL::integer, NULL::integer, NULL::uuid, NULL::timestamptz, NULL::text,
+           NULL::double precision, NULL::bytea, NULL::text, NULL::text, NULL::bytea
+    FROM leased l;
+END
+$$;
