@@ -1,9 +1,8 @@
 """The dashboard in headless Chromium (Debian's ``chromium`` driven by Playwright).
 
 Log in, search for a posted webhook, open the delivery and its run, replay it; open a failed run, read its
-attempts and retry it. Screenshots of each step
-are kept in the test's pytest tmp dir (``<basetemp>/<test name>/screenshots/*.png``; pytest keeps the
-last three runs). ``HOOKGATE_TEST_CHROMIUM`` names another browser binary; a missing browser fails these
+attempts and retry it. Screenshots of each step are kept in the test's pytest tmp dir
+(``<basetemp>/<test name>/screenshots/*.png``; pytest keeps the last three runs). ``HOOKGATE_TEST_CHROMIUM`` names another browser binary; a missing browser fails these
 tests (CI installs it) unless ``HOOKGATE_SKIP_BROWSER=1``.
 """
 
