@@ -1,8 +1,10 @@
 """Admin verbs of the ``hookgate`` command: thin HTTP clients of the admin API (ARCHITECTURE §2, §11).
 
-``hookgate agents …``, ``autopilots …``, ``triggers …``, ``runs …``, ``deliveries …`` (``tail`` follows new
-ones, ``replay-bulk`` replays what filters select), ``members …`` and ``keys …``. Readable tables by default,
-the API's JSON with ``--json``. Every verb takes ``--url`` and ``--key`` (env ``HOOKGATE_URL``, else
+``hookgate agents …``, ``autopilots …``, ``triggers …``, ``runs …`` (``retry`` gives a failed or cancelled
+run another task), ``tasks attempts``, ``deliveries …`` (``tail`` follows new ones, ``replay-bulk`` replays
+what filters select), ``members …``, ``keys …`` and ``channels …`` (notification channels). Readable tables
+by default (a run and an agent read as their delivery state: attempt, next attempt, last error; health and
+retry schedule), the API's JSON with ``--json``. Every verb takes ``--url`` and ``--key`` (env ``HOOKGATE_URL``, else
 ``http://HOOKGATE_HOST:HOOKGATE_PORT``, and ``HOOKGATE_API_KEY``).
 
 Exit codes: 0 done; 1 the API refused (one line: ``hookgate: error: 404 not_found: no such run``); 2 the
@@ -25,6 +27,8 @@ from typing import Any, NoReturn
 import httpx
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hookgate import retry
 
 Verb = Callable[["Client", argparse.Namespace], Awaitable[Any]]
 
@@ -85,6 +89,20 @@ def json_value(text: str) -> Any:
 _UNITS = {"m": 60, "h": 3600, "d": 86400}
 
 
+#: What ``--retry-schedule default`` sends: null, the gateway's HOOKGATE_PUSH_RETRY_SCHEDULE again.
+DEFAULT_SCHEDULE = "default"
+
+
+def retry_schedule(text: str) -> list[float] | str:
+    """An argparse type: ``5s,1m,1h`` as seconds (``retry.Schedule.parse``), or ``default``; checked before sending."""
+    if text.strip().lower() == DEFAULT_SCHEDULE:
+        return DEFAULT_SCHEDULE
+    try:
+        return list(retry.Schedule.parse(text).delays)
+    except retry.ScheduleError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def instant(text: str) -> str:
     """An argparse type: an ISO 8601 time with its zone, or a span ago; sent as ISO 8601.
 
@@ -142,12 +160,19 @@ def _page(a: argparse.Namespace, **filters: Any) -> dict[str, Any]:
     return filters | {"limit": a.limit, "cursor": a.cursor}
 
 
+def _idempotency(a: argparse.Namespace) -> dict[str, str] | None:
+    """The ``Idempotency-Key`` header of a POST verb, if ``--idempotency-key`` was given."""
+    return {"Idempotency-Key": a.idempotency_key} if a.idempotency_key else None
+
+
 async def agents_create(c: Client, a: argparse.Namespace) -> Any:
     """POST /v1/agents."""
     runtime = {"kind": "pull"} if a.pull else {"kind": "http", "url": a.endpoint, "timeout_s": a.timeout}
-    return await c.call("POST", "/v1/agents", json_body={
-        "name": a.name, "runtime": runtime, "visibility": "private" if a.private else "workspace",
-        "max_concurrency": a.max_concurrency})
+    body = {"name": a.name, "runtime": runtime, "visibility": "private" if a.private else "workspace",
+            "max_concurrency": a.max_concurrency}
+    if a.retry_schedule not in (None, DEFAULT_SCHEDULE):
+        body["retry_schedule"] = a.retry_schedule
+    return await c.call("POST", "/v1/agents", json_body=body)
 
 
 async def agents_list(c: Client, a: argparse.Namespace) -> Any:
@@ -161,10 +186,13 @@ async def agents_get(c: Client, a: argparse.Namespace) -> Any:
 
 
 async def agents_update(c: Client, a: argparse.Namespace) -> Any:
-    """PATCH /v1/agents/{id} with the fields given."""
+    """PATCH /v1/agents/{id} with the fields given (``--retry-schedule default`` sends ``null``)."""
     body = {"name": a.name, "url": a.endpoint, "timeout_s": a.timeout, "max_concurrency": a.max_concurrency,
             "visibility": a.visibility}
-    return await c.call("PATCH", f"/v1/agents/{a.agent}", json_body={k: v for k, v in body.items() if v is not None})
+    sent: dict[str, Any] = {k: v for k, v in body.items() if v is not None}
+    if a.retry_schedule is not None:
+        sent["retry_schedule"] = None if a.retry_schedule == DEFAULT_SCHEDULE else a.retry_schedule
+    return await c.call("PATCH", f"/v1/agents/{a.agent}", json_body=sent)
 
 
 async def agents_rotate_secret(c: Client, a: argparse.Namespace) -> Any:
@@ -243,12 +271,48 @@ async def runs_start(c: Client, a: argparse.Namespace) -> Any:
     """POST /v1/autopilots/{id}/runs (manual: you are the originator)."""
     body = {"source": a.source} | ({"payload": a.payload} if a.payload is not None else {})
     return await c.call("POST", f"/v1/autopilots/{a.autopilot}/runs", json_body=body,
-                        headers={"Idempotency-Key": a.idempotency_key} if a.idempotency_key else None)
+                        headers=_idempotency(a))
 
 
 async def runs_cancel(c: Client, a: argparse.Namespace) -> Any:
     """POST /v1/runs/{id}/cancel."""
     return await c.call("POST", f"/v1/runs/{a.run}/cancel", json_body={"reason": a.reason})
+
+
+async def runs_retry(c: Client, a: argparse.Namespace) -> Any:
+    """POST /v1/runs/{id}/retry: a failed or cancelled run gets one more task and is queued again."""
+    return await c.call("POST", f"/v1/runs/{a.run}/retry", headers=_idempotency(a))
+
+
+async def tasks_attempts(c: Client, a: argparse.Namespace) -> Any:
+    """GET /v1/tasks/{id}/attempts, oldest first."""
+    return await c.call("GET", f"/v1/tasks/{a.task}/attempts", params=_page(a))
+
+
+async def channels_create(c: Client, a: argparse.Namespace) -> Any:
+    """POST /v1/notification-channels (the answer holds the whsec_ signing secret, shown once)."""
+    return await c.call("POST", "/v1/notification-channels",
+                        json_body={"name": a.name, "url": a.endpoint, "events": a.event})
+
+
+async def channels_list(c: Client, a: argparse.Namespace) -> Any:
+    """GET /v1/notification-channels."""
+    return await c.call("GET", "/v1/notification-channels", params=_page(a))
+
+
+async def channels_get(c: Client, a: argparse.Namespace) -> Any:
+    """GET /v1/notification-channels/{id}."""
+    return await c.call("GET", f"/v1/notification-channels/{a.channel}")
+
+
+async def channels_delete(c: Client, a: argparse.Namespace) -> Any:
+    """DELETE /v1/notification-channels/{id}."""
+    return await c.call("DELETE", f"/v1/notification-channels/{a.channel}")
+
+
+async def channels_test(c: Client, a: argparse.Namespace) -> Any:
+    """POST /v1/notification-channels/{id}/test: queue a ``ping`` to the channel."""
+    return await c.call("POST", f"/v1/notification-channels/{a.channel}/test")
 
 
 async def deliveries_list(c: Client, a: argparse.Namespace) -> Any:
@@ -264,7 +328,7 @@ async def deliveries_get(c: Client, a: argparse.Namespace) -> Any:
 async def deliveries_replay(c: Client, a: argparse.Namespace) -> Any:
     """POST /v1/deliveries/{id}/replay."""
     return await c.call("POST", f"/v1/deliveries/{a.delivery}/replay",
-                        headers={"Idempotency-Key": a.idempotency_key} if a.idempotency_key else None)
+                        headers=_idempotency(a))
 
 
 async def deliveries_replay_bulk(c: Client, a: argparse.Namespace) -> Any:
@@ -273,7 +337,7 @@ async def deliveries_replay_bulk(c: Client, a: argparse.Namespace) -> Any:
             "event": a.event,
             "received_after": a.since, "received_before": a.until, "dry_run": a.dry_run or None, "limit": a.limit}
     return await c.call("POST", "/v1/deliveries/replay", json_body={k: v for k, v in body.items() if v is not None},
-                        headers={"Idempotency-Key": a.idempotency_key} if a.idempotency_key else None)
+                        headers=_idempotency(a))
 
 
 async def members_list(c: Client, a: argparse.Namespace) -> Any:
@@ -381,7 +445,7 @@ def _stop_on_signals() -> Iterator[asyncio.Event]:
 # ---------------------------------------------------------------------------------------------------
 
 COLUMNS = {
-    "agents": ("id", "name", "runtime.kind", "runtime.url", "visibility", "archived_at"),
+    "agents": ("id", "name", "runtime.kind", "runtime.url", "visibility", "health.state", "archived_at"),
     "autopilots": ("id", "title", "status", "execution_mode", "assignee.type", "version"),
     "triggers": ("id", "kind", "enabled", "provider", "rate_limit_per_minute", "cron", "event_filters",
                  "next_fire_at"),
@@ -389,6 +453,8 @@ COLUMNS = {
     "deliveries": ("id", "status", "reason_code", "signature_status", "event", "run_id", "received_at"),
     "members": ("id", "name", "email", "role", "disabled_at"),
     "keys": ("id", "member_id", "hint", "last_used_at", "revoked_at"),
+    "tasks": ("attempt", "outcome", "http_status", "duration_ms", "started_at", "error"),
+    "channels": ("id", "name", "url", "events", "secret_hint", "created_at"),
 }
 
 
@@ -418,11 +484,55 @@ def record(item: dict[str, Any]) -> str:
     return "\n".join(f"{k.ljust(width)}  {_cell(v)}" for k, v in item.items())
 
 
+def schedule_text(delays: list[float] | None) -> str:
+    """An agent's ``retry_schedule`` as written in settings (``5s,1m,1h``, n + 1 attempts), or ``default``."""
+    if delays is None:
+        return "default (the gateway's HOOKGATE_PUSH_RETRY_SCHEDULE)"
+    schedule = retry.Schedule(tuple(delays))
+    return f"{schedule.text()} ({schedule.attempts} attempts)"
+
+
+def _agent_lines(agent: dict[str, Any]) -> dict[str, Any]:
+    """An agent with its health spelled out (state, since, next probe, failures, last error) and its schedule."""
+    health = agent.get("health") or {}
+    spelled = {"health": health.get("state"), "health_since": health.get("since"),
+               "next_probe_at": health.get("next_probe_at"), "failures": health.get("failures"),
+               "last_error": health.get("last_error")}
+    out = {k: v for k, v in agent.items() if k not in ("health", "retry_schedule")}
+    return out | spelled | {"retry_schedule": schedule_text(agent.get("retry_schedule"))}
+
+
+def attempt_line(attempt: dict[str, Any] | None) -> str | None:
+    """One attempt in a line: ``#2 failed, HTTP 502, 120 ms, started …: error``."""
+    if not attempt:
+        return None
+    parts = [f"#{attempt['attempt']} {attempt['outcome']}"]
+    if attempt.get("http_status") is not None:
+        parts.append(f"HTTP {attempt['http_status']}")
+    parts += [f"{attempt['duration_ms']} ms", f"started {attempt['started_at']}"]
+    error = attempt.get("error")
+    return ", ".join(parts) + (f": {error}" if error else "")
+
+
+def _run_lines(run: dict[str, Any]) -> dict[str, Any]:
+    """A run with its latest attempt in one line (the attempt count, next attempt and last error stay as they are)."""
+    if "latest_attempt" not in run:
+        return run
+    return run | {"latest_attempt": attempt_line(run["latest_attempt"])}
+
+
+#: How one object of a noun reads (default: its fields as they are).
+READABLE: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"agents": _agent_lines, "runs": _run_lines}
+
+
 def render(noun: str, answer: Any) -> str:
     """The readable form of an answer: a table for lists, key/value lines for one object."""
     if isinstance(answer, dict) and "items" in answer:
         text = table(answer["items"], COLUMNS[noun])
         return text + (f"\n(more: --cursor {answer['next_cursor']})" if answer.get("next_cursor") else "")
+    readable = READABLE.get(noun)
+    if readable is not None and isinstance(answer, dict) and "id" in answer:
+        answer = readable(answer)
     return record(answer)
 
 
@@ -470,9 +580,14 @@ def _agents(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=10.0, help="push timeout in seconds (default 10)")
     p.add_argument("--private", action="store_true", help="only you may assign work to it")
     p.add_argument("--max-concurrency", type=int, default=4, help="tasks at once (default 4)")
+    p.add_argument("--retry-schedule", type=retry_schedule, metavar="DELAYS",
+                   help="its own delays between attempts, e.g. 5s,1m,1h (n delays: n + 1 attempts); "
+                        "default: the gateway's HOOKGATE_PUSH_RETRY_SCHEDULE")
     _list(agents, agents_list, "list agents")
-    _verb(agents, "get", agents_get, "show an agent").add_argument("agent", type=resource_id("agent"))
-    p = _verb(agents, "update", agents_update, "change an agent's name, endpoint, timeout, concurrency, visibility")
+    _verb(agents, "get", agents_get, "show an agent, its health (state, since, next probe, last error) and "
+          "its retry schedule").add_argument("agent", type=resource_id("agent"))
+    p = _verb(agents, "update", agents_update, "change an agent's name, endpoint, timeout, concurrency, visibility, "
+              "retry schedule")
     p.add_argument("agent", type=resource_id("agent"))
     p.add_argument("--name", help="new name")
     p.add_argument("--endpoint", help="new URL we push tasks to (http agent; checked like at creation)")
@@ -483,6 +598,9 @@ def _agents(sub: Any) -> None:
                       help="only you may assign work to it")
     seen.add_argument("--workspace", dest="visibility", action="store_const", const="workspace",
                       help="every member may assign work to it")
+    p.add_argument("--retry-schedule", type=retry_schedule, metavar="DELAYS",
+                   help="delays between attempts of its tasks, e.g. 5s,1m,1h (units s, m, h, d; n delays: n + 1 "
+                        "attempts); 'default' goes back to the gateway's HOOKGATE_PUSH_RETRY_SCHEDULE")
     _verb(agents, "rotate-secret", agents_rotate_secret,
           "give an http agent a new signing secret (shown once); the old one also signs pushes for 24 hours"
           ).add_argument("agent", type=resource_id("agent"))
@@ -534,13 +652,13 @@ RUN_STATUSES = ("pending", "issue_created", "queued", "running", "completed", "f
 
 
 def _runs(sub: Any) -> None:
-    runs = _noun(sub, "runs", "list, show, start and cancel runs (a retry verb awaits a retry endpoint in the API)")
+    runs = _noun(sub, "runs", "list, show, start, cancel and retry runs")
     p = _list(runs, runs_list, "list runs, newest first")
     p.add_argument("--autopilot", type=resource_id("autopilot"))
     p.add_argument("--status", choices=RUN_STATUSES)
     p.add_argument("--source", choices=("manual", "schedule", "webhook", "api"))
-    _verb(runs, "get", runs_get, "show a run and its chain (delivery → run → issue → task)").add_argument(
-        "run", type=resource_id("run"))
+    _verb(runs, "get", runs_get, "show a run, its chain (delivery → run → issue → task), its attempt, next "
+          "attempt, last error and latest attempt").add_argument("run", type=resource_id("run"))
     p = _verb(runs, "start", runs_start, "start a run of an autopilot by hand")
     p.add_argument("autopilot", type=resource_id("autopilot"))
     p.add_argument("--payload", type=json_value, help="JSON object passed to the agent")
@@ -549,6 +667,38 @@ def _runs(sub: Any) -> None:
     p = _verb(runs, "cancel", runs_cancel, "end an unfinished run and cancel its queued tasks (409 if finished)")
     p.add_argument("run", type=resource_id("run"))
     p.add_argument("--reason", help="why (kept on the run)")
+    p = _verb(runs, "retry", runs_retry, "give a failed or cancelled run one more task and queue it again "
+              "(409 for any other run)")
+    p.add_argument("run", type=resource_id("run"))
+    p.add_argument("--idempotency-key", help="retry-safe: the same key within 5 minutes retries once")
+
+
+def _tasks(sub: Any) -> None:
+    tasks = _noun(sub, "tasks", "a task's attempts (push attempts and pull outcomes)")
+    p = _verb(tasks, "attempts", tasks_attempts, "list a task's attempts, oldest first: outcome, HTTP status, "
+              "duration, start, error (the agent's answer with --json, for the autopilot's writers)")
+    p.add_argument("task", type=resource_id("task"))
+    p.add_argument("--limit", type=int, default=50, help="page size (default 50, max 500)")
+    p.add_argument("--cursor", help="the next page: the cursor a previous call printed")
+
+
+CHANNEL_EVENTS = ("run.failed", "agent.unhealthy", "agent.recovered", "autopilot.paused", "trigger.rejections_spike")
+
+
+def _channels(sub: Any) -> None:
+    channels = _noun(sub, "channels", "notification channels: where alerts are sent (owners and admins)")
+    channel_id = resource_id("channel")
+    p = _verb(channels, "create", channels_create, "create a channel; prints its whsec_ signing secret once")
+    p.add_argument("--name", required=True, help="channel name")
+    p.add_argument("--endpoint", required=True, help="URL alerts are POSTed to (checked by the egress policy)")
+    p.add_argument("--event", action="append", required=True, choices=CHANNEL_EVENTS,
+                   help="an event it hears; repeatable")
+    _list(channels, channels_list, "list notification channels, oldest first")
+    _verb(channels, "get", channels_get, "show a channel").add_argument("channel", type=channel_id)
+    _verb(channels, "delete", channels_delete, "delete a channel and its notifications").add_argument(
+        "channel", type=channel_id)
+    _verb(channels, "test", channels_test, "queue a ping to a channel (sent and retried like any alert)"
+          ).add_argument("channel", type=channel_id)
 
 
 DELIVERY_STATUSES = ("queued", "dispatched", "rejected", "ignored", "failed")
@@ -608,7 +758,7 @@ def _keys(sub: Any) -> None:
 
 def add_commands(sub: Any) -> None:
     """Add the admin nouns and their verbs to the ``hookgate`` command tree."""
-    for add in (_agents, _autopilots, _triggers, _runs, _deliveries, _members, _keys):
+    for add in (_agents, _autopilots, _triggers, _runs, _tasks, _deliveries, _members, _keys, _channels):
         add(sub)
 
 

@@ -25,6 +25,7 @@ routes = [
     Route("/dashboard/deliveries/{delivery_id}/replay", page(deliveries.replay), methods=["POST"]),
     Route("/dashboard/runs/{run_id}", page(runs.run), methods=["GET"]),
     Route("/dashboard/runs/{run_id}/cancel", page(runs.cancel), methods=["POST"]),
+    Route("/dashboard/runs/{run_id}/retry", page(runs.retry), methods=["POST"]),
     Route("/dashboard/agents", page(agents.list_agents), methods=["GET"]),
     Route("/dashboard/agents/{agent_id}", page(agents.agent), methods=["GET"]),
     Route("/dashboard/agents/{agent_id}/edit", page(agents.edit), methods=["POST"]),

@@ -1,7 +1,9 @@
-"""Agents: health as far as the data has it, editing (the admin API's PATCH) and secret rotation.
+"""Agents: health as far as the data has it, the retry schedule, editing (the admin API's PATCH), secret rotation.
 
-Health is what the database knows: runtime instances online (a heartbeat within the timeout), queue
-depth, tasks in flight and the latest task errors. An http agent's push health shows in its errors.
+Health is what the database knows: the circuit breaker's state (``healthy``, or ``unhealthy`` since when,
+with its next probe and last error, rendered by the admin API's ``health_out``), runtime instances online
+(a heartbeat within the timeout), queue depth, tasks in flight and the latest task errors. The retry
+schedule is the agent's own, or the gateway's default (HOOKGATE_PUSH_RETRY_SCHEDULE).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from gateway import overload
+from gateway.admin.agents import health_out
 from gateway.dashboard.web import (
     Denied,
     Viewer,
@@ -23,7 +26,7 @@ from gateway.dashboard.web import (
     uuid_param,
     viewer,
 )
-from hookgate import egress
+from hookgate import egress, retry
 from sql import Q
 
 EDITABLE = ("name", "url", "timeout_s", "max_concurrency")
@@ -35,12 +38,23 @@ async def list_agents(request: Request) -> Response:
     async with overload.connection(ctx_of(request)) as conn:
         rows = await conn.fetch(Q.dashboard_agent_health, v.workspace_id,
                                 ctx_of(request).settings.heartbeat_timeout_s, None)
-    return v.render("agents.html", rows=[_shown(r) for r in rows])
+    default = ctx_of(request).settings.retry_schedule
+    return v.render("agents.html", rows=[_shown(r, default) for r in rows])
 
 
-def _shown(row: Any) -> dict[str, Any]:
-    """A health row with the URL as the API shows it (credentials masked)."""
-    return dict(row) | {"endpoint_url": egress.redact(row["endpoint_url"]) if row["endpoint_url"] else None}
+def _shown(row: Any, default: retry.Schedule) -> dict[str, Any]:
+    """A health row with the URL as the API shows it (credentials masked), its breaker's health and schedule."""
+    return dict(row) | {"endpoint_url": egress.redact(row["endpoint_url"]) if row["endpoint_url"] else None,
+                        "health": health_out(row).model_dump(mode="json"),
+                        "schedule": schedule_text(row["retry_schedule"], default)}
+
+
+def schedule_text(delays: list[float] | None, default: retry.Schedule) -> str:
+    """``5s,1m,1h (4 attempts)``; an agent without its own schedule: ``default: …`` (the gateway's)."""
+    if delays is None:
+        return f"default: {default.text()} ({default.attempts} attempts)"
+    own = retry.Schedule(tuple(delays))
+    return f"{own.text()} ({own.attempts} attempts)"
 
 
 def may_change(v: Viewer, agent: dict[str, Any]) -> bool:
@@ -58,7 +72,8 @@ async def agent(request: Request) -> Response:
                                      ctx_of(request).settings.heartbeat_timeout_s, agent_id)
         instances = await conn.fetch(Q.dashboard_agent_instances, v.workspace_id, agent_id)
         errors = await conn.fetch(Q.dashboard_agent_errors, v.workspace_id, agent_id)
-    return v.render("agent.html", a=row, health=health, instances=instances, errors=errors,
+    schedule = schedule_text(row["retry_schedule"], ctx_of(request).settings.retry_schedule)
+    return v.render("agent.html", a=row, health=health, instances=instances, errors=errors, schedule=schedule,
                     may_change=may_change(v, row), saved=request.query_params.get("saved") == "1")
 
 

@@ -102,6 +102,17 @@ WHERE t.workspace_id = $1 AND t.run_id = $2
 ORDER BY t.created_at, t.id
 LIMIT 100
 
+-- name: dashboard_run_attempts
+-- Every attempt of every task of a run of the workspace, oldest first, with the agent's answer (a page shows it
+-- to the autopilot's writers only). $1 = workspace, $2 = run id.
+SELECT a.id, a.task_id, a.run_id, a.agent_id, a.attempt, a.started_at, a.finished_at, a.duration_ms, a.outcome,
+       a.http_status, a.error, a.response_headers, a.response_body
+FROM agent_task t
+JOIN task_attempt a ON a.task_id = t.id
+WHERE t.workspace_id = $1 AND t.run_id = $2
+ORDER BY a.id
+LIMIT 500
+
 -- name: dashboard_delivery_search
 -- The workspace's deliveries newest first, by trigger, autopilot, status, event (a LIKE pattern),
 -- dedupe key and received time, without bodies; keyset paging on the id (uuid7: time-ordered).
@@ -146,10 +157,13 @@ ORDER BY id DESC
 LIMIT 100
 
 -- name: dashboard_agent_health
--- Each agent of the workspace with what the data says of its health: online runtime instances (heartbeat
+-- Each agent of the workspace with what the data says of its health: its circuit breaker (agent_health, as
+-- the admin API reads it; none: it never failed), its own retry schedule, online runtime instances (heartbeat
 -- within $2 seconds), queue depth, tasks in flight, and the latest failed task's error. $1 = workspace,
 -- $3 = one agent's id (NULL: all).
-SELECT a.id, a.name, a.runtime_kind, a.endpoint_url, a.max_concurrency, a.archived_at, a.owner_id,
+SELECT a.id, a.name, a.runtime_kind, a.endpoint_url, a.max_concurrency, a.archived_at, a.owner_id, a.created_at,
+       a.retry_schedule, h.state AS health_state, h.since AS health_since, h.next_probe_at AS health_next_probe_at,
+       h.failures AS health_failures, h.last_error AS health_last_error,
        (SELECT count(*) FROM agent_instance i
         WHERE i.agent_id = a.id AND i.status = 'online'
           AND i.heartbeat_at > now() - make_interval(secs => $2))::bigint AS online,
@@ -157,6 +171,7 @@ SELECT a.id, a.name, a.runtime_kind, a.endpoint_url, a.max_concurrency, a.archiv
        (SELECT count(*) FROM agent_task t WHERE t.agent_id = a.id AND t.status = 'running')::bigint AS in_flight,
        e.error AS last_error, e.finished_at AS last_error_at
 FROM agent a
+LEFT JOIN agent_health h ON h.agent_id = a.id
 LEFT JOIN LATERAL (SELECT t.error, t.finished_at FROM agent_task t
                    WHERE t.agent_id = a.id AND t.status = 'failed'
                    ORDER BY t.finished_at DESC NULLS LAST LIMIT 1) e ON true

@@ -1,8 +1,9 @@
 """The admin verbs as a user runs them: the real ``hookgate`` against a real gateway process.
 
-Parity with the API (deliveries get/tail, runs cancel, triggers list/get/pause/resume, members, keys,
-``--cursor``), a quiet stderr, one-line errors with exit code 2 for bad input, ``HOOKGATE_URL`` built from
-``HOOKGATE_HOST``/``HOOKGATE_PORT``, and shell completion.
+Parity with the API (deliveries get/tail, runs cancel/retry, tasks attempts, agents' retry schedule,
+notification channels, triggers list/get/pause/resume, members, keys, ``--cursor``), a quiet stderr,
+one-line errors with exit code 2 for bad input, ``HOOKGATE_URL`` built from ``HOOKGATE_HOST``/``HOOKGATE_PORT``,
+and shell completion.
 """
 
 from __future__ import annotations
@@ -89,6 +90,25 @@ def test_every_api_verb_has_a_cli_verb_with_quiet_stderr(admin: Admin):
     assert cancelled["status"] == "cancelled"
     refused = hookgate("runs", "cancel", accepted["run_id"], env=env)
     assert refused.returncode == 1 and refused.stderr.startswith("hookgate: error: 409 run_finished")
+    retried = ok_json("runs", "retry", accepted["run_id"], "--idempotency-key", "again-1", env=env)
+    assert retried["run_id"] == accepted["run_id"] and retried["attempt"] == 1
+    run = ok_json("runs", "get", accepted["run_id"], env=env)
+    assert (run["status"], run["task_id"], run["attempt"]) == ("queued", retried["task_id"], 0)
+    assert ok_json("tasks", "attempts", retried["task_id"], env=env) == {"items": [], "next_cursor": None}
+
+    agent_id = ok_json("agents", "list", env=env)["items"][0]["id"]
+    assert ok_json("agents", "update", agent_id, "--retry-schedule", "5s,1m", env=env)["retry_schedule"] == [5, 60]
+    agent = ok_json("agents", "get", agent_id, env=env)
+    assert agent["health"]["state"] == "healthy" and agent["retry_schedule"] == [5, 60]
+    assert ok_json("agents", "update", agent_id, "--retry-schedule", "default", env=env)["retry_schedule"] is None
+
+    channel = ok_json("channels", "create", "--name", "ops", "--endpoint", "http://127.0.0.1:9/alerts",
+                      "--event", "run.failed", env=env)
+    assert channel["signing_secret"].startswith("whsec_")
+    assert [c["id"] for c in ok_json("channels", "list", env=env)["items"]] == [channel["id"]]
+    assert ok_json("channels", "get", channel["id"], env=env)["events"] == ["run.failed"]
+    assert ok_json("channels", "test", channel["id"], env=env)["notification_id"]
+    assert ok_json("channels", "delete", channel["id"], env=env)["id"] == channel["id"]
 
     members = ok_json("members", "list", env=env)
     assert [m["id"] for m in members["items"]] == [admin.owner_id]
@@ -148,6 +168,10 @@ def test_tail_prints_each_new_delivery_once_and_ctrl_c_ends_it_cleanly(admin: Ad
         (("deliveries", "get"), "required: delivery"),
         (("triggers", "frobnicate", ZERO), "invalid choice: 'frobnicate'"),
         (("keys", "revoke", "123"), "not a key id"),
+        (("runs", "retry", "nope"), "not a run id"),
+        (("tasks", "attempts", "nope"), "not a task id"),
+        (("agents", "update", ZERO, "--retry-schedule", "soon"), "is not a duration"),
+        (("channels", "create", "--name", "x", "--endpoint", "http://a", "--event", "run.done"), "invalid choice"),
     ],
 )
 def test_bad_input_is_one_error_line_and_exit_2(args, needle):

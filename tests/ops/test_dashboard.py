@@ -7,12 +7,12 @@ from typing import Any
 
 import httpx
 
-from autopilot import admission, audit, workspaces
+from autopilot import admission, audit, dispatch, workspaces
 from gateway.app import create_app
 from gateway.sessions import SESSION_COOKIE
 from hookgate.context import Context, open_context
 from sql import Q
-from tests import factories
+from tests import factories, pushes
 from tests.conftest import make_settings
 from tests.ops.conftest import CSRF, Small, admit_runs, insert_delivery, log_in
 
@@ -357,7 +357,7 @@ async def test_run_page_shows_the_timeline_with_every_task_attempt_lease_and_err
     assert "agent answered 502" in page and "5 of 5" in page
     assert "held by <code>push-7</code> until <time" in page and str(lease) not in page
     assert f"/dashboard/agents/{small.agent.row['id']}" in page
-    assert "Cancel run…" in page and "Retry is not available yet" in page
+    assert "Cancel run…" in page and "Retry…" not in page  # a pending run is not retried
 
 
 async def test_cancel_asks_first_then_cancels_through_the_admin_api(client, ctx: Context, small: Small):
@@ -376,6 +376,96 @@ async def test_cancel_asks_first_then_cancels_through_the_admin_api(client, ctx:
     assert 'id="cancelled"' in page and "Cancel run…" not in page
     again = await confirm_post(client, path, csrf)
     assert again.status_code == 409
+
+
+async def test_run_page_lists_every_attempt_and_a_writer_retries_the_failed_run(client, ctx: Context, small: Small):
+    async with pushes.failing_agent() as url:
+        run_id = await pushes.failed_run(ctx, small.autopilot["id"], small.agent.row["id"], url)
+    csrf = await log_in(client, small.world.api_key)
+    page = (await client.get(f"/dashboard/runs/{run_id}")).text
+    attempts = page[page.index('id="attempts"'):].split("</section>")[0]
+    rows = re.findall(r'<tr data-attempt="[^"]+">(.*?)</tr>', attempts, re.S)
+    assert len(rows) == 2 and all(">failed<" in r and ">502<" in r and " ms<" in r for r in rows)
+    assert [re.search(r'class="attempt-no">(\d+)<', r).group(1) for r in rows] == ["1", "2"]
+    assert all(re.search(r'<time datetime="[^"]+" title="[^"]+ UTC">', r) for r in rows)
+    assert all("agent answered 502" in r for r in rows)
+    assert "<details>" in attempts and "upstream down" in attempts  # the agent's answer, for writers
+    assert "Retry…" in page and 'id="next-attempt"' not in page
+
+    path = f"/dashboard/runs/{run_id}/retry"
+    asked = await client.post(path, data={"csrf": csrf})
+    assert asked.status_code == 200 and "Retry this run?" in asked.text and f'action="{path}"' in asked.text
+    async with ctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1
+    answer = await confirm_post(client, path, csrf)
+    assert answer.status_code == 303 and answer.headers["location"] == f"/dashboard/runs/{run_id}?retried=1"
+    async with ctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "queued"
+        assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 2
+        actor = await conn.fetchval("SELECT actor_id FROM audit_log WHERE action = 'RETRY'")
+    assert actor == str(small.world.owner_id)
+    again = (await client.get(answer.headers["location"])).text
+    assert 'id="retried"' in again and 'id="run-status">queued<' in again and "Retry…" not in again
+    assert len(re.findall(r'<tr data-attempt=', again)) == 2  # the first task's attempts stay on the timeline
+    refused = await confirm_post(client, path, csrf)
+    assert refused.status_code == 409 and "only a failed or cancelled run" in refused.text
+
+
+async def test_a_member_sees_the_attempts_without_the_agents_answer_and_no_retry(client, ctx: Context,
+                                                                                 small: Small):
+    async with pushes.failing_agent() as url:
+        run_id = await pushes.failed_run(ctx, small.autopilot["id"], small.agent.row["id"], url)
+    async with ctx.pool.acquire() as conn:
+        _, key = await workspaces.add_member(conn, small.world.workspace_id, "viewer", "member")
+    csrf = await log_in(client, key)
+    page = (await client.get(f"/dashboard/runs/{run_id}")).text
+    attempts = page[page.index('id="attempts"'):].split("</section>")[0]
+    assert len(re.findall(r'<tr data-attempt=', attempts)) == 2 and "agent answered 502" in attempts
+    assert "upstream down" not in page and "<details>" not in attempts
+    assert "Retry…" not in page and "Cancel run…" not in page
+    refused = await confirm_post(client, f"/dashboard/runs/{run_id}/retry", csrf)
+    assert refused.status_code == 403
+    async with ctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "failed"
+
+
+async def test_a_run_waiting_for_its_next_attempt_says_when(client, ctx: Context, small: Small):
+    run_id = (await admit_runs(ctx, small, 1))[0]
+    async with ctx.pool.acquire() as conn:
+        await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+        await conn.execute("UPDATE agent_task SET attempt = 1, error = 'agent answered 503',"
+                           " available_at = now() + interval '10 minutes' WHERE run_id = $1", run_id)
+    await log_in(client, small.world.api_key)
+    page = (await client.get(f"/dashboard/runs/{run_id}")).text
+    assert 'id="run-status">queued<' in page
+    assert re.search(r'id="next-attempt">next attempt <time datetime="[^"]+" title="[^"]+ UTC">in (9|10) min</time>',
+                     page)
+    assert "Retry…" not in page
+
+
+async def test_agents_show_their_health_and_retry_schedule(client, ctx: Context, small: Small):
+    w = small.world
+    sick = await factories.http_agent(w, name="sick-agent")
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("UPDATE agent SET retry_schedule = '{5,60,3600}' WHERE id = $1", sick.row["id"])
+        await conn.execute(
+            "INSERT INTO agent_health (agent_id, state, since, failures, last_error, next_probe_at, probe_interval_s,"
+            " probe_max_s) VALUES ($1, 'unhealthy', now() - interval '2 hours', 5, 'agent answered 502',"
+            " now() + interval '30 minutes', 60, 3600)", sick.row["id"])
+    await log_in(client, w.api_key)
+    page = (await client.get("/dashboard/agents")).text
+    row = lambda agent_id: page[page.index(f'data-agent="{agent_id}"'):].split("</tr>")[0]  # noqa: E731
+    ill = row(sick.row["id"])
+    assert 'class="error health">unhealthy</span>' in ill and "since <time" in ill and ">2 h ago</time>" in ill
+    assert "next probe <time" in ill and ">in 29 min</time>" in ill and "agent answered 502" in ill
+    assert "5s,1m,1h" in ill
+    fine = row(small.agent.row["id"])
+    assert 'class="ok health">healthy</span>' in fine and "default: 5s,1m,5m,30m,2h,5h,10h,10h (9 attempts)" in fine
+    detail = (await client.get(f"/dashboard/agents/{sick.row['id']}")).text
+    health = detail[detail.index('id="health"'):].split("</section>")[0]
+    assert 'id="circuit">' in health and ">unhealthy<" in health and "agent answered 502" in health
+    assert "next probe <time" in health and "5 consecutive failures" in health
+    assert 'id="retry-schedule">5s,1m,1h (4 attempts)' in health
 
 
 async def test_agents_page_shows_health_queue_in_flight_and_last_error(client, ctx: Context, small: Small):

@@ -1,8 +1,8 @@
 """The dashboard in headless Chromium (Debian's ``chromium`` driven by Playwright).
 
-Log in, search for a posted webhook, open the delivery and its run, replay it. Screenshots of each step
-are kept in the test's pytest tmp dir (``<basetemp>/<test name>/screenshots/*.png``; pytest keeps the
-last three runs). ``HOOKGATE_TEST_CHROMIUM`` names another browser binary; a missing browser fails these
+Log in, search for a posted webhook, open the delivery and its run, replay it; open a failed run, read its
+attempts and retry it. Screenshots of each step are kept in the test's pytest tmp dir
+(``<basetemp>/<test name>/screenshots/*.png``; pytest keeps the last three runs). ``HOOKGATE_TEST_CHROMIUM`` names another browser binary; a missing browser fails these
 tests (CI installs it) unless ``HOOKGATE_SKIP_BROWSER=1``.
 """
 
@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from hookgate.context import Context
+from tests import pushes
 from tests.ops.conftest import Small
 from worker.deliveries import DeliveryWorker
 
@@ -135,3 +136,34 @@ async def test_log_in_search_open_a_delivery_its_run_and_replay_it(page, live_ur
     await page.click("header nav >> text=Overview")
     assert await page.locator("#chart-deliveries rect").count() >= 1  # the bars of this minute's deliveries
     await shots(page, "7-overview-charts")
+
+
+async def test_open_a_failed_run_see_its_attempts_and_retry_it(page, live_url: str, ctx: Context, small: Small,
+                                                               shots):
+    async with pushes.failing_agent() as url:
+        run_id = await pushes.failed_run(ctx, small.autopilot["id"], small.agent.row["id"], url)
+    await log_in(page, live_url, small.world.api_key)
+    await page.click(f"#failures a[href='/dashboard/runs/{run_id}']")  # the overview lists the failed run
+    await page.wait_for_url(f"{live_url}/dashboard/runs/{run_id}")
+    assert await page.inner_text("#run-status") == "failed"
+    attempts = page.locator("#attempts tr[data-attempt]")
+    assert await attempts.count() == 2
+    assert "502" in await attempts.first.inner_text()
+    assert await attempts.first.locator("time").get_attribute("title")  # the exact UTC time on hover
+    details = attempts.first.locator("details")
+    assert not await details.locator("pre").first.is_visible()  # the agent's answer starts collapsed
+    await details.locator("summary").click()
+    assert "upstream down" in await details.inner_text()
+    await shots(page, "1-failed-run")
+
+    await page.click("button:has-text('Retry…')")
+    await page.wait_for_selector("#confirm")
+    assert "Retry this run?" in await page.inner_text("#confirm")
+    await shots(page, "2-confirm-retry")
+    await page.keyboard.press("Enter")  # the Confirm button has the focus
+    await page.wait_for_selector("#retried")
+    assert page.url == f"{live_url}/dashboard/runs/{run_id}?retried=1"
+    assert await page.inner_text("#run-status") == "queued"
+    assert await page.locator("button:has-text('Retry…')").count() == 0
+    assert await page.locator("#attempts tr[data-attempt]").count() == 2
+    await shots(page, "3-retried")

@@ -35,6 +35,7 @@ class Ids:
         return [
             (f"/dashboard/deliveries/{self.delivery}/replay", {}),
             (f"/dashboard/runs/{self.run}/cancel", {}),
+            (f"/dashboard/runs/{self.run}/retry", {}),
             (f"/dashboard/agents/{self.agent}/edit", {"max_concurrency": "9"}),
             (f"/dashboard/agents/{self.agent}/rotate-secret", {}),
             (f"/dashboard/autopilots/{self.autopilot}/pause", {}),
@@ -149,7 +150,8 @@ async def test_a_plain_member_sees_no_webhook_url_or_token_and_no_write_buttons(
     for button in ("Pause…", "Rotate token…", "Save filters…", "Disable…"):
         assert button not in autopilot
     assert "Replay…" not in (await client.get(f"/dashboard/deliveries/{ids.delivery}")).text
-    assert "Cancel run…" not in (await client.get(f"/dashboard/runs/{ids.run}")).text
+    run = (await client.get(f"/dashboard/runs/{ids.run}")).text
+    assert "Cancel run…" not in run and "Retry…" not in run
     agent = (await client.get(f"/dashboard/agents/{ids.agent}")).text
     assert "Rotate signing secret…" not in agent and 'action="/dashboard/agents/' not in agent
 

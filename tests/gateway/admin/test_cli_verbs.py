@@ -8,7 +8,7 @@ import pytest
 
 from hookgate import admin_client
 from hookgate.cli import build_parser
-from tests import factories
+from tests import factories, pushes
 
 
 async def hookgate(capsys, *argv):
@@ -101,3 +101,105 @@ async def test_replay_bulk_dry_runs_then_replays_what_the_filters_select(ctx, li
         with pytest.raises(SystemExit) as refused:
             build_parser().parse_args(["deliveries", "replay-bulk", *bad])
         assert refused.value.code == 2 and bad[1] in capsys.readouterr().err
+
+
+async def test_a_failed_run_reads_its_attempts_and_is_retried(ctx, live_url, conn, capsys, monkeypatch):
+    w = await factories.world(ctx)
+    agent = await factories.http_agent(w)
+    ap = await factories.autopilot(w, agent.row["id"])
+    async with pushes.failing_agent() as url:
+        run_id = str(await pushes.failed_run(ctx, ap["id"], agent.row["id"], url))
+    monkeypatch.setenv("HOOKGATE_URL", live_url)
+    monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
+    code, out, _ = await hookgate(capsys, "runs", "get", run_id)
+    lines = dict(line.split(None, 1) for line in out.splitlines())
+    assert code == 0 and lines["status"] == "failed" and lines["attempt"] == "2"
+    assert lines["next_attempt_at"] == "-" and "502" in lines["last_error"]
+    assert lines["latest_attempt"].startswith("#2 failed, HTTP 502, ")
+    task_id = await conn.fetchval("SELECT id::text FROM agent_task WHERE run_id = $1", run_id)
+
+    code, out, _ = await hookgate(capsys, "tasks", "attempts", task_id)
+    header, *rows = out.splitlines()
+    assert code == 0 and header.split() == ["ATTEMPT", "OUTCOME", "HTTP_STATUS", "DURATION_MS", "STARTED_AT", "ERROR"]
+    assert [r.split()[:3] for r in rows] == [["1", "failed", "502"], ["2", "failed", "502"]]
+    code, out, _ = await hookgate(capsys, "tasks", "attempts", task_id, "--limit", "1", "--json")
+    first = json.loads(out)
+    assert code == 0 and [a["attempt"] for a in first["items"]] == [1] and first["next_cursor"]
+    assert "upstream down" in first["items"][0]["response_body"]  # the owner writes the autopilot
+    code, out, _ = await hookgate(capsys, "tasks", "attempts", task_id, "--cursor", first["next_cursor"], "--json")
+    assert [a["attempt"] for a in json.loads(out)["items"]] == [2]
+
+    code, out, _ = await hookgate(capsys, "runs", "retry", run_id, "--idempotency-key", "r-1", "--json")
+    retried = json.loads(out)
+    assert code == 0 and retried["run_id"] == run_id and retried["attempt"] == 2
+    code, out, _ = await hookgate(capsys, "runs", "retry", run_id, "--idempotency-key", "r-1", "--json")
+    assert code == 0 and json.loads(out) == retried  # the same key: the first answer, no second task
+    assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 2
+    assert await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "queued"
+    code, _, err = await hookgate(capsys, "runs", "retry", run_id)
+    assert code == 1 and err.startswith("hookgate: error: 409 run_not_retryable: ")
+
+
+async def test_agents_show_health_and_take_a_retry_schedule(ctx, live_url, conn, capsys, monkeypatch):
+    w = await factories.world(ctx)
+    agent = await factories.http_agent(w)
+    agent_id = str(agent.row["id"])
+    monkeypatch.setenv("HOOKGATE_URL", live_url)
+    monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
+    code, out, _ = await hookgate(capsys, "agents", "update", agent_id, "--retry-schedule", "5s,1m,1h", "--json")
+    assert code == 0 and json.loads(out)["retry_schedule"] == [5.0, 60.0, 3600.0]
+    code, out, _ = await hookgate(capsys, "agents", "get", agent_id)
+    lines = dict(line.split(None, 1) for line in out.splitlines())
+    assert lines["retry_schedule"] == "5s,1m,1h (4 attempts)" and lines["health"] == "healthy"
+    await conn.execute(
+        "INSERT INTO agent_health (agent_id, state, since, failures, last_error, next_probe_at, probe_interval_s,"
+        " probe_max_s) VALUES ($1, 'unhealthy', '2026-01-02T03:04:05Z', 5, 'agent answered 502',"
+        " '2026-01-02T03:05:05Z', 60, 3600)", agent.row["id"])
+    code, out, _ = await hookgate(capsys, "agents", "get", agent_id)
+    lines = dict(line.split(None, 1) for line in out.splitlines())
+    assert (lines["health"], lines["failures"], lines["last_error"]) == ("unhealthy", "5", "agent answered 502")
+    assert lines["health_since"].startswith("2026-01-02T03:04:05") and lines["next_probe_at"].startswith(
+        "2026-01-02T03:05:05")
+    code, out, _ = await hookgate(capsys, "agents", "list")
+    header, row = out.splitlines()[0], next(r for r in out.splitlines() if agent_id in r)
+    assert "HEALTH STATE" in header and row[header.index("HEALTH STATE"):].split()[0] == "unhealthy"
+    code, out, _ = await hookgate(capsys, "agents", "update", agent_id, "--retry-schedule", "default")
+    assert code == 0 and "default (the gateway's HOOKGATE_PUSH_RETRY_SCHEDULE)" in out
+    assert await conn.fetchval("SELECT retry_schedule FROM agent WHERE id = $1", agent.row["id"]) is None
+    code, out, _ = await hookgate(capsys, "agents", "create", "--name", "b2", "--endpoint", "http://127.0.0.1:9/b",
+                                  "--retry-schedule", "30s,2m", "--json")
+    assert code == 0 and json.loads(out)["retry_schedule"] == [30.0, 120.0]
+    for bad in ("5x", "0s", ",".join(["1s"] * 21)):
+        with pytest.raises(SystemExit) as refused:
+            build_parser().parse_args(["agents", "update", agent_id, "--retry-schedule", bad])
+        assert refused.value.code == 2 and "retry" in capsys.readouterr().err
+
+
+async def test_notification_channels_create_list_test_and_delete(ctx, live_url, conn, capsys, monkeypatch):
+    w = await factories.world(ctx)
+    monkeypatch.setenv("HOOKGATE_URL", live_url)
+    monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
+    code, out, _ = await hookgate(capsys, "channels", "create", "--name", "ops", "--endpoint",
+                                  "http://127.0.0.1:9/alerts", "--event", "run.failed", "--event", "agent.unhealthy")
+    lines = dict(line.split(None, 1) for line in out.splitlines())
+    assert code == 0 and lines["signing_secret"].startswith("whsec_")
+    channel_id = lines["id"]
+    code, out, _ = await hookgate(capsys, "channels", "list")
+    header, *rows = out.splitlines()
+    assert code == 0 and header.split()[:3] == ["ID", "NAME", "URL"] and rows[0].startswith(channel_id)
+    assert "whsec_" not in out and lines["signing_secret"][-4:] in rows[0]
+    code, out, _ = await hookgate(capsys, "channels", "get", channel_id, "--json")
+    assert code == 0 and json.loads(out)["events"] == ["run.failed", "agent.unhealthy"]
+    code, out, _ = await hookgate(capsys, "channels", "test", channel_id, "--json")
+    ping = json.loads(out)["notification_id"]
+    assert await conn.fetchval("SELECT event FROM notification WHERE id = $1", ping) == "ping"
+    code, out, _ = await hookgate(capsys, "channels", "delete", channel_id, "--json")
+    assert code == 0 and json.loads(out)["id"] == channel_id
+    code, _, err = await hookgate(capsys, "channels", "get", channel_id)
+    assert code == 1 and "404 not_found" in err
+    code, _, err = await hookgate(capsys, "channels", "create", "--name", "x", "--endpoint", "http://169.254.169.254/",
+                                  "--event", "run.failed")
+    assert code == 1 and "422 channel_url_forbidden" in err
+    with pytest.raises(SystemExit) as refused:
+        build_parser().parse_args(["channels", "create", "--name", "x", "--endpoint", "http://a", "--event", "nope"])
+    assert refused.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
