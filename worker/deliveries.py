@@ -70,10 +70,11 @@ class DeliveryWorker:
         s = self.settings
         options = options_for(self.ctx, self.holder, self.pusher)
         capacity = self.pusher.capacity() if self.pusher is not None else 0
+        rooms = self.pusher.rooms() if self.pusher is not None else ([], [], None)
         async with self.ctx.pool.acquire() as conn:
             taken = await take.take_batch(conn, limit=limit or s.delivery_batch, lease_s=s.delivery_lease_s,
                                           cursor=self._cursor, fanout=TRIGGER_FANOUT, options=options,
-                                          capacity=capacity, now=now)
+                                          capacity=capacity, now=now, rooms=rooms)
         self._cursor = max(taken.triggers) if len(taken.triggers) >= TRIGGER_FANOUT else None
         metrics.CLAIMS.labels("deliveries").inc(taken.dispatched + len(taken.leased))
         metrics.CLAIMS.labels("tasks").inc(len(taken.claimed))

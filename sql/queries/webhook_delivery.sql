@@ -261,5 +261,6 @@ RETURNING id;
 -- due deliveries round-robin across triggers with pacing ($2 lease seconds, $3 trigger cursor, $4 triggers at
 -- most, $5 clock override, nullable), dispatch the plain-pending ones ($6 max task attempts, $7 runtime heartbeat
 -- timeout) and claim up to $9 of their HTTP agents' tasks for holder $8 (leased least(agent timeout, $10) + $11
--- s). Rows: kind 'dispatched' (task columns) or 'leased' (for the one-by-one path).
-SELECT * FROM hookgate_delivery_take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
+-- s), at most $13[i] of agent $12[i] and $14 of any other agent (the pusher's fair share). Rows: kind
+-- 'dispatched' (task columns) or 'leased' (for the one-by-one path).
+SELECT * FROM hookgate_delivery_take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14);
