@@ -80,8 +80,12 @@ async def open_context(settings: Settings, *, migrate: bool = True, **pool_args:
                 await conn.close()
             if applied:
                 log.info("migrations applied", extra={"migrations": applied})
+        # Every pooled connection carries the agents' concurrency bound for the slot rule (hookgate_slots_take).
+        server_settings = {database.AGENT_CAP_SETTING: str(settings.agent_max_concurrency),
+                           **pool_args.pop("server_settings", {})}
         pool = await database.create_pool(
-            dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size, **pool_args
+            dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size, server_settings=server_settings,
+            **pool_args
         )
         stack.push_async_callback(pool.close)
         yield Context(settings=settings, dsn=dsn, pool=pool, keyring=keyring)

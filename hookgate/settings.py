@@ -200,7 +200,14 @@ class Settings(BaseSettings):
     )
     push_timeout_cap_s: float = Field(default=60.0, gt=0, description="Upper bound of any agent's push timeout")
     push_inflight: int = Field(default=256, ge=1, description="Pushes in flight per worker process (all agents)")
-    push_connections: int = Field(default=100, ge=1, description="HTTP connection pool size of the push client")
+    push_connections: int = Field(
+        default=256, ge=1, description="HTTP connection pool size of the push client (pushes in flight beyond it are "
+        "not started: a push waiting for a connection would wait behind other agents' pushes)"
+    )
+    agent_max_concurrency: int = Field(
+        default=64, ge=1, le=10000, description="Highest max_concurrency an agent may have (the API refuses more; an "
+        "existing agent above it is held to it when its tasks are claimed)"
+    )
     heartbeat_timeout_s: float = Field(
         default=120.0, gt=0, description="A pull runtime instance silent this long is offline"
     )

@@ -76,10 +76,12 @@ class DeliveryWorker:
         s = self.settings
         options = options_for(self.ctx, self.holder, self.pusher)
         capacity = self.pusher.capacity() if self.pusher is not None else 0
+        rooms = self.pusher.rooms() if self.pusher is not None else ([], [], None)
         async with self.ctx.pool.acquire() as conn:
             taken = await take.take_batch(conn, limit=limit or s.delivery_batch, lease_s=s.delivery_lease_s,
                                           cursor=self._cursor, fanout=TRIGGER_FANOUT, options=options,
-                                          capacity=capacity, now=now, trigger_cursors=self._trigger_cursors)
+                                          capacity=capacity, now=now, trigger_cursors=self._trigger_cursors,
+                                          rooms=rooms)
         self._advance(taken)
         metrics.CLAIMS.labels("deliveries").inc(taken.dispatched + len(taken.leased))
         metrics.CLAIMS.labels("tasks").inc(len(taken.claimed))

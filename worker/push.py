@@ -15,8 +15,11 @@ at once (``egress_forbidden``). A task cancelled while its push is in flight (NO
 payload = task id) has its request aborted: the outcome is ``cancelled`` and writes nothing (the task is
 cancelled already). Transport faults all read ``unreachable`` whatever their cause, so the
 error a tenant sees cannot tell a closed port from an open one. Pushes run as their own
-asyncio tasks, bounded per process (``push_inflight``) and per agent (its ``max_concurrency``, enforced at
-claim time in the database), each with the agent's timeout: a hanging agent holds only its own slots.
+asyncio tasks, bounded per process (``push_inflight``, at most ``push_connections``: a push never waits for a
+connection) and per agent (its ``max_concurrency``, enforced at claim time in the database), each with the
+agent's timeout. A process's slots are shared fairly (:mod:`worker.fairshare`): workspaces first, then agents
+within each, checked whenever tasks are claimed for this process (here and in the take): a hanging agent holds
+only its own share.
 
 The client is aiohttp, not httpx: on this 2-core machine httpx's pool managed ~230 pushes/s with 40 in
 flight where aiohttp did ~5,000/s (see docs/BENCHMARKS.md), and the push client is the drain's bottleneck.
@@ -45,6 +48,7 @@ from hookgate.context import Context
 from hookgate.errors import LeaseLost
 from hookgate.notify import NotifyListener
 from sql import Q
+from worker.fairshare import Shares
 from worker.loop import PollingService
 
 log = logging.getLogger("hookgate.push")
@@ -203,6 +207,8 @@ class Pusher:
         self._client: aiohttp.ClientSession | None = None
         self.egress = egress.Policy.from_settings(ctx.settings)
         self._inflight: dict[asyncio.Task[None], tasks.Claimed] = {}
+        #: The fair shares of this process's push slots, by workspace then agent.
+        self.shares = Shares(min(self.settings.push_inflight, self.settings.push_connections))
         self._outcomes: list[Pending] = []
         self._flusher: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
@@ -221,12 +227,22 @@ class Pusher:
 
     def capacity(self) -> int:
         """How many more pushes this process may start now."""
-        return 0 if self.stopping else self.settings.push_inflight - len(self._inflight)
+        return 0 if self.stopping else self.shares.capacity - len(self._inflight)
+
+    def rooms(self) -> tuple[list[UUID], list[int], int]:
+        """What the take may claim per agent: (agents, their rooms, the room of any other agent).
+
+        In the take every agent is about to get tasks, so each known one wants more than it holds.
+        """
+        allotments = self.shares.allotments(all_want=True)
+        known = list(allotments)
+        return known, [self.shares.room(a, allotments) for a in known], self.shares.newcomer_room()
 
     def submit(self, claimed: tasks.Claimed) -> None:
         """Start pushing a claimed task in the background."""
         task = asyncio.create_task(self._guarded(claimed), name=f"push:{claimed.id}")
         self._inflight[task] = claimed
+        self.shares.started(claimed.agent_id, claimed.workspace_id)
         task.add_done_callback(self._done)
 
     def _on_task_notice(self, _payload: str) -> None:
@@ -244,7 +260,9 @@ class Pusher:
             posting.cancel()
 
     def _done(self, task: asyncio.Task[None]) -> None:
-        self._inflight.pop(task, None)
+        claimed = self._inflight.pop(task, None)
+        if claimed is not None:
+            self.shares.ended(claimed.agent_id)
         if self.wake is not None and self.backlog:
             self.wake.poke(notify.TASKS)
 
@@ -527,21 +545,31 @@ class PushWorker(PollingService):
         self.ctx, self.holder, self.pusher = ctx, holder, pusher
 
     async def run_once(self, now: datetime | None = None) -> int:
-        """Claim for every agent with due work and a free slot, within this process's push capacity."""
+        """Claim for every agent with due work and a free slot, within its fair share of this process's capacity.
+
+        Least recently served first (workspace, then agent), each up to its share (:mod:`worker.fairshare`).
+        """
         s = self.ctx.settings
         started = 0
         # Cleared before the lookup: a notification during this pass sets it again.
         self.pusher.backlog = False
+        shares = self.pusher.shares
         async with self.ctx.pool.acquire() as conn:
-            for agent in await conn.fetch(Q.task_agents_due, 64, now):
-                # Tasks are waiting (for a slot, or for this process's capacity): finished pushes look again.
-                self.pusher.backlog = True
+            due = await conn.fetch(Q.task_agents_due, 64, now, s.agent_max_concurrency)
+            shares.wanting({a["id"]: a["workspace_id"] for a in due})
+            allotments = shares.allotments()
+            # Tasks are waiting (for a slot, or for this process's capacity): finished pushes look again.
+            self.pusher.backlog = bool(due)
+            for agent in sorted(due, key=lambda a: (not a["free"], shares.order(a["id"]))):
                 free = self.pusher.capacity()
                 if free <= 0 or not agent["free"]:
                     break
+                room = shares.room(agent["id"], allotments)
+                if room <= 0:
+                    continue
                 lease = tasks.push_lease_s(agent["timeout_s"], s.push_timeout_cap_s, s.push_lease_margin_s)
-                for claimed in await tasks.claim(conn, agent_id=agent["id"], limit=min(free, 32), lease_s=lease,
-                                                 holder=self.holder, actor_type="worker", now=now):
+                for claimed in await tasks.claim(conn, agent_id=agent["id"], limit=min(free, room, 32),
+                                                 lease_s=lease, holder=self.holder, actor_type="worker", now=now):
                     self.pusher.submit(claimed)
                     started += 1
         return started

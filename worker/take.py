@@ -6,6 +6,8 @@ round trip, give every delivery whose admitted run is still plain
 ``pending`` (what ingress stores) its task, born claimed for pushing when its HTTP agent has a free slot. It
 keeps the guards and per-agent slot claim of :func:`autopilot.dispatch.dispatch_run`; whatever is unusual
 (crash window, create_issue, skipped, half-made, a run held elsewhere) comes back leased for the one-by-one path.
+The tasks born claimed are capped per agent by the pusher's fair shares (``rooms``, :meth:`worker.push.Pusher.rooms`),
+passed in the same statement.
 """
 
 from __future__ import annotations
@@ -51,18 +53,20 @@ def next_cursor(old: UUID | None, visited: Iterable[UUID]) -> UUID | None:
 async def take_batch(
     conn: Conn, *, limit: int, lease_s: float, cursor: UUID | None, fanout: int, options: dispatch.Options,
     capacity: int, now: datetime | None = None, trigger_cursors: Mapping[UUID, UUID] | None = None,
+    rooms: tuple[list[UUID], list[int], int | None] = ([], [], None),
 ) -> Taken:
     """Claim up to ``limit`` due deliveries, dispatch the plain-pending ones and claim up to ``capacity`` pushes.
 
     ``cursor``: the workspace the previous take's walk stopped at; ``trigger_cursors``: per workspace, the
     trigger its walk stopped at; ``fanout``: triggers visited per workspace at most. One round trip: the claim,
-    its pacing and the dispatch of what ingress stores; the rest comes back leased.
+    its pacing and the dispatch of what ingress stores; the rest comes back leased. ``rooms``: at most this many
+    pushes per agent (agents, rooms, the room of any other; None = no bound).
     """
     claim = options.claim or dispatch.ClaimFor("")
     rows = await conn.fetch(
         Q.delivery_take, limit, lease_s, cursor, fanout, now, options.task_max_attempts, options.heartbeat_timeout_s,
         claim.holder, capacity if options.claim is not None else 0, claim.push_timeout_cap_s,
-        claim.push_lease_margin_s, {str(w): str(t) for w, t in (trigger_cursors or {}).items()},
+        claim.push_lease_margin_s, {str(w): str(t) for w, t in (trigger_cursors or {}).items()}, *rooms,
     )
     taken = Taken(triggers={r["trigger_id"] for r in rows})
     for r in rows:

@@ -200,15 +200,25 @@ async def check_agent_url(call: Call, url: str) -> None:
         raise ApiError(422, refused.code, refused.message) from None
 
 
+def check_concurrency(call: Call, max_concurrency: int | None) -> None:
+    """422 ``max_concurrency_too_high`` above the gateway's bound (HOOKGATE_AGENT_MAX_CONCURRENCY)."""
+    cap = call.ctx.settings.agent_max_concurrency
+    if max_concurrency is not None and max_concurrency > cap:
+        raise ApiError(422, "max_concurrency_too_high",
+                       f"max_concurrency: at most {cap} (HOOKGATE_AGENT_MAX_CONCURRENCY of this gateway)")
+
+
 @api.add("POST", "/v1/agents", summary="Create an agent", response=NewAgentOut, status=201, body=AgentIn)
 async def create_agent(call: Call) -> dict[str, Any]:
     """Any member may create an agent; they own it. The credential is in this answer only.
 
     An http agent's URL must pass the egress policy (no loopback, private or link-local address unless
     allowed by HOOKGATE_AGENT_ALLOW_CIDRS, not this gateway's own webhook ingress, no credentials).
+    ``max_concurrency`` is at most HOOKGATE_AGENT_MAX_CONCURRENCY (422 ``max_concurrency_too_high``).
     """
     body: AgentIn = call.body
     p, runtime = call.principal, body.runtime.root
+    check_concurrency(call, body.max_concurrency)
     if isinstance(runtime, HttpRuntimeIn):
         await check_agent_url(call, runtime.url)
         made = await agents.create_http_agent(
@@ -268,7 +278,8 @@ async def edit_agent(call: Call) -> AgentOut:
     """The agent's owner, or an owner/admin (AGENT_UPDATE with the changed fields).
 
     A new ``url`` passes the egress policy as at creation. A lower ``max_concurrency`` cuts no running
-    task, but no new one starts until fewer than the new cap run. A new ``retry_schedule`` (null: the
+    task, but no new one starts until fewer than the new cap run; a new one is at most
+    HOOKGATE_AGENT_MAX_CONCURRENCY (422 ``max_concurrency_too_high``). A new ``retry_schedule`` (null: the
     default) applies to the next retry of every task of the agent.
     """
     body: AgentPatch = call.body
@@ -286,6 +297,7 @@ async def edit_agent(call: Call) -> AgentOut:
     changed = {k: v for k, v in sent.items() if v != current[k]}
     if not changed:
         return agent_out(row)
+    check_concurrency(call, changed.get("max_concurrency"))
     if "url" in changed:
         await check_agent_url(call, changed["url"])
     # A schedule set back to null is the default again: the change says so with an empty one.

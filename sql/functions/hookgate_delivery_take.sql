@@ -17,7 +17,8 @@
 -- stores. The delivery row is locked by this transaction from the claim to its 'dispatched' write, which is
 -- what the lease token guards on the one-by-one path. Runs are locked SKIP LOCKED (a run another dispatcher
 -- holds goes to the one-by-one path, which waits for it). The first p_claims tasks of HTTP agents that get a
--- free slot (hookgate_slots_take) are inserted already 'running' with a fresh lease token for p_holder, leased
+-- free slot (hookgate_slots_take), at most p_rooms[i] of agent p_room_agents[i] and p_room_other of any other
+-- agent (the pusher's fair share, since 0021_fair_claims), are inserted already 'running' with a fresh lease token for p_holder, leased
 -- least(agent timeout, p_lease_cap_s) + p_lease_margin_s, audited CLAIM, their runs 'running'; the other tasks
 -- are inserted 'queued' (runs 'queued') and announced on hookgate_tasks. One task per run attempt: idempotency
 -- key 'run:<run id>:1' (ON CONFLICT DO NOTHING; such a delivery is leased, not dispatched); its attempts are
@@ -27,7 +28,8 @@
 -- (nullable). Returns one row per granted delivery: kind 'dispatched' (task columns set; claimed = its lease is
 -- ours; previous_secret_ct = the agent's previous signing secret while its rotation window lasts) or 'leased'
 -- (the delivery columns). Result type since 0014_agent_update (previous_secret_ct); p_trigger_cursors since
--- 0020_fair_deliveries.
+-- 0020_fair_deliveries. A task records its run's autopilot (the claim's fair share) and a slot who it served
+-- (since 0021_fair_claims).
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -36,7 +38,8 @@
 CREATE OR REPLACE FUNCTION hookgate_delivery_take(
     p_limit integer, p_lease_s double precision, p_cursor uuid, p_fanout integer, p_at timestamptz,
     p_max_attempts integer, p_heartbeat_s double precision, p_holder text, p_claims integer,
-    p_lease_cap_s double precision, p_lease_margin_s double precision, p_trigger_cursors jsonb)
+    p_lease_cap_s double precision, p_lease_margin_s double precision, p_trigger_cursors jsonb,
+    p_room_agents uuid[], p_rooms integer[], p_room_other integer)
 RETURNS TABLE (kind text, id uuid, lease_token uuid, workspace_id uuid, trigger_id uuid, autopilot_id uuid,
                event text, envelope jsonb, run_id uuid, dispatch_attempts integer, received_at timestamptz,
                rate_limit_per_minute integer, claimed boolean, task_id uuid, agent_id uuid, payload jsonb,
@@ -213,8 +216,13 @@ BEGIN
         v_slots := array_fill(NULL::integer, ARRAY[cardinality(v_plain)]);
         FOR v_agent, v_at_n IN
             SELECT u.agent_id, array_agg(u.n ORDER BY u.n)
-            FROM (SELECT x.agent_id, x.n FROM unnest(v_agents, v_pushable) WITH ORDINALITY AS x(agent_id, pushable, n)
-                  WHERE x.pushable ORDER BY x.n LIMIT greatest(p_claims, 0)) u
+            FROM (SELECT y.agent_id, y.n FROM (
+                      SELECT x.agent_id, x.n, row_number() OVER (PARTITION BY x.agent_id ORDER BY x.n) AS nth
+                      FROM unnest(v_agents, v_pushable) WITH ORDINALITY AS x(agent_id, pushable, n)
+                      WHERE x.pushable) y
+                  WHERE y.nth <= coalesce((SELECT z.room FROM unnest(p_room_agents, p_rooms) AS z(agent_id, room)
+                                           WHERE z.agent_id = y.agent_id LIMIT 1), p_room_other, p_claims)
+                  ORDER BY y.n LIMIT greatest(p_claims, 0)) u
             GROUP BY u.agent_id
         LOOP
             v_free := hookgate_slots_take(v_agent, cardinality(v_at_n));
@@ -231,20 +239,21 @@ BEGIN
             -- A claimed task is born running (attempt 1), so it is written once instead of insert + claim.
             INSERT INTO agent_task (workspace_id, run_id, agent_id, payload, max_attempts, idempotency_key, status,
                                     attempt, lease_token, lease_expires_at, holder_instance, started_at,
-                                    attempt_started_at)
+                                    attempt_started_at, autopilot_id)
             SELECT r.workspace_id, r.id, x.agent_id, r.payload,
                    coalesce(cardinality(ag.retry_schedule) + 1, p_max_attempts), 'run:' || r.id::text || ':1',
                    CASE WHEN x.token IS NULL THEN 'queued' ELSE 'running' END,
                    CASE WHEN x.token IS NULL THEN 0 ELSE 1 END, x.token,
                    CASE WHEN x.token IS NOT NULL THEN v_at + make_interval(secs => x.lease_s) END,
                    CASE WHEN x.token IS NOT NULL THEN p_holder END,
-                   CASE WHEN x.token IS NOT NULL THEN now() END, CASE WHEN x.token IS NOT NULL THEN now() END
+                   CASE WHEN x.token IS NOT NULL THEN now() END, CASE WHEN x.token IS NOT NULL THEN now() END,
+                   r.autopilot_id
             FROM x JOIN autopilot_run r ON r.id = x.run_id JOIN agent ag ON ag.id = x.agent_id
             ORDER BY x.n
             ON CONFLICT (idempotency_key) DO NOTHING
-            RETURNING id, run_id, workspace_id, agent_id, status, attempt, lease_token, lease_expires_at
+            RETURNING id, run_id, workspace_id, agent_id, status, attempt, lease_token, lease_expires_at, autopilot_id
         ), slotted AS (
-            UPDATE agent_slot sl SET lease_token = m.lease_token
+            UPDATE agent_slot sl SET lease_token = m.lease_token, autopilot_id = m.autopilot_id, served_at = now()
             FROM made m JOIN x ON x.run_id = m.run_id
             WHERE m.lease_token IS NOT NULL AND sl.agent_id = m.agent_id AND sl.slot = x.slot
         ), started AS (

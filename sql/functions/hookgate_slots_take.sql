@@ -8,7 +8,9 @@
 -- again with the fresh snapshot, and tasks still running on slots it retired take free slots first
 -- (hookgate_slots_settle). An unhealthy agent (agent_health, since 0016_delivery_reliability: its circuit is
 -- open) gets no slot, except one for a probe once its next probe is due; each probe doubles the interval
--- (up to its longest) and sets the next probe that far on.
+-- (up to its longest) and sets the next probe that far on. The cap is the agent's max_concurrency, at most
+-- the session's hookgate.agent_max_concurrency (HOOKGATE_AGENT_MAX_CONCURRENCY, set on every pooled connection
+-- since 0021_fair_claims; unset = no bound): a row above it counts as a lowered cap.
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -30,7 +32,9 @@ DECLARE
     off   integer;
     free  integer[];
 BEGIN
-    SELECT max_concurrency INTO cap FROM agent WHERE id = p_agent AND archived_at IS NULL;
+    SELECT least(max_concurrency, coalesce(nullif(current_setting('hookgate.agent_max_concurrency', true), '')::integer,
+                                          max_concurrency))
+    INTO cap FROM agent WHERE id = p_agent AND archived_at IS NULL;
     IF NOT FOUND OR coalesce(p_want, 0) <= 0 THEN
         RETURN '{}';
     END IF;
@@ -73,7 +77,9 @@ BEGIN
     END IF;
     -- Fresh snapshot: which of the slots we now hold are still free, and under the cap (a lower one may have
     -- been set since it was read)?
-    SELECT max_concurrency INTO cap FROM agent WHERE id = p_agent;
+    SELECT least(max_concurrency, coalesce(nullif(current_setting('hookgate.agent_max_concurrency', true), '')::integer,
+                                          max_concurrency))
+    INTO cap FROM agent WHERE id = p_agent;
     SELECT array_agg(sl.slot ORDER BY sl.slot) INTO free FROM agent_slot sl
     WHERE sl.agent_id = p_agent AND sl.slot = ANY (free) AND sl.slot < cap
       AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token);

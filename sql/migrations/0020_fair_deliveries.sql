@@ -25,7 +25,8 @@ DROP FUNCTION hookgate_delivery_take(integer, double precision, uuid, integer, t
 CREATE FUNCTION hookgate_delivery_take(
     p_limit integer, p_lease_s double precision, p_cursor uuid, p_fanout integer, p_at timestamptz,
     p_max_attempts integer, p_heartbeat_s double precision, p_holder text, p_claims integer,
-    p_lease_cap_s double precision, p_lease_margin_s double precision, p_trigger_cursors jsonb)
+    p_lease_cap_s double precision, p_lease_margin_s double precision, p_trigger_cursors jsonb,
+    p_room_agents uuid[], p_rooms integer[], p_room_other integer)
 RETURNS TABLE (kind text, id uuid, lease_token uuid, workspace_id uuid, trigger_id uuid, autopilot_id uuid,
                event text, envelope jsonb, run_id uuid, dispatch_attempts integer, received_at timestamptz,
                rate_limit_per_minute integer, claimed boolean, task_id uuid, agent_id uuid, payload jsonb,

@@ -2,9 +2,12 @@
 -- The task of one run attempt, deduplicated by its idempotency key ('run:<run id>:<attempt>').
 -- $1 workspace, $2 run, $3 issue (nullable), $4 agent, $5 payload, $6 max attempts (of the default retry
 -- schedule; an agent with its own schedule gets one more than its delays), $7 idempotency key.
--- Returns nothing if that task already exists.
-INSERT INTO agent_task (workspace_id, run_id, issue_id, agent_id, payload, max_attempts, idempotency_key)
-SELECT $1, $2, $3, $4, $5, coalesce(cardinality(ag.retry_schedule) + 1, $6), $7 FROM agent ag WHERE ag.id = $4
+-- Returns nothing if that task already exists. The task records its run's autopilot (the claim's fair share).
+INSERT INTO agent_task (workspace_id, run_id, issue_id, agent_id, payload, max_attempts, idempotency_key,
+                        autopilot_id)
+SELECT $1, $2, $3, $4, $5, coalesce(cardinality(ag.retry_schedule) + 1, $6), $7,
+       (SELECT r.autopilot_id FROM autopilot_run r WHERE r.id = $2)
+FROM agent ag WHERE ag.id = $4
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
 
@@ -43,18 +46,21 @@ LEFT JOIN autopilot ap ON ap.id = r.autopilot_id;
 -- name: task_agents_due
 -- HTTP agents that have due queued tasks, with their push timeout and whether a concurrency slot is free (the
 -- push worker claims for those; the others' tasks wait for a slot, so a finished push should look again).
--- $1 = at most this many agents, $2 = clock override (nullable). Agents with a free slot come first; an
--- unhealthy agent only once its next probe is due.
-SELECT a.id, a.timeout_s,
-       (SELECT count(*) FROM agent_task r WHERE r.agent_id = a.id AND r.status = 'running') < a.max_concurrency
-           AS free
+-- $1 = at most this many agents, $2 = clock override (nullable), $3 = the concurrency bound of every agent
+-- (HOOKGATE_AGENT_MAX_CONCURRENCY). Agents with a free slot come first, then the least recently served (by any
+-- worker: the newest served_at of its slots); an unhealthy agent only once its next probe is due. With each
+-- agent its workspace (the push worker's fair shares are per workspace first).
+SELECT a.id, a.workspace_id, a.timeout_s,
+       (SELECT count(*) FROM agent_task r WHERE r.agent_id = a.id AND r.status = 'running')
+           < least(a.max_concurrency, $3) AS free,
+       (SELECT max(sl.served_at) FROM agent_slot sl WHERE sl.agent_id = a.id) AS served_at
 FROM agent a
 WHERE a.runtime_kind = 'http' AND a.archived_at IS NULL
   AND EXISTS (SELECT 1 FROM agent_task t WHERE t.agent_id = a.id AND t.status = 'queued'
                 AND t.available_at <= coalesce($2::timestamptz, now()))
   AND NOT EXISTS (SELECT 1 FROM agent_health h WHERE h.agent_id = a.id AND h.state = 'unhealthy'
                     AND h.next_probe_at > now())
-ORDER BY free DESC
+ORDER BY free DESC, served_at NULLS FIRST
 LIMIT $1;
 
 -- name: task_state

@@ -57,11 +57,13 @@ DEFINITIONS = f"""
 # Functions whose file was changed on purpose after the migrations that made them, so their definition no longer
 # equals the migrations' (their signature still does).
 CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
-    "hookgate_slots_take",  # a lowered concurrency cap stays strict; an unhealthy agent gets probe slots only
+    # a lowered concurrency cap stays strict; an unhealthy agent gets probe slots only; HOOKGATE_AGENT_MAX_CONCURRENCY
+    "hookgate_slots_take",
     # uses hookgate_assignee_agent and hookgate_runtime_ready instead of copies; marks paced deliveries 'paced'
     # (since 0020_fair_deliveries made it, the file and the migration's copy are still the same text)
     "hookgate_delivery_take",
-    "hookgate_task_claim",  # takes its slots from hookgate_slots_take (one slot rule); stamps attempt_started_at
+    # takes its slots from hookgate_slots_take (one slot rule); stamps attempt_started_at; fair across autopilots
+    "hookgate_task_claim",
 })
 
 
@@ -153,8 +155,8 @@ async def test_a_stale_function_is_brought_back_by_the_migrator_when_its_checksu
 
 async def test_a_function_file_missing_from_the_records_is_applied(conn):
     await conn.execute("ALTER FUNCTION hookgate_delivery_take(integer, double precision, uuid, integer, timestamptz,"
-                       " integer, double precision, text, integer, double precision, double precision, jsonb)"
-                       " RESET ALL")
+                       " integer, double precision, text, integer, double precision, double precision, jsonb,"
+                       " uuid[], integer[], integer) RESET ALL")
     await conn.execute("DELETE FROM hookgate_functions WHERE name = 'hookgate_delivery_take'")
     assert await migrations.migrate(conn) == ["functions/hookgate_delivery_take.sql"]
     config = await conn.fetchval("SELECT proconfig FROM pg_proc WHERE proname = 'hookgate_delivery_take'")

@@ -2,8 +2,9 @@
 
 Log in, search for a posted webhook, open the delivery and its run, replay it; open a failed run, read its
 attempts and retry it. Screenshots of each step are kept in the test's pytest tmp dir
-(``<basetemp>/<test name>/screenshots/*.png``; pytest keeps the last three runs). ``HOOKGATE_TEST_CHROMIUM`` names another browser binary; a missing browser fails these
-tests (CI installs it) unless ``HOOKGATE_SKIP_BROWSER=1``.
+(``<basetemp>/<test name>/screenshots/*.png``; pytest keeps the last three runs). ``HOOKGATE_TEST_CHROMIUM``
+names another browser binary; a missing browser fails these tests (CI installs it) unless
+``HOOKGATE_SKIP_BROWSER=1``.
 """
 
 import importlib.util

@@ -10,6 +10,7 @@ import asyncio
 import json
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
@@ -358,3 +359,32 @@ async def test_both_endpoints_are_in_the_openapi_document(client):
     paths = (await client.get("/openapi.json")).json()["paths"]
     assert "patch" in paths["/v1/agents/{agent_id}"]
     assert "post" in paths["/v1/agents/{agent_id}/rotate-secret"]
+
+
+# --- HOOKGATE_AGENT_MAX_CONCURRENCY ---------------------------------------------------------------------------
+
+
+async def test_max_concurrency_above_the_gateways_bound_is_refused_naming_the_setting(ctx, client, conn):
+    w = await factories.world(ctx)
+    cap = ctx.settings.agent_max_concurrency
+    over = await client.post("/v1/agents", headers=w.auth, json=_http(max_concurrency=cap + 1))
+    assert over.status_code == 422 and over.json()["error"] == "max_concurrency_too_high"
+    assert "HOOKGATE_AGENT_MAX_CONCURRENCY" in over.json()["message"]
+    assert await conn.fetchval("SELECT count(*) FROM agent WHERE workspace_id = $1", w.workspace_id) == 0
+    agent = await _create(client, w, _http(max_concurrency=cap))
+    r = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json={"max_concurrency": cap + 1})
+    assert r.status_code == 422 and r.json()["error"] == "max_concurrency_too_high"
+    assert "HOOKGATE_AGENT_MAX_CONCURRENCY" in r.json()["message"]
+    assert await conn.fetchval("SELECT max_concurrency FROM agent WHERE id = $1", UUID(agent["id"])) == cap
+
+
+async def test_an_agent_above_the_bound_is_held_to_it_when_claiming(ctx, conn):
+    w = await factories.world(ctx)
+    agent = await factories.pull_agent(w, max_concurrency=ctx.settings.agent_max_concurrency)
+    await conn.execute("UPDATE agent SET max_concurrency = 10000 WHERE id = $1", agent.row["id"])  # an older row
+    await conn.execute(
+        "INSERT INTO agent_task (workspace_id, agent_id, idempotency_key) "
+        "SELECT $1, $2, gen_random_uuid()::text FROM generate_series(1, $3)",
+        w.workspace_id, agent.row["id"], ctx.settings.agent_max_concurrency + 5)
+    won = await tasks.claim(conn, agent_id=agent.row["id"], limit=1000, lease_s=60, holder="h", actor_type="runtime")
+    assert len(won) == ctx.settings.agent_max_concurrency
