@@ -29,7 +29,7 @@ def test_a_removed_task_setting_in_the_environment_is_refused_naming_its_replace
 @pytest.mark.parametrize("text", ["", "5x", "0s", "-1s", "8d", ",".join(["1s"] * 21), "5s,,1m"])
 def test_a_bad_push_retry_schedule_is_a_config_error_naming_it(monkeypatch, text):
     monkeypatch.setenv("HOOKGATE_PUSH_RETRY_SCHEDULE", text)
-    with pytest.raises(ConfigError, match="^HOOKGATE_PUSH_RETRY_SCHEDULE: "):
+    with pytest.raises(ConfigError, match=r"^HOOKGATE_PUSH_RETRY_SCHEDULE: "):
         load_settings()
 
 

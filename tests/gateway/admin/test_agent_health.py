@@ -151,7 +151,7 @@ async def _push_until(ctx, pusher, predicate) -> None:
 
 
 async def test_an_agent_whose_pushes_keep_failing_is_shown_unhealthy_with_its_next_probe(
-        client, ctx, conn, agent_server: AgentServer):
+        client, ctx, conn, agent_server: AgentServer):  # noqa: F811
     agent_server.behaviours["sick"] = _always_503
     w = await factories.world(ctx)
     agent = await _create(client, w, _http(agent_server.url("sick")))
@@ -182,7 +182,7 @@ async def test_an_agent_whose_pushes_keep_failing_is_shown_unhealthy_with_its_ne
 
 
 async def test_an_agent_below_the_trip_count_stays_healthy_and_counts_its_failure(
-        client, ctx, conn, agent_server: AgentServer):
+        client, ctx, conn, agent_server: AgentServer):  # noqa: F811
     async def once_503(n, _hit):
         return Response(status_code=503) if n == 0 else Response(status_code=200)
 

@@ -37,11 +37,11 @@ async def _first_500_then_200(n: int, _hit: Any) -> Response:
     return JSONResponse({"ok": True})
 
 
-async def _pushed_once(client, team: Team, conn, agent_server: AgentServer) -> tuple[str, str]:
+async def _pushed_once(client, team: Team, conn, server: AgentServer) -> tuple[str, str]:
     """A run of the team's autopilot whose first push got a 500 asking for 60 s: ``(run id, task id)``."""
-    agent_server.behaviours["a"] = _first_500_then_200
+    server.behaviours["a"] = _first_500_then_200
     moved = await client.patch(f"/v1/agents/{team.agent_id}", headers=team.h("owner"),
-                               json={"url": agent_server.url("a")})
+                               json={"url": server.url("a")})
     assert moved.status_code == 200, moved.text
     made = await client.post(f"/v1/autopilots/{team.autopilot_id}/runs", headers=team.h("owner"), json={})
     run_id = made.json()["run_id"]
@@ -78,7 +78,8 @@ async def _attempts(client, team: Team, task_id: str, role: str, **params: Any) 
     return dict(answer.json())
 
 
-async def test_attempts_need_a_key_and_another_workspaces_task_is_not_found(client, team, conn, agent_server):
+async def test_attempts_need_a_key_and_another_workspaces_task_is_not_found(
+        client, team, conn, agent_server):  # noqa: F811
     _, task_id = await _pushed_once(client, team, conn, agent_server)
     anonymous = await client.get(f"/v1/tasks/{task_id}/attempts")
     assert (anonymous.status_code, anonymous.json()["error"]) == (401, "unauthorized")
@@ -96,7 +97,7 @@ async def test_attempts_need_a_key_and_another_workspaces_task_is_not_found(clie
 
 
 async def test_a_pushed_task_lists_its_attempts_oldest_first_the_answer_for_writers_only(
-        client, team, conn, agent_server):
+        client, team, conn, agent_server):  # noqa: F811
     run_id, task_id = await _pushed_once(client, team, conn, agent_server)
     await conn.execute("UPDATE agent_task SET available_at = now() WHERE id = $1", task_id)
     await _push_until(team, conn, task_id, "succeeded", attempt=2)
@@ -139,7 +140,7 @@ async def test_a_pushed_task_lists_its_attempts_oldest_first_the_answer_for_writ
 
 
 async def test_a_run_waiting_for_its_retry_is_queued_with_next_attempt_at_and_last_error(
-        client, team, conn, agent_server):
+        client, team, conn, agent_server):  # noqa: F811
     run_id, task_id = await _pushed_once(client, team, conn, agent_server)
     available = await conn.fetchval("SELECT available_at FROM agent_task WHERE id = $1", task_id)
     left = available - await conn.fetchval("SELECT now()")
