@@ -300,12 +300,13 @@ async def edit_agent(call: Call) -> AgentOut:
     check_concurrency(call, changed.get("max_concurrency"))
     if "url" in changed:
         await check_agent_url(call, changed["url"])
+    # The audit shows a schedule set back to null as null (the default), as the caller sent it.
+    shown = changed | ({"url": egress.redact(changed["url"])} if "url" in changed else {})
     # A schedule set back to null is the default again: the change says so with an empty one.
     if "retry_schedule" in changed and changed["retry_schedule"] is None:
         changed["retry_schedule"] = []
     await agents.update_agent(call.conn, row["id"], agents.AgentChange(**changed))
     updated = one(await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, row["id"]))
-    shown = changed | ({"url": egress.redact(changed["url"])} if "url" in changed else {})
     await audit.record(call.conn, "AGENT_UPDATE", actor_type="member", actor_id=call.principal.member_id,
                        subject_type="agent", subject_id=row["id"], workspace_id=call.principal.workspace_id,
                        detail={"changed": sorted(changed), "to": shown})
@@ -334,10 +335,11 @@ async def archive_agent(call: Call) -> AgentOut:
     """The agent's owner, or an owner/admin. Runs assigned to it are skipped (``agent_archived``) from now on."""
     row = await _changeable_agent(call, "archive")
     async with call.conn.transaction():
-        archived = one(await call.conn.fetchrow(Q.agent_archive, call.principal.workspace_id, row["id"]))
+        one(await call.conn.fetchrow(Q.agent_archive, call.principal.workspace_id, row["id"]))
         if row["archived_at"] is None:
             await audit.record(call.conn, "AGENT_ARCHIVE", actor_type="member", actor_id=call.principal.member_id,
                                subject_type="agent", subject_id=row["id"], workspace_id=call.principal.workspace_id)
+        archived = one(await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, row["id"]))  # with health
     return agent_out(archived)
 
 

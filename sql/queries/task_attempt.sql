@@ -21,12 +21,14 @@ WITH attempted AS (
 ), x AS (
     SELECT * FROM unnest($11::uuid[], $12::integer[], $13::boolean[], $14::text[]) AS x(agent_id, failed, reset, error)
 ), added AS (
-    INSERT INTO agent_health (agent_id, state, failures, last_error, last_failure_at, next_probe_at,
+    -- An agent failing for the first time but not tripped has been healthy since it was made.
+    INSERT INTO agent_health (agent_id, state, since, failures, last_error, last_failure_at, next_probe_at,
                               probe_interval_s, probe_max_s)
-    SELECT x.agent_id, CASE WHEN x.failed >= $15::integer THEN 'unhealthy' ELSE 'healthy' END, x.failed, x.error, now(),
+    SELECT x.agent_id, CASE WHEN x.failed >= $15::integer THEN 'unhealthy' ELSE 'healthy' END,
+           CASE WHEN x.failed >= $15::integer THEN now() ELSE ag.created_at END, x.failed, x.error, now(),
            CASE WHEN x.failed >= $15::integer THEN now() + make_interval(secs => $16::double precision) END,
            CASE WHEN x.failed >= $15::integer THEN $16::double precision END, CASE WHEN x.failed >= $15::integer THEN $17::double precision END
-    FROM x WHERE x.failed > 0
+    FROM x JOIN agent ag ON ag.id = x.agent_id WHERE x.failed > 0
     ON CONFLICT (agent_id) DO NOTHING
     RETURNING agent_id, state, state = 'unhealthy' AS changed, since, failures, last_error, next_probe_at
 ), changed AS (

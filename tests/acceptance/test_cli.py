@@ -42,6 +42,8 @@ def test_migrate_on_a_current_database_applies_nothing(db_url):
         ({"HOOKGATE_SECRET_KEY": "too-short"}, "HOOKGATE_SECRET_KEY"),
         ({"HOOKGATE_PORT": "eighty"}, "HOOKGATE_PORT"),
         ({"HOOKGATE_TRUSTED_PROXIES": "10.0.0.0/33"}, "HOOKGATE_TRUSTED_PROXIES"),
+        ({"HOOKGATE_PUSH_RETRY_SCHEDULE": "5s,soon"}, "HOOKGATE_PUSH_RETRY_SCHEDULE"),
+        ({"HOOKGATE_TASK_MAX_ATTEMPTS": "5"}, "HOOKGATE_PUSH_RETRY_SCHEDULE"),
     ],
 )
 def test_bad_configuration_fails_at_start_with_one_clear_line(env, needle, db_url):
@@ -61,3 +63,13 @@ def test_help_reads_like_a_manual_and_names_the_environment():
         assert word in out.stdout
     serve = hookgate("serve", "--help", env={})
     assert "HOOKGATE_PORT" in serve.stdout
+
+
+@pytest.mark.parametrize("name", ["HOOKGATE_TASK_MAX_ATTEMPTS", "HOOKGATE_TASK_BACKOFF_BASE_S",
+                                  "HOOKGATE_TASK_BACKOFF_CAP_S"])
+def test_a_removed_task_setting_stops_the_gateway_at_start_with_one_line(name, db_url):
+    env = {"HOOKGATE_DATABASE_URL": db_url, "HOOKGATE_SECRET_KEY": TEST_SECRET_KEY, "HOOKGATE_PORT": "0", name: "3"}
+    out = hookgate("gateway", env=env, timeout=30)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith(f"hookgate: error: {name} is no longer read: use HOOKGATE_PUSH_RETRY_SCHEDULE")

@@ -100,3 +100,94 @@ async def test_a_pull_task_needs_its_own_agents_bearer(ctx, conn, client):
     assert (await client.post(url, json=report, headers=_auth(stranger.runtime_token))).status_code == 404
     bad = await client.post(url, json={"status": "succeeded"}, headers=_auth(agent.runtime_token))
     assert bad.status_code == 422 and bad.json()["error"] == "invalid_request"
+
+
+# --- retries and attempts of a pull task ----------------------------------------------------------------------
+
+
+async def _pull_with_schedule(ctx, conn, client, schedule):
+    """A pull agent made through the API with its own retry schedule, online, and one dispatched run."""
+    w = await factories.world(ctx)
+    made = await client.post("/v1/agents", headers=w.auth,
+                             json={"name": "puller", "runtime": {"kind": "pull"}, "retry_schedule": schedule})
+    assert made.status_code == 201, made.text
+    agent = made.json()
+    auth = _auth(agent["runtime_token"])
+    assert (await client.post("/v1/runtime/heartbeat", headers=auth, json={})).status_code == 200
+    ap = await factories.autopilot(w, agent["id"])
+    adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
+    await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+    return w, auth, adm.run_id
+
+
+async def _attempt_rows(conn, task_id):
+    return await conn.fetch("SELECT * FROM task_attempt WHERE task_id = $1 ORDER BY id", task_id)
+
+
+async def test_a_transient_failure_waits_the_agents_delay_then_the_last_attempt_fails_for_good(ctx, conn, client):
+    w, auth, run_id = await _pull_with_schedule(ctx, conn, client, [30])
+    claimed = (await client.post("/v1/runtime/claim", headers=auth, json={})).json()
+    task_id = claimed["task"]["id"]
+    assert await conn.fetchval("SELECT max_attempts FROM agent_task WHERE id = $1", task_id) == 2
+    failed = {"lease_token": claimed["lease_token"], "status": "failed", "error": "disk full",
+              "retry_class": "transient"}
+    first = await client.post(f"/v1/runtime/tasks/{task_id}/report", headers=auth, json=failed)
+    assert first.status_code == 200 and first.json()["status"] == "queued", first.text
+    task = await conn.fetchrow("SELECT *, extract(epoch FROM available_at - now()) AS wait FROM agent_task "
+                               "WHERE id = $1", task_id)
+    assert task["status"] == "queued" and task["attempt"] == 1 and 27 <= float(task["wait"]) <= 33
+    assert await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "queued"
+    [row] = await _attempt_rows(conn, task_id)
+    assert (row["attempt"], row["outcome"], row["error"], row["http_status"]) == (1, "failed", "disk full", None)
+    assert row["duration_ms"] >= 0 and row["finished_at"] >= row["started_at"]
+    shown = (await client.get(f"/v1/runs/{run_id}", headers=w.auth)).json()
+    assert (shown["status"], shown["attempt"], shown["last_error"]) == ("queued", 1, "disk full")
+    assert shown["next_attempt_at"] is not None and shown["latest_attempt"]["outcome"] == "failed"
+    # Not before its time.
+    assert (await client.post("/v1/runtime/claim", headers=auth, json={})).status_code == 204
+    await conn.execute("UPDATE agent_task SET available_at = now() WHERE id = $1", task_id)
+    again = (await client.post("/v1/runtime/claim", headers=auth, json={})).json()
+    assert (again["task"]["id"], again["task"]["attempt"]) == (task_id, 2)
+    last = await client.post(f"/v1/runtime/tasks/{task_id}/report", headers=auth,
+                             json=failed | {"lease_token": again["lease_token"], "error": "disk still full"})
+    assert last.status_code == 200 and last.json()["status"] == "failed", last.text
+    task = await conn.fetchrow("SELECT * FROM agent_task WHERE id = $1", task_id)
+    assert (task["status"], task["attempt"], task["error"]) == ("failed", 2, "disk still full")
+    assert await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "failed"
+    rows = await _attempt_rows(conn, task_id)
+    assert [(r["attempt"], r["outcome"], r["error"]) for r in rows] == [(1, "failed", "disk full"),
+                                                                        (2, "failed", "disk still full")]
+    listed = (await client.get(f"/v1/tasks/{task_id}/attempts", headers=w.auth)).json()["items"]
+    assert [i["outcome"] for i in listed] == ["failed", "failed"] and listed[0]["response_body"] is None
+
+
+async def test_a_succeeded_report_records_a_succeeded_attempt(ctx, conn, client):
+    w, auth, run_id = await _pull_with_schedule(ctx, conn, client, [5])
+    claimed = (await client.post("/v1/runtime/claim", headers=auth, json={})).json()
+    task_id = claimed["task"]["id"]
+    done = await client.post(f"/v1/runtime/tasks/{task_id}/report", headers=auth,
+                             json={"lease_token": claimed["lease_token"], "status": "succeeded", "result": {"ok": 1}})
+    assert done.status_code == 200 and done.json()["status"] == "succeeded"
+    repeat = await client.post(f"/v1/runtime/tasks/{task_id}/report", headers=auth,
+                               json={"lease_token": claimed["lease_token"], "status": "succeeded", "result": {"ok": 1}})
+    assert repeat.status_code == 200 and repeat.json()["applied"] is False
+    [row] = await _attempt_rows(conn, task_id)  # the repeat records nothing
+    assert (row["attempt"], row["outcome"], row["error"]) == (1, "succeeded", None)
+    assert row["duration_ms"] >= 0 and str(row["run_id"]) == str(run_id)
+    # The attempt started when the claim was won (not when the report came).
+    claimed_at = await conn.fetchval("SELECT at FROM audit_log WHERE action = 'CLAIM' AND subject_id = $1",
+                                     task_id)
+    assert row["started_at"] == claimed_at < row["finished_at"]
+    shown = (await client.get(f"/v1/runs/{run_id}", headers=w.auth)).json()
+    assert (shown["status"], shown["attempt"], shown["next_attempt_at"]) == ("completed", 1, None)
+    assert shown["latest_attempt"]["outcome"] == "succeeded"
+
+
+async def test_a_permanent_failure_is_not_retried_and_records_one_failed_attempt(ctx, conn, client):
+    _, auth, _ = await _pull_with_schedule(ctx, conn, client, [5])
+    claimed = (await client.post("/v1/runtime/claim", headers=auth, json={})).json()
+    task_id = claimed["task"]["id"]
+    done = await client.post(f"/v1/runtime/tasks/{task_id}/report", headers=auth,
+                             json={"lease_token": claimed["lease_token"], "status": "failed", "error": "bad input"})
+    assert done.status_code == 200 and done.json()["status"] == "failed"
+    assert [(r["outcome"], r["error"]) for r in await _attempt_rows(conn, task_id)] == [("failed", "bad input")]

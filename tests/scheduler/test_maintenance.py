@@ -71,6 +71,30 @@ async def test_retention_deletes_idempotency_keys_past_their_5_minute_window_in_
     assert keys == ["live"] and result["idempotency_keys_deleted"] == 5
 
 
+async def _attempt(conn, task_id, age):
+    return await conn.fetchval(
+        """INSERT INTO task_attempt (workspace_id, task_id, run_id, agent_id, attempt, started_at, finished_at,
+                                     duration_ms, outcome, error)
+           SELECT workspace_id, id, run_id, agent_id, 1, clock_timestamp() - $2::interval - interval '1 second',
+                  clock_timestamp() - $2::interval, 1000, 'failed', 'agent answered 500'
+           FROM agent_task WHERE id = $1 RETURNING id""", task_id, age)
+
+
+async def test_retention_deletes_task_attempts_older_than_the_retention_age_in_batches(setup, ctx):
+    async with ctx.pool.acquire() as conn:
+        task = await conn.fetchval(
+            "INSERT INTO agent_task (workspace_id, agent_id, idempotency_key) VALUES ($1, $2, 'k') RETURNING id",
+            setup.world.workspace_id, setup.autopilot["assignee_id"])
+        for _ in range(3):
+            await _attempt(conn, task, timedelta(days=31))
+        recent = await _attempt(conn, task, timedelta(days=29))
+    await setup.scheduler([retention_job(timedelta(days=30), batch_size=2)]).run_once()
+    async with ctx.pool.acquire() as conn:
+        left = [r["id"] for r in await conn.fetch("SELECT id FROM task_attempt")]
+        result = await conn.fetchval("SELECT result FROM sys_cron_executions WHERE job_name = 'retention'")
+    assert left == [recent] and result["attempts_deleted"] == 3
+
+
 async def _runs(conn, autopilot, failed, completed):
     for status, n in (("failed", failed), ("completed", completed)):
         await conn.execute(

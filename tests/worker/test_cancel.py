@@ -115,6 +115,9 @@ async def test_cancelling_a_run_aborts_its_push_in_flight_and_the_task_stays_can
     assert audit["detail"] == {"previous_status": "running", "tasks_cancelled": 1}
     assert task_cancel["detail"] == {"reason": "run_cancelled", "was": "running"}
     assert len(agent_server.of("a")) == 1  # not pushed again
+    async with wctx.pool.acquire() as conn:  # the aborted push is one attempt, recorded by the pusher
+        attempts = await conn.fetch("SELECT attempt, outcome FROM task_attempt WHERE task_id = $1", task_id)
+    assert [(a["attempt"], a["outcome"]) for a in attempts] == [(1, "cancelled")]
 
 
 async def test_a_pull_runtime_holding_a_cancelled_task_gets_409_cancelled_on_renew_and_report(wctx, api):
@@ -141,6 +144,10 @@ async def test_a_pull_runtime_holding_a_cancelled_task_gets_409_cancelled_on_ren
         task = await conn.fetchrow("SELECT status, result FROM agent_task WHERE id = $1", task_id)
         run = await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", adm.run_id)
     assert (task["status"], task["result"], run) == ("cancelled", None, "cancelled")
+    # The lease the cancel ended is kept as a 'cancelled' attempt; the refused renew and report add none.
+    attempts = (await api.get(f"/v1/tasks/{task_id}/attempts", headers=w.auth)).json()["items"]
+    assert [(a["attempt"], a["outcome"], a["error"]) for a in attempts] == [(1, "cancelled", "the run was cancelled")]
+    assert attempts[0]["duration_ms"] >= 0 and attempts[0]["run_id"] == str(adm.run_id)
     # The runtime's claims go on as before: nothing to claim now.
     assert (await api.post("/v1/runtime/claim", headers=auth, json={"wait_s": 0.2})).status_code == 204
 

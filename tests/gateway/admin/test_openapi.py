@@ -59,6 +59,30 @@ async def test_openapi_document_describes_every_admin_runtime_and_webhook_route(
     assert {"chain", "originator_id", "accountable_id", "rule_version_id"} <= set(schema["properties"])
 
 
+async def test_openapi_documents_attempts_retry_schedules_and_health(client):
+    doc = (await client.get("/openapi.json")).json()
+    listing = doc["paths"]["/v1/tasks/{task_id}/attempts"]["get"]
+    assert {p["name"] for p in listing["parameters"]} == {"task_id", "limit", "cursor"}
+    assert {"200", "401", "404", "422"} <= set(listing["responses"])
+    page = listing["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    schemas = doc["components"]["schemas"]
+    assert set(schemas[page]["properties"]) == {"items", "next_cursor"}
+    attempt = schemas["AttemptOut"]["properties"]
+    assert {"attempt", "outcome", "http_status", "error", "duration_ms", "response_headers", "response_body"} <= set(
+        attempt)
+    assert set(attempt["outcome"]["enum"]) == {"succeeded", "accepted", "failed", "timeout", "unreachable",
+                                               "egress_forbidden", "lease_lost", "cancelled"}
+    assert {"retry_schedule", "health"} <= set(schemas["AgentOut"]["properties"])
+    assert set(schemas["HealthOut"]["properties"]) == {"state", "since", "next_probe_at", "failures", "last_error"}
+    for body in ("AgentIn", "AgentPatch"):
+        [steps] = [s for s in schemas[body]["properties"]["retry_schedule"]["anyOf"] if s.get("type") == "array"]
+        assert (steps["minItems"], steps["maxItems"], steps["items"]["maximum"]) == (1, 20, 7 * 86400)
+        assert steps["items"]["exclusiveMinimum"] == 0
+    assert {"next_attempt_at", "last_error"} <= set(schemas["TaskOut"]["properties"])
+    assert {"attempt", "next_attempt_at", "last_error"} <= set(schemas["RunOut"]["properties"])
+    assert {"attempt", "next_attempt_at", "last_error", "latest_attempt"} <= set(schemas["RunDetail"]["properties"])
+
+
 async def test_runtime_operations_take_the_runtime_token_and_renew_report_also_a_bare_lease_token(client):
     doc = (await client.get("/openapi.json")).json()
     scheme = doc["components"]["securitySchemes"]["runtimeToken"]
