@@ -87,16 +87,15 @@ class AgentOutage:
 
     async def _backlog(self) -> int | None:
         """Runs of the agent made before its return and still open (None: the database did not answer)."""
+        conn: asyncpg.Connection | None = None
         try:
             conn = await asyncpg.connect(self.dsn, timeout=5)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-            return None
-        try:
-            return int(await conn.fetchval(BACKLOG, self.agent_id, self.back_at))
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            return int(await conn.fetchval(BACKLOG, self.agent_id, self.back_at, timeout=5))
+        except Exception:  # any failure of one look is a look that did not answer
             return None
         finally:
-            conn.terminate()
+            if conn is not None:
+                conn.terminate()
 
     async def watch(self) -> None:
         """Record each change of the agent's health (polls five times a second) until the outage is over."""
@@ -113,11 +112,13 @@ class AgentOutage:
     async def _look(self, conn: asyncpg.Connection | None) -> asyncpg.Connection | None:
         try:
             conn = conn if conn is not None and not conn.is_closed() else await asyncpg.connect(self.dsn, timeout=5)
-            row = await conn.fetchrow("SELECT state, since FROM agent_health WHERE agent_id = $1", self.agent_id)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            row = await conn.fetchrow("SELECT state, since FROM agent_health WHERE agent_id = $1", self.agent_id,
+                                      timeout=5)
+        except Exception:  # the database is restarting, or the connection broke with it
+            # (asyncpg can leave a connection cut mid-query in a state only a new connection gets out of).
             if conn is not None:
                 conn.terminate()
-            return None  # the database is restarting
+            return None
         seen = None if row is None else Transition(row["state"], row["since"])
         # The row appears healthy with the agent's first failed push: the first change recorded is a trip.
         if seen is not None and (self.transitions[-1] != seen if self.transitions else seen.state == "unhealthy"):

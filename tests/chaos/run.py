@@ -108,9 +108,10 @@ async def _experiment(cluster: Cluster, config: Config) -> Report:
     await load.run()
     faults.stopping = True
     await background[1]
-    await asyncio.gather(*watching)
+    crashed = [r for r in await asyncio.gather(*watching, return_exceptions=True) if isinstance(r, BaseException)]
     await load.settle()
     report = await _settle_and_check(cluster, config, agent, runtimes, load, faults, outage, made.http_agent_id)
+    report.violations += [f"the agent outage's driver or watcher crashed: {e!r}" for e in crashed]
     report.violations += checks.secrets_not_logged(cluster.work.glob("proc-*.log"), made.secrets)
     runtimes.stopping = True
     background[2].cancel()
