@@ -3,12 +3,14 @@
 One command (loopback only, bounded by ``--events`` / ``--rate``; embedded PostgreSQL in a temp dir by
 default)::
 
-    python bench/chaos.py [--events 2000] [--rate 40] [--server-url postgresql://…] [--seed N]
+    python bench/chaos.py [--events 2000] [--rate 40] [--server-url postgresql://…] [--seed N] [--agent-outage 18]
 
 Starts 2 gateways, 3 workers and 2 schedulers (real ``hookgate`` processes) behind a TCP proxy to
 PostgreSQL, sends signed webhooks (github, stripe, standard, slack; ~20 % provider retries, ~3 % forged),
 runs cron triggers every minute, an HTTP agent answering 500/429/slowly and pull runtimes that vanish
-mid-lease, while SIGKILLing workers and schedulers, cutting connections and restarting PostgreSQL once.
+mid-lease, while SIGKILLing workers and schedulers, cutting connections and restarting PostgreSQL once. From
+60 % of the load the HTTP agent is down for ``--agent-outage`` seconds (refusing connections, then answering
+503), longer than its retry schedule survives: its circuit breaker must hold its tasks until it is back.
 Prints a summary table; exits 1 on any violation. See docs/RELIABILITY.md.
 """
 
@@ -33,10 +35,13 @@ def main() -> int:
     parser.add_argument("--no-postgres-restart", action="store_true")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--quiescence-timeout", type=float, default=300.0, help="seconds to wait for the backlog")
+    parser.add_argument("--agent-outage", type=float, default=18.0, help="seconds the HTTP agent is down (0: never)")
+    parser.add_argument("--agent-outage-at", type=float, default=0.6, help="share of the load after which it goes down")
     args = parser.parse_args()
     config = Config(events=args.events, rate=args.rate, workers=args.workers, schedules=args.schedules,
                     server_url=args.server_url, restart_postgres=not args.no_postgres_restart, seed=args.seed,
-                    quiescence_timeout_s=args.quiescence_timeout)
+                    quiescence_timeout_s=args.quiescence_timeout, agent_outage_s=args.agent_outage,
+                    agent_outage_at=args.agent_outage_at)
     report = run_chaos(config)
     print(report.table())
     return 0 if report.ok else 1

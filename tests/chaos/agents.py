@@ -1,7 +1,9 @@
 """The agents of a chaos run: an HTTP agent that misbehaves on purpose and pull runtimes that vanish mid-lease.
 
 Both record what they were given, so the checks can compare it with the database: every push with its
-``webhook-id`` (the task id) and run id, every report the runtime API applied.
+``webhook-id`` (the task id) and run id, every report the runtime API applied. The HTTP agent can also be
+down for a while (:meth:`HttpAgent.outage`): its port refuses connections, or it answers every push 503,
+until :meth:`HttpAgent.recover` brings it back on the same URL.
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ import random
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Literal
 
 import httpx
 from aiohttp import web
+
+#: How a down agent looks from outside: its port refuses connections, or it answers every push 503.
+Outage = Literal["refused", "503"]
 
 
 @dataclass
@@ -31,7 +37,12 @@ class HttpAgent:
     runs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # run id -> task ids pushed
     pushes: int = 0
     bad_signatures: int = 0
+    down: Outage | None = None
+    refused_on_open_connections: int = 0  # pushes that slipped onto a kept-alive connection while refusing
+    answered_503: int = 0  # pushes answered 503 while down
     _runner: web.AppRunner | None = None
+    _site: web.TCPSite | None = None
+    _port: int = 0
 
     async def start(self) -> str:
         """Listen on a free loopback port; returns the URL to register."""
@@ -39,23 +50,54 @@ class HttpAgent:
         app.router.add_post("/", self._push)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return f"http://127.0.0.1:{port}/"
+        await self._listen()
+        return f"http://127.0.0.1:{self._port}/"
+
+    async def _listen(self) -> None:
+        """Open the listening socket (the same port again after a refusing outage)."""
+        assert self._runner is not None
+        self._site = web.TCPSite(self._runner, "127.0.0.1", self._port, reuse_address=True)
+        await self._site.start()
+        self._port = self._site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def outage(self, mode: Outage) -> None:
+        """Go down: ``refused`` closes the port and every open connection, ``503`` answers every push 503."""
+        assert self._runner is not None
+        self.down = mode
+        if mode == "refused" and self._site is not None:
+            await self._site.stop()
+            self._site = None
+            # Kept-alive connections would still carry pushes: close them (a push in flight is cut).
+            await self._runner.server.shutdown(0.01)  # type: ignore[union-attr]
+        elif mode == "503" and self._site is None:
+            await self._listen()
+
+    async def recover(self) -> None:
+        """Come back on the same URL and answer as before."""
+        if self._site is None:
+            await self._listen()
+        self.down = None
 
     async def stop(self) -> None:
         """Close the server."""
         if self._runner is not None:
             await self._runner.cleanup()
 
-    async def _push(self, request: web.Request) -> web.Response:
+    async def _push(self, request: web.Request) -> web.StreamResponse:
+        if self.down == "refused":  # a connection accepted just before the port closed
+            self.refused_on_open_connections += 1
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=503)
         raw = await request.read()
         self.pushes += 1
         if not self._signed(request.headers, raw):
             self.bad_signatures += 1
         task_id = request.headers.get("webhook-id", "")
         self.runs[json.loads(raw)["run_id"]].add(task_id)
+        if self.down == "503":
+            self.answered_503 += 1
+            return web.json_response({"error": "down for maintenance"}, status=503)
         roll = self.rng.random()
         if roll < 0.08:
             return web.json_response({"error": "boom"}, status=500)

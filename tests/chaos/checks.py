@@ -84,6 +84,30 @@ async def tasks_once(conn: asyncpg.Connection, agent: HttpAgent, runtimes: PullR
     return found
 
 
+async def runs_not_failed(conn: asyncpg.Connection) -> list[str]:
+    """No run failed: every task got through in the end, however long its agent was down (its work is not lost)."""
+    failed = int(await conn.fetchval("SELECT count(*) FROM autopilot_run WHERE status = 'failed'"))
+    return [f"{failed} runs failed (lost)"] if failed else []
+
+
+async def pushes_acknowledged(conn: asyncpg.Connection, agent: HttpAgent, agent_id: str) -> list[str]:
+    """The HTTP agent answered 2xx to each of its runs' tasks: distinct ``webhook-id`` answered 2xx = its runs.
+
+    Every succeeded task of the agent was answered 2xx by it (``tasks_once`` checks the converse). The same
+    ``webhook-id`` answered 2xx twice is not a breach: a push whose outcome could not be written (its worker
+    killed, the database gone) is pushed again under the same id, which is what the id is there to dedupe.
+    """
+    succeeded = {r["id"] for r in await conn.fetch(
+        "SELECT id::text FROM agent_task WHERE agent_id = $1 AND status = 'succeeded'", agent_id)}
+    runs = int(await conn.fetchval("""SELECT count(*) FROM autopilot_run r JOIN autopilot a ON a.id = r.autopilot_id
+                                      WHERE a.assignee_type = 'agent' AND a.assignee_id = $1""", agent_id))
+    unanswered = sorted(succeeded - set(agent.acked))
+    found = [f"task {t} succeeded but its agent never answered it 2xx (lost)" for t in unanswered]
+    if len(agent.acked) != runs:
+        found.append(f"the HTTP agent answered 2xx to {len(agent.acked)} distinct tasks for {runs} runs (lost)")
+    return found
+
+
 async def no_dead_leases(conn: asyncpg.Connection, dead_pids: Iterable[int]) -> list[str]:
     """No task or cron execution is still held by a killed process, and no lease is overdue."""
     holders = [f"{socket.gethostname()}:{pid}" for pid in dead_pids]
@@ -118,6 +142,7 @@ async def figures(conn: asyncpg.Connection) -> dict[str, Any]:
                (SELECT count(*) FROM autopilot_run WHERE status = 'failed') AS runs_failed,
                (SELECT count(*) FROM autopilot_run WHERE status = 'skipped') AS runs_skipped,
                (SELECT count(*) FROM audit_log WHERE action = 'EXPIRE') AS leases_expired,
-               (SELECT count(*) FROM audit_log WHERE action = 'LATE_RESULT') AS late_results""")
+               (SELECT count(*) FROM audit_log WHERE action = 'LATE_RESULT') AS late_results,
+               (SELECT count(*) FROM task_attempt) AS task_attempts""")
     assert row is not None
     return dict(row)

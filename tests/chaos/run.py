@@ -1,7 +1,8 @@
 """The chaos run: real role processes over one PostgreSQL, webhook load, misbehaving agents, injected faults.
 
-``run_chaos(Config(...))`` builds the cluster, runs load and faults together, stops the faults, waits for
-quiescence, checks every invariant (``tests/chaos/checks.py``) and returns a ``Report``. Used by
+``run_chaos(Config(...))`` builds the cluster, runs load and faults together (and, during the load, an
+outage of the HTTP agent: ``tests/chaos/outage.py``), stops the faults, waits for quiescence, checks every
+invariant (``tests/chaos/checks.py``) and returns a ``Report``. Used by
 ``bench/chaos.py`` (the documented command) and ``tests/chaos/test_chaos.py`` (the CI-sized run).
 """
 
@@ -21,6 +22,7 @@ from tests.chaos.agents import HttpAgent, PullRuntimes
 from tests.chaos.cluster import Cluster
 from tests.chaos.faults import Faults
 from tests.chaos.load import Load
+from tests.chaos.outage import AgentOutage
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class Config:
     fault_interval: tuple[float, float] = (2.0, 6.0)
     restart_postgres: bool = True
     quiescence_timeout_s: float = 120.0
+    agent_outage_s: float = 18.0  # the HTTP agent is down this long during the load (0: never)
+    agent_outage_at: float = 0.6  # ... from this share of the load's planned duration
     server_url: str | None = None
     seed: int | None = None
 
@@ -49,6 +53,7 @@ class Report:
     violations: list[str] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
     recoveries: list[tuple[str, int, float | None]] = field(default_factory=list)
+    outage: AgentOutage | None = None
 
     @property
     def ok(self) -> bool:
@@ -93,12 +98,20 @@ async def _experiment(cluster: Cluster, config: Config) -> Report:
     load = Load(made.hook_urls, config.events, config.rate, rng=random.Random(rng.random()))
     restart_at = config.events / config.rate * 0.4 if config.restart_postgres and cluster.db.restartable else None
     faults = Faults(cluster, config.fault_interval, restart_at, rng=random.Random(rng.random()))
+    outage = None
+    if config.agent_outage_s > 0:
+        at_s = config.events / config.rate * config.agent_outage_at
+        outage = AgentOutage(agent, made.http_agent_id, cluster.dsn, at_s, config.agent_outage_s,
+                             drain_timeout_s=config.quiescence_timeout_s)
     background = [asyncio.create_task(c) for c in (runtimes.run(), faults.run(), faults.watch_recovery(cluster.dsn))]
+    watching = [asyncio.create_task(c) for c in (outage.run(), outage.watch())] if outage is not None else []
     await load.run()
     faults.stopping = True
     await background[1]
+    crashed = [r for r in await asyncio.gather(*watching, return_exceptions=True) if isinstance(r, BaseException)]
     await load.settle()
-    report = await _settle_and_check(cluster, config, agent, runtimes, load, faults)
+    report = await _settle_and_check(cluster, config, agent, runtimes, load, faults, outage, made.http_agent_id)
+    report.violations += [f"the agent outage's driver or watcher crashed: {e!r}" for e in crashed]
     report.violations += checks.secrets_not_logged(cluster.work.glob("proc-*.log"), made.secrets)
     runtimes.stopping = True
     background[2].cancel()
@@ -110,19 +123,27 @@ async def _experiment(cluster: Cluster, config: Config) -> Report:
 
 
 async def _settle_and_check(cluster: Cluster, config: Config, agent: HttpAgent, runtimes: PullRuntimes,
-                            load: Load, faults: Faults) -> Report:
+                            load: Load, faults: Faults, outage: AgentOutage | None, agent_id: str) -> Report:
     report = Report(config)
     conn = await asyncpg.connect(cluster.dsn)
     try:
         waited = await _wait_quiescent(conn, config.quiescence_timeout_s)
         dead = [k.pid for k in faults.kills]
         for found in (await checks.every_2xx_stored(conn, load), await checks.one_run_per_delivery(conn),
-                      await checks.runs_terminal(conn), await checks.occurrences_once(conn),
-                      await checks.tasks_once(conn, agent, runtimes), await checks.no_dead_leases(conn, dead)):
+                      await checks.runs_terminal(conn), await checks.runs_not_failed(conn),
+                      await checks.occurrences_once(conn), await checks.tasks_once(conn, agent, runtimes),
+                      await checks.pushes_acknowledged(conn, agent, agent_id),
+                      await checks.no_dead_leases(conn, dead)):
             report.violations += found
+        outage_figures: dict[str, Any] = {}
+        if outage is not None:
+            found, outage_figures = await outage.check(conn)
+            report.violations += found
+            report.outage = outage
         if load.unanswered:
             report.violations.append(f"{load.unanswered} events never got a final answer")
         report.figures = _figures(load, agent, runtimes, faults, await checks.figures(conn), waited, report)
+        report.figures |= outage_figures
     finally:
         await conn.close()
     report.recoveries = [(k.role, k.held, k.recovered_s) for k in faults.kills]
@@ -148,7 +169,9 @@ def _figures(load: Load, agent: HttpAgent, runtimes: PullRuntimes, faults: Fault
         "503": statuses.get(503, 0), "401 (forged)": statuses.get(401, 0),
         "connection errors": sum(n for s, n in statuses.items() if isinstance(s, str)),
         "duplicates caught": load.outcomes.get("duplicate", 0), **db,
-        "http pushes": agent.pushes, "pull claims": runtimes.claims, "runtimes vanished": runtimes.vanished,
+        "http pushes": agent.pushes, "distinct webhook-ids answered 2xx": len(agent.acked),
+        "same webhook-id answered 2xx again": sum(n - 1 for n in agent.acked.values()),
+        "pull claims": runtimes.claims, "runtimes vanished": runtimes.vanished,
         "kills (worker/scheduler)": f"{sum(k.role == 'worker' for k in faults.kills)}/"
                                     f"{sum(k.role == 'scheduler' for k in faults.kills)}",
         "connection cuts": faults.cuts,

@@ -16,6 +16,7 @@ class World:
 
     hook_urls: dict[str, list[str]] = field(default_factory=dict)
     push_secret: str = ""
+    http_agent_id: str = ""
     runtime_token: str = ""
     schedule_triggers: list[str] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)  # every token, key and secret handed out, for log checks
@@ -35,6 +36,7 @@ def build(gateways: list[str], api_key: str, agent_url: str, schedules: int) -> 
                                             "runtime": {"kind": "http", "url": agent_url, "timeout_s": 3}})
         pull = _post(client, "/v1/agents", {"name": "chaos-pull", "runtime": {"kind": "pull"}, "max_concurrency": 16})
         world.push_secret, world.runtime_token = http["signing_secret"], pull["runtime_token"]
+        world.http_agent_id = http["id"]
         world.secrets += [api_key, world.push_secret, world.runtime_token, *SECRETS.values()]
         for preset in PRESETS:
             agent = pull if preset == "standard" else http
