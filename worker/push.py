@@ -391,7 +391,7 @@ class Pusher:
                     done.set_result(None)
 
     async def _write_attempts(self, conn: Any, group: list[Pending]) -> dict[UUID, Health]:
-        """Record each push of the group as an attempt and update its agent's health; returns agents with a row.
+        """Record each push of the group as an attempt and update its agent's health; returns each agent's health.
 
         Per agent, the failures after its last success in this group count as consecutive (a success resets the
         count first). An agent that tripped or recovered is logged (and announced) once, here.

@@ -7,8 +7,9 @@
 -- that trip the breaker, $16 first probe interval, $17 longest probe interval (seconds).
 -- An agent gets a health row with its first failure; a success resets it and recovers an unhealthy agent; after
 -- $15 consecutive failures it is 'unhealthy': no slot but one probe per interval (hookgate_slots_take). Returns
--- each agent that has a row: its health, whether its state changed in this transaction, its own retry
--- schedule (NULL = the default), workspace and name. An agent without failures and without a row costs an index probe.
+-- each agent of the flush: its state ('healthy' when it has no row), whether that changed in this
+-- transaction, its health row's other fields (NULL when it has none), its own retry schedule (NULL = the
+-- default), workspace and name. An agent without failures and without a row costs index probes only.
 WITH attempted AS (
     INSERT INTO task_attempt (workspace_id, task_id, run_id, agent_id, attempt, started_at, finished_at,
                               duration_ms, outcome, http_status, error, response_headers, response_body)
@@ -59,9 +60,11 @@ WITH attempted AS (
     WHERE h.agent_id = x.agent_id AND (x.failed > 0 OR h.failures > 0 OR h.state = 'unhealthy')
     RETURNING h.agent_id, h.state, h.since = now() AS changed, h.since, h.failures, h.last_error, h.next_probe_at
 )
-SELECT c.*, ag.retry_schedule, ag.workspace_id, ag.name
-FROM (SELECT * FROM added UNION ALL SELECT * FROM changed) c
-JOIN agent ag ON ag.id = c.agent_id;
+SELECT x.agent_id, coalesce(c.state, 'healthy') AS state, coalesce(c.changed, false) AS changed, c.since,
+       c.failures, c.last_error, c.next_probe_at, ag.retry_schedule, ag.workspace_id, ag.name
+FROM x
+LEFT JOIN (SELECT * FROM added UNION ALL SELECT * FROM changed) c ON c.agent_id = x.agent_id
+JOIN agent ag ON ag.id = x.agent_id;
 
 -- name: agent_health_get
 -- The circuit breaker's row of agent $1, if it ever failed.

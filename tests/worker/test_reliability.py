@@ -10,18 +10,19 @@ import itertools
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
+from autopilot import tasks
 from hookgate.context import open_context
 from hookgate.notify import NotifyListener
 from tests import factories
 from tests.conftest import make_settings
 from tests.worker.conftest import AgentServer, add_delivery, bulk_deliveries, wait_for
 from worker.deliveries import DeliveryWorker
-from worker.push import Pusher, PushWorker
+from worker.push import Attempt, Outcome, Pusher, PushWorker, classify
 
 #: A schedule that gives up after ~1.4 s (4 attempts), a breaker that trips after 3 failures and probes every
 #: 0.3 s, doubling up to 1 s: an outage of many seconds outlives the schedule by far.
@@ -215,3 +216,28 @@ async def test_a_failed_probe_gives_its_attempt_back_and_the_next_probe_waits_lo
     assert gaps[0] >= 0.45 and gaps[1] >= 0.9  # 0.5 s after the trip, then 1 s
     assert health["state"] == "unhealthy" and health["probe_interval_s"] >= 1.0
     assert isinstance(health["next_probe_at"], datetime)
+
+
+async def test_a_retry_follows_its_agents_own_schedule_even_when_a_success_in_the_same_flush_reset_its_count(
+        db_url: str, agent_server: AgentServer) -> None:
+    async with open_context(make_settings(db_url, **OUTAGE), migrate=False) as ctx:
+        w = await factories.world(ctx)
+        agent = await factories.http_agent(w, url=agent_server.url("a"), name="a")
+        async with ctx.pool.acquire() as conn:
+            await conn.execute("UPDATE agent SET retry_schedule = '{1000}' WHERE id = $1", agent.row["id"])
+        ap = await factories.autopilot(w, agent.row["id"])
+        trigger, _ = await factories.webhook_trigger(w, ap)
+        async with ctx.pool.acquire() as conn:
+            for _ in range(2):
+                await add_delivery(conn, ap, trigger)
+        pusher = Pusher(ctx, holder="w1")
+        assert await DeliveryWorker(ctx, holder="w1").run_once() == 2  # no pusher: both tasks wait queued
+        async with ctx.pool.acquire() as conn:
+            first, second = await tasks.claim(conn, agent_id=agent.row["id"], lease_s=60, holder="w1",
+                                              actor_type="worker", limit=2)
+        took = Attempt(datetime.now(UTC), datetime.now(UTC), 1)
+        flushed = [asyncio.create_task(pusher._record(first, Outcome("retry", "agent answered 503", "failed"), took)),
+                   asyncio.create_task(pusher._record(second, classify(200, {}, b"{}"), took))]
+        await asyncio.gather(*flushed)  # one group: the failure, then a success that resets the count
+        waited = (await _rows(ctx, "SELECT available_at - now() AS wait FROM agent_task WHERE id = $1", first.id))[0]
+    assert 900 < waited["wait"].total_seconds() <= 1100  # the agent's 1000 s, not the default 0.2 s
