@@ -35,9 +35,11 @@ from scheduler.spec import Every
 from sql import Q
 from tests import factories
 from tests.conftest import make_settings
-from tests.worker.conftest import AgentServer, Hit, wait_for
+from tests.worker.conftest import AgentServer, Hit, add_delivery, wait_for
 from worker import role
 from worker.alerts import AlertSender, Leased, Outcome
+from worker.deliveries import DeliveryWorker
+from worker.push import Pusher, PushWorker
 
 #: Retries in tenths of a second, so a receiver that is down for a moment is tried again within the test.
 SHORT = {"push_retry_schedule": "0.2s,0.2s,0.3s", "worker_poll_s": 0.05}
@@ -149,7 +151,7 @@ async def test_a_retryable_failure_with_attempts_left_raises_nothing(actx, clien
         done = await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
         [held] = await tasks.claim(conn, agent_id=agent.row["id"], lease_s=60, holder="h", actor_type="runtime")
         await tasks.report(conn, done.task_id, held.lease_token,
-                           tasks.Report("failed", error="busy", retry_class="transient"),
+                           tasks.Report("failed", error="busy", retry_class="transient", retry_after_s=1.0),
                            actor_type="runtime", actor_id="h")
         assert await conn.fetchval("SELECT count(*) FROM notification") == 0
 
@@ -172,16 +174,44 @@ async def test_the_automatic_pause_raises_autopilot_paused(actx, client, agent_s
     assert (body["data"]["reason"], body["data"]["failed_runs"]) == ("auto_pause", 50)
 
 
-@pytest.mark.parametrize("event", ["agent.unhealthy", "agent.recovered"])
-async def test_agent_health_events_emitted_in_a_transaction_reach_the_receiver(actx, client, agent_server, event):
-    w = await factories.world(actx)
-    made = await channel(client, w, agent_server.url("ops"), [event])
-    async with actx.pool.acquire() as conn, conn.transaction():
-        assert await alerts.emit(conn, w.workspace_id, event, {"agent_id": "a1"}) == 1
-    async with sending(actx):
-        [hit] = await hits(agent_server, "ops", 1)
-    assert verified(hit, made["signing_secret"]) | {"timestamp": None} == {
-        "type": event, "timestamp": None, "data": {"agent_id": "a1"}}
+async def test_an_agents_circuit_opening_and_closing_raises_unhealthy_then_recovered(db_url, client, agent_server):
+    """Real pushes to an agent that fails, then answers: the push worker's health changes raise both alerts."""
+    down = True
+
+    async def flaky(_n: int, _hit: Hit) -> Response:
+        return Response(status_code=503) if down else JSONResponse({"ok": True})
+
+    agent_server.behaviours["a"] = flaky
+    settings = SHORT | {"agent_trip_after": 2, "agent_probe_min_s": 0.2, "agent_probe_max_s": 0.4}
+    async with open_context(make_settings(db_url, **settings), migrate=False) as ctx:
+        w = await factories.world(ctx)
+        made = await channel(client, w, agent_server.url("ops"), ["agent.unhealthy", "agent.recovered"])
+        agent = await factories.http_agent(w, url=agent_server.url("a"), name="a")
+        ap = await factories.autopilot(w, agent.row["id"])
+        trigger, _ = await factories.webhook_trigger(w, ap)
+        async with ctx.pool.acquire() as conn:
+            for _ in range(3):
+                await add_delivery(conn, ap, trigger)
+        pusher = Pusher(ctx, holder="w1")
+        deliveries = DeliveryWorker(ctx, holder="w1", pusher=pusher)
+        pushes = PushWorker(ctx, holder="w1", pusher=pusher)
+
+        async def pass_until(hit_count: int) -> bool:
+            await deliveries.run_once()
+            await pushes.run_once()
+            return len(agent_server.of("ops")) >= hit_count
+
+        async with sending(ctx):
+            await wait_for(lambda: pass_until(1), timeout=15)
+            down = False
+            await wait_for(lambda: pass_until(2), timeout=15)
+        await pusher.stop(deadline=5)
+    unhealthy, recovered = (verified(h, made["signing_secret"]) for h in agent_server.of("ops"))
+    assert (unhealthy["type"], recovered["type"]) == ("agent.unhealthy", "agent.recovered")
+    assert unhealthy["data"]["agent_id"] == recovered["data"]["agent_id"] == str(agent.row["id"])
+    assert unhealthy["data"]["state"] == "unhealthy" and unhealthy["data"]["failures"] >= 2
+    assert unhealthy["data"]["last_error"] == "agent answered 503" and unhealthy["data"]["next_probe_at"]
+    assert (recovered["data"]["state"], recovered["data"]["failures"]) == ("healthy", 0)
 
 
 async def test_emit_queues_one_notification_per_channel_hearing_the_event_and_none_when_rolled_back(
