@@ -77,7 +77,7 @@ class TaskOut(BaseModel):
     result: Any
     error: str | None
     retry_class: str | None
-    #: While the task waits for its next attempt (``queued``): when that is; and the last attempt's error.
+    #: While the task waits to be retried (``queued`` after an attempt): when; and the last attempt's error.
     next_attempt_at: datetime | None
     last_error: str | None
     created_at: datetime

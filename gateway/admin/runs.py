@@ -74,7 +74,7 @@ class RunOut(BaseModel):
     accountable_id: UUID | None
     reason_code: str | None
     reason: str | None
-    #: When the run's work is tried next: while its task waits for its next attempt (the run is ``queued``), or
+    #: When the run's work is tried next: while its task waits to be retried (the run is ``queued``), or
     #: while a pending webhook run's delivery is held back by the trigger's pacing (``reason_code = paced``).
     next_attempt_at: datetime | None = None
     #: Its task's attempts so far (0 before the first), and the last attempt's error.
@@ -161,7 +161,7 @@ def run_out(row: asyncpg.Record) -> RunOut:
     """Render a run row with its task's attempt; a run held back by pacing shows ``reason_code = paced``."""
     out = dict(row) | {"delivery_id": row["webhook_delivery_id"], "attempt": row.get("task_attempt") or 0,
                        "last_error": row.get("task_error")}
-    if row.get("task_status") == "queued":
+    if row.get("task_status") == "queued" and out["attempt"] > 0:  # waiting for a retry
         out["next_attempt_at"] = row["task_available_at"]
     paced = paced_until(row)
     if paced is not None and row["reason_code"] is None:
