@@ -138,10 +138,11 @@ ORDER BY d.id DESC
 LIMIT $10
 
 -- name: dashboard_delivery_context
--- What a delivery page shows next to the row itself: its autopilot, trigger kind and its run's status.
+-- What a delivery page shows next to the row itself: its autopilot, trigger kind (and the last characters of
+-- its signing secret, which a signature was checked against) and its run's status.
 -- $1 = workspace, $2 = delivery id.
 SELECT p.title AS autopilot, p.status AS autopilot_status, t.kind AS trigger_kind,
-       t.deleted_at AS trigger_deleted_at, r.status AS run_status
+       t.deleted_at AS trigger_deleted_at, t.signing_secret_hint, r.status AS run_status
 FROM webhook_delivery d
 JOIN autopilot p ON p.id = d.autopilot_id
 JOIN autopilot_trigger t ON t.id = d.trigger_id

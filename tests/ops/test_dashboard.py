@@ -288,6 +288,21 @@ async def test_delivery_page_shows_what_happened_to_the_webhook(client, ctx: Con
     assert "Replay…" not in page  # a rejected delivery cannot be replayed
 
 
+async def test_delivery_page_says_plainly_whether_the_signature_verified_and_which_header_it_checked(
+        client, ctx: Context, small: Small):
+    missing = await store_delivery(ctx, small, status="rejected", signature_status="missing",
+                                   reason_code="missing_signature", headers={"x-github-event": "push"})
+    unsigned = await store_delivery(ctx, small, headers={"x-github-event": "push"})
+    await log_in(client, small.world.api_key)
+    page = html.unescape((await client.get(f"/dashboard/deliveries/{missing}")).text)
+    assert "The signature did not verify: the request has no X-Hub-Signature-256 header" in page
+    assert "<code>X-Hub-Signature-256</code>" in page and "absent from the request" in page
+    assert "X-Hub-Signature</code>" not in page  # GitHub's legacy SHA-1 header is never checked
+    page = html.unescape((await client.get(f"/dashboard/deliveries/{unsigned}")).text)
+    assert "No signature was checked: this trigger has no signing secret" in page
+    assert "did not verify" not in page
+
+
 async def test_delivery_page_links_its_run_its_replays_and_its_original(client, ctx: Context, small: Small):
     original = await store_delivery(ctx, small, event="order.paid", body=b'{"id": 1}')
     async with ctx.pool.acquire() as conn:

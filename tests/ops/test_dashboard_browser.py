@@ -7,6 +7,8 @@ names another browser binary; a missing browser fails these tests (CI installs i
 ``HOOKGATE_SKIP_BROWSER=1``.
 """
 
+import hashlib
+import hmac
 import importlib.util
 import json
 import os
@@ -20,7 +22,7 @@ import httpx
 import pytest
 
 from hookgate.context import Context
-from tests import pushes
+from tests import factories, pushes
 from tests.ops.conftest import Small
 from worker.deliveries import DeliveryWorker
 
@@ -168,3 +170,36 @@ async def test_open_a_failed_run_see_its_attempts_and_retry_it(page, live_url: s
     assert await page.locator("button:has-text('Retry…')").count() == 0
     assert await page.locator("#attempts tr[data-attempt]").count() == 2
     await shots(page, "3-retried")
+
+
+async def test_a_new_user_sees_why_their_github_webhook_was_rejected(page, live_url: str, ctx: Context, shots):
+    # A fresh workspace: one agent, one autopilot, a GitHub trigger whose secret differs from GitHub's side.
+    w = await factories.world(ctx, "newcomer")
+    agent = await factories.http_agent(w)
+    pilot = await factories.autopilot(w, agent.row["id"], title="github pushes")
+    _, token = await factories.webhook_trigger(w, pilot, provider="github", secret="secret-typed-in-hookgate")
+    body = json.dumps({"ref": "refs/heads/main", "repository": {"full_name": "acme/api"}}).encode()
+    signature = "sha256=" + hmac.new(b"secret-typed-on-github", body, hashlib.sha256).hexdigest()
+    async with httpx.AsyncClient() as http:
+        posted = await http.post(f"{live_url}/hooks/{token}", content=body, headers={
+            "Content-Type": "application/json", "User-Agent": "GitHub-Hookshot/1a2b3c", "X-GitHub-Event": "push",
+            "X-GitHub-Delivery": "5b0d9c2e-0000-11ef-8000-000000000001", "X-Hub-Signature-256": signature})
+    assert posted.status_code == 401, posted.text
+
+    await log_in(page, live_url, w.api_key)
+    await shots(page, "1-overview")
+    rejected = page.locator("#failures a[href^='/dashboard/deliveries/']")  # no id to type: the overview lists it
+    assert await rejected.count() == 1
+    await rejected.click()
+    await page.wait_for_url(re.compile(r".*/dashboard/deliveries/[0-9a-f-]{36}$"))
+    await shots(page, "2-rejected-delivery")
+    assert await page.inner_text("#delivery-status") == "rejected"
+    verdict = await page.inner_text("#signature-verdict")
+    assert "The signature did not verify" in verdict
+    assert "does not match" in verdict and "signing secret (the secret ending in …gate)" in verdict
+    checked = await page.inner_text("#signature-checked")
+    assert "X-Hub-Signature-256" in checked and "masked" in checked
+    assert "invalid_signature" in await page.inner_text("#signature")
+    assert "A different secret on each side" in await page.inner_text("#signature")  # the usual cause
+    assert signature.split("=")[1] not in await page.content()  # the value is never shown (nor stored)
+    assert "github.push" in await page.inner_text("#summary")
