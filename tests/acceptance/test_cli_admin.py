@@ -284,10 +284,15 @@ def test_zsh_completion_is_native_and_completes_in_a_real_zsh(tmp_path):
     assert done.returncode == 0 and done.stdout.strip() == "_hookgate", done.stderr
 
     shown = _zsh_complete(script, tmp_path, "hookgate ru\t", "hookgate deliveries \x04",
-                          "hookgate deliveries list --status rej\t", "hookgate deliveries tail --in\t")
+                          "hookgate deliveries list --status rej\t", "hookgate deliveries tail --in\t",
+                          "hookgate deliveries list --limit \t", "hookgate deliveries list --\x04")
     assert "ARGS:runs" in shown["hookgate ru"]
     listed = re.findall(r"^(\S+) +-- (.*)$", shown["hookgate deliveries "], re.M)
     assert {"list", "get", "tail", "replay", "--help"} <= {word for word, _ in listed}, shown
     assert ("list", "list deliveries, newest first") in listed  # with each verb's help
     assert "ARGS:deliveries list --status rejected" in shown["hookgate deliveries list --status rej"]
     assert "ARGS:deliveries tail --interval" in shown["hookgate deliveries tail --in"]
+    value = shown["hookgate deliveries list --limit "]  # takes a value: no word is offered or listed
+    assert "ARGS:deliveries list --limit\n" in value and " -- " not in value
+    options = dict(re.findall(r"^(--\S+) +-- (.*)$", shown["hookgate deliveries list --"], re.M))
+    assert options["--limit"].startswith("page size") and "--status" in shown["hookgate deliveries list --"]
