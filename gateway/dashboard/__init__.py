@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
-from gateway.dashboard import account, agents, autopilots, deliveries, overview, runs
+from gateway.dashboard import account, agents, autopilots, deliveries, overview, runs, work
 from gateway.dashboard.web import page
 
 # Each page runs through ``page``: retried whole on a deadlock or serialization failure (a page writes in
@@ -26,6 +26,8 @@ routes = [
     Route("/dashboard/runs/{run_id}", page(runs.run), methods=["GET"]),
     Route("/dashboard/runs/{run_id}/cancel", page(runs.cancel), methods=["POST"]),
     Route("/dashboard/runs/{run_id}/retry", page(runs.retry), methods=["POST"]),
+    Route("/dashboard/issues/{issue_id}", page(work.issue), methods=["GET"]),
+    Route("/dashboard/tasks/{task_id}", page(work.task), methods=["GET"]),
     Route("/dashboard/agents", page(agents.list_agents), methods=["GET"]),
     Route("/dashboard/agents/{agent_id}", page(agents.agent), methods=["GET"]),
     Route("/dashboard/agents/{agent_id}/edit", page(agents.edit), methods=["POST"]),

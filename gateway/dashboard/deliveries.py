@@ -1,8 +1,9 @@
 """Deliveries: search and filter with cursor paging, one delivery's page, and its replay.
 
 A delivery page answers "what happened to my webhook?": the selected request headers (signature values
-are never stored, only their presence), the payload, the signature verdict with the usual cause of a
-rejection, dedupe key and counts, its replays and original, and its run.
+are never stored, only their presence), the payload, the signature verdict in a plain sentence (did it
+verify, and if not why, naming the header the provider's preset checks, its value masked) with the usual
+cause of a rejection, dedupe key and counts, its replays and original, and its run.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from gateway import overload
+from gateway import overload, providers
 from gateway.admin import auth, pagination
 from gateway.admin.pagination import PageQuery
 from gateway.dashboard.web import Denied, admin_read, admin_write, confirm, confirmed, ctx_of, uuid_param, viewer
@@ -37,6 +38,50 @@ REJECTION_HINTS = {
     "expired_timestamp": "The signature is right but the timestamp is more than 5 minutes (Linear: 1 minute) "
                          "away from the gateway's clock: a clock off on one side, or a request replayed late.",
 }
+
+
+#: Signature headers a preset keeps the presence of but never checks (GitHub's legacy SHA-1 header).
+UNCHECKED_HEADERS = frozenset({"x-hub-signature"})
+
+#: The signature verdict in plain words, by ``signature_status``; ``{header}`` is the header checked.
+VERDICTS = {
+    "valid": "The signature verified: {header} matches the body signed with this trigger's signing secret.",
+    "invalid": "The signature did not verify: the {header} header does not match the signature the gateway "
+               "computed over the body with this trigger's signing secret{secret}. The request was refused "
+               "(HTTP 401) and nothing ran.",
+    "missing": "The signature did not verify: the request has no {header} header, while this trigger has a signing "
+               "secret{secret}, so every request must be signed. The request was refused (HTTP 401) and nothing "
+               "ran.",
+    "expired": "The signature did not verify in time: {header} matches, but its timestamp is too far from the "
+               "gateway's clock, so it was refused as a possible replay (HTTP 401) and nothing ran.",
+    "not_required": "No signature was checked: this trigger has no signing secret, so the secret token in its URL "
+                    "is the only credential.",
+}
+
+
+def header_title(name: str) -> str:
+    """``x-hub-signature-256`` as providers document it: ``X-Hub-Signature-256``."""
+    return "-".join(part[:1].upper() + part[1:] for part in name.split("-"))
+
+
+def signature_explained(provider: str, status: str, headers: dict[str, Any] | None, secret_hint: str | None
+                        ) -> dict[str, Any]:
+    """The verdict sentence and each header the provider's preset checks: present (value masked) or absent.
+
+    Signature values are never stored, so "masked" is all a page can show; what it can say is which header
+    was looked at, whether the request had it, and which secret it was checked against (its last characters).
+    """
+    try:
+        preset = providers.get_preset(provider)
+        names = sorted(preset.signature_headers - UNCHECKED_HEADERS)
+    except ValueError:  # a provider preset removed since the delivery arrived
+        names = []
+    kept = headers or {}
+    checked = [{"name": header_title(n), "present": n in kept} for n in names]
+    header = " or ".join(header_title(n) for n in names) or "signature"
+    secret = f" (the secret ending in …{secret_hint})" if secret_hint else ""
+    text = VERDICTS.get(status, "Signature status: {header} " + status).format(header=header, secret=secret)
+    return {"text": text, "checked": checked, "ok": status in ("valid", "not_required")}
 
 
 class Search(BaseModel):
@@ -110,8 +155,10 @@ async def delivery(request: Request) -> Response:
         replays = await conn.fetch(Q.dashboard_delivery_replays, v.workspace_id, delivery_id)
         autopilot = await auth.autopilot_of(conn, v.principal, row["autopilot_id"])
         writer = await auth.can_write(conn, v.principal, autopilot)
+    explained = signature_explained(row["provider"], row["signature_status"], row.get("headers"),
+                                    context["signing_secret_hint"] if context else None)
     return v.render("delivery.html", d=row, context=context, replays=replays, writer=writer,
-                    payload=_payload(row), hint=REJECTION_HINTS.get(row["reason_code"] or ""),
+                    payload=_payload(row), hint=REJECTION_HINTS.get(row["reason_code"] or ""), signature=explained,
                     replayed=request.query_params.get("replayed") == "1")
 
 

@@ -138,10 +138,11 @@ ORDER BY d.id DESC
 LIMIT $10
 
 -- name: dashboard_delivery_context
--- What a delivery page shows next to the row itself: its autopilot, trigger kind and its run's status.
+-- What a delivery page shows next to the row itself: its autopilot, trigger kind (and the last characters of
+-- its signing secret, which a signature was checked against) and its run's status.
 -- $1 = workspace, $2 = delivery id.
 SELECT p.title AS autopilot, p.status AS autopilot_status, t.kind AS trigger_kind,
-       t.deleted_at AS trigger_deleted_at, r.status AS run_status
+       t.deleted_at AS trigger_deleted_at, t.signing_secret_hint, r.status AS run_status
 FROM webhook_delivery d
 JOIN autopilot p ON p.id = d.autopilot_id
 JOIN autopilot_trigger t ON t.id = d.trigger_id
@@ -235,3 +236,32 @@ WHERE t.workspace_id = $1 AND a.runtime_kind = 'http' AND t.started_at IS NOT NU
   AND t.finished_at >= t.started_at
 GROUP BY 1
 ORDER BY 1
+
+-- name: dashboard_task_context
+-- What a task's page names besides the task itself: its agent, its run's status and autopilot.
+-- $1 = workspace, $2 = task id.
+SELECT a.name AS agent_name, a.runtime_kind, r.status AS run_status, p.id AS autopilot_id, p.title AS autopilot
+FROM agent_task t
+JOIN agent a ON a.id = t.agent_id
+LEFT JOIN autopilot_run r ON r.id = t.run_id
+LEFT JOIN autopilot p ON p.id = r.autopilot_id
+WHERE t.workspace_id = $1 AND t.id = $2
+
+-- name: dashboard_issue_context
+-- What an issue's page names besides the issue itself: its autopilot and its run's status.
+-- $1 = workspace, $2 = issue id.
+SELECT p.title AS autopilot, r.status AS run_status
+FROM issue i
+LEFT JOIN autopilot p ON p.id = i.autopilot_id
+LEFT JOIN autopilot_run r ON r.id = i.run_id
+WHERE i.workspace_id = $1 AND i.id = $2
+
+-- name: dashboard_issue_tasks
+-- The tasks made for an issue of the workspace, oldest first, with their agent. $1 = workspace, $2 = issue id.
+SELECT t.id, t.status, t.attempt, t.max_attempts, t.created_at, t.finished_at,
+       a.id AS agent_id, a.name AS agent_name
+FROM agent_task t
+JOIN agent a ON a.id = t.agent_id
+WHERE t.workspace_id = $1 AND t.issue_id = $2
+ORDER BY t.created_at, t.id
+LIMIT 100

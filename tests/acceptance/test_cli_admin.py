@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -226,9 +227,72 @@ def test_bash_completion_offers_commands_verbs_options_and_choices():
     assert _bash_complete(script, "hookgate listen --for") == ["--forward-to"]
 
 
-@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed here")
-def test_zsh_completion_registers_the_same_function():
+#: Drives an interactive ``zsh -f`` in a pseudo-terminal (zsh/zpty) with the script installed in $fpath the
+#: usual way, types each case and prints what the terminal showed. A case ending in TAB completes in place
+#: (then Enter runs a stub ``hookgate`` that prints its arguments); one ending in ^D lists the choices.
+_ZPTY = r"""
+zmodload zsh/zpty
+zpty hz 'zsh -f -i'
+# Read what the terminal shows until it has been quiet for $1 seconds (10 s at most).
+drain() {
+    local chunk quiet=0 waited=0; REPLY=""
+    while (( quiet < $1 && waited < 10 )); do
+        sleep 0.1; (( waited += 0.1 ))
+        if zpty -r -t hz chunk; then REPLY+=$chunk; quiet=0; while zpty -r -t hz chunk; do REPLY+=$chunk; done
+        else (( quiet += 0.1 )); fi
+    done
+}
+zpty -w hz "PS1='READY> '; fpath=($1 \$fpath); autoload -U compinit; compinit -u -D"
+zpty -w hz 'hookgate() { print -r -- "ARGS:$*" }'
+
+drain 1.5
+for typed in "${@:2}"; do
+    zpty -w -n hz "$typed"
+    drain 0.6
+    print -r -- "==== ${typed//[[:cntrl:]]/}"
+    print -r -- "$REPLY"
+    zpty -w -n hz $'\n' && drain 0.3 && print -r -- "$REPLY"
+done
+zpty -d hz
+"""
+
+
+def _zsh_complete(script: str, tmp: Any, *typed: str) -> dict[str, str]:
+    """What a real interactive zsh shows for each ``typed`` (ending in TAB or ^D), ANSI codes removed."""
+    folder = tmp / "zfunc"
+    folder.mkdir(exist_ok=True)
+    (folder / "_hookgate").write_text(script)
+    done = subprocess.run(["zsh", "-fc", _ZPTY, "zsh", str(folder), *typed], capture_output=True, text=True,
+                          timeout=60, env={"PATH": os.environ["PATH"], "TERM": "xterm", "HOME": str(tmp)})
+    assert done.returncode == 0, done.stderr
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", done.stdout)
+    shown: dict[str, str] = {}
+    for block in plain.split("==== ")[1:]:
+        case, _, rest = block.partition("\n")
+        shown[case] = rest
+    return shown
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed here (CI installs it)")
+def test_zsh_completion_is_native_and_completes_in_a_real_zsh(tmp_path):
     script = hookgate("completion", "zsh", env={}).stdout
-    done = subprocess.run(["zsh", "-c", f"{script}\nprint -r -- ${{_comps[hookgate]}}"], capture_output=True,
-                          text=True, timeout=30)
-    assert done.returncode == 0 and "_hookgate" in done.stdout, done.stderr
+    assert script.startswith("#compdef hookgate\n") and "bashcompinit" not in script and "complete -F" not in script
+    # eval'd in ~/.zshrc (compinit run for it when missing): the function is registered for hookgate.
+    done = subprocess.run(["zsh", "-fc", 'eval "$(cat)"; print -r -- ${_comps[hookgate]}'], input=script,
+                          capture_output=True, text=True, timeout=30, env={"PATH": os.environ["PATH"],
+                                                                             "HOME": str(tmp_path)})
+    assert done.returncode == 0 and done.stdout.strip() == "_hookgate", done.stderr
+
+    shown = _zsh_complete(script, tmp_path, "hookgate ru\t", "hookgate deliveries \x04",
+                          "hookgate deliveries list --status rej\t", "hookgate deliveries tail --in\t",
+                          "hookgate deliveries list --limit \t", "hookgate deliveries list --\x04")
+    assert "ARGS:runs" in shown["hookgate ru"]
+    listed = re.findall(r"^(\S+) +-- (.*)$", shown["hookgate deliveries "], re.M)
+    assert {"list", "get", "tail", "replay", "--help"} <= {word for word, _ in listed}, shown
+    assert ("list", "list deliveries, newest first") in listed  # with each verb's help
+    assert "ARGS:deliveries list --status rejected" in shown["hookgate deliveries list --status rej"]
+    assert "ARGS:deliveries tail --interval" in shown["hookgate deliveries tail --in"]
+    value = shown["hookgate deliveries list --limit "]  # takes a value: no word is offered or listed
+    assert "ARGS:deliveries list --limit\n" in value and " -- " not in value
+    options = dict(re.findall(r"^(--\S+) +-- (.*)$", shown["hookgate deliveries list --"], re.M))
+    assert options["--limit"].startswith("page size") and "--status" in shown["hookgate deliveries list --"]

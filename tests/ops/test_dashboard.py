@@ -288,6 +288,21 @@ async def test_delivery_page_shows_what_happened_to_the_webhook(client, ctx: Con
     assert "Replay…" not in page  # a rejected delivery cannot be replayed
 
 
+async def test_delivery_page_says_plainly_whether_the_signature_verified_and_which_header_it_checked(
+        client, ctx: Context, small: Small):
+    missing = await store_delivery(ctx, small, status="rejected", signature_status="missing",
+                                   reason_code="missing_signature", headers={"x-github-event": "push"})
+    unsigned = await store_delivery(ctx, small, headers={"x-github-event": "push"})
+    await log_in(client, small.world.api_key)
+    page = html.unescape((await client.get(f"/dashboard/deliveries/{missing}")).text)
+    assert "The signature did not verify: the request has no X-Hub-Signature-256 header" in page
+    assert "<code>X-Hub-Signature-256</code>" in page and "absent from the request" in page
+    assert "X-Hub-Signature</code>" not in page  # GitHub's legacy SHA-1 header is never checked
+    page = html.unescape((await client.get(f"/dashboard/deliveries/{unsigned}")).text)
+    assert "No signature was checked: this trigger has no signing secret" in page
+    assert "did not verify" not in page
+
+
 async def test_delivery_page_links_its_run_its_replays_and_its_original(client, ctx: Context, small: Small):
     original = await store_delivery(ctx, small, event="order.paid", body=b'{"id": 1}')
     async with ctx.pool.acquire() as conn:
@@ -427,6 +442,58 @@ async def test_a_member_sees_the_attempts_without_the_agents_answer_and_no_retry
     assert refused.status_code == 403
     async with ctx.pool.acquire() as conn:
         assert await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "failed"
+
+
+async def test_every_id_on_the_run_timeline_links_to_its_page_and_issue_and_task_pages_say_what_they_are(
+        client, ctx: Context, small: Small):
+    pilot = await factories.autopilot(small.world, small.agent.row["id"], mode="create_issue", title="triage issues")
+    async with ctx.pool.acquire() as conn:
+        run_id = (await admission.admit(conn, autopilot_id=pilot["id"], source="api", payload={},
+                                        heartbeat_timeout_s=120.0)).run_id
+        await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+        issue_id = await conn.fetchval("SELECT id FROM issue WHERE run_id = $1", run_id)
+        task_id = await conn.fetchval("SELECT id FROM agent_task WHERE run_id = $1", run_id)
+    assert issue_id and task_id
+    await log_in(client, small.world.api_key)
+    run = (await client.get(f"/dashboard/runs/{run_id}")).text
+    assert ids_on(run, "issues") == [str(issue_id)] and ids_on(run, "tasks") == [str(task_id)]
+
+    issue = await client.get(f"/dashboard/issues/{issue_id}")
+    assert issue.status_code == 200, issue.text
+    assert re.search(r'id="issue-status">(todo|in_progress)<', issue.text)
+    assert ids_on(issue.text, "runs") == [str(run_id)] and ids_on(issue.text, "tasks") == [str(task_id)]
+    assert str(small.agent.row["id"]) in ids_on(issue.text, "agents") and "triage issues" in issue.text
+    assert "created <time" in issue.text and "updated <time" in issue.text
+
+    task = await client.get(f"/dashboard/tasks/{task_id}")
+    assert task.status_code == 200, task.text
+    assert 'id="task-status">queued<' in task.text and "0 of " in task.text
+    assert ids_on(task.text, "runs") == [str(run_id)] and ids_on(task.text, "issues") == [str(issue_id)]
+    assert ids_on(task.text, "agents") == [str(small.agent.row["id"])] and "triage issues" in task.text
+    assert "created <time" in task.text and "None yet." in task.text
+
+
+async def test_task_page_lists_its_attempts_with_the_agents_answer_for_writers_only(client, ctx: Context,
+                                                                                    small: Small):
+    async with pushes.failing_agent() as url:
+        run_id = await pushes.failed_run(ctx, small.autopilot["id"], small.agent.row["id"], url)
+    async with ctx.pool.acquire() as conn:
+        task_id = await conn.fetchval("SELECT id FROM agent_task WHERE run_id = $1", run_id)
+        _, key = await workspaces.add_member(conn, small.world.workspace_id, "viewer", "member")
+    await log_in(client, small.world.api_key)
+    run = (await client.get(f"/dashboard/runs/{run_id}")).text
+    assert ids_on(run, "tasks") == [str(task_id)]
+    page = (await client.get(f"/dashboard/tasks/{task_id}")).text
+    attempts = page[page.index('id="attempts"'):].split("</section>")[0]
+    rows = re.findall(r'<tr data-attempt="[^"]+">(.*?)</tr>', attempts, re.S)
+    assert len(rows) == 2 and all(">failed<" in r and ">502<" in r and "agent answered 502" in r for r in rows)
+    assert 'id="task-status">failed<' in page and "<details>" in attempts and "upstream down" in attempts
+    client.cookies.clear()
+    await log_in(client, key)
+    page = (await client.get(f"/dashboard/tasks/{task_id}")).text
+    attempts = page[page.index('id="attempts"'):].split("</section>")[0]
+    assert len(re.findall(r"<tr data-attempt=", attempts)) == 2 and "upstream down" not in page
+    assert "shown to the autopilot's writers only" in attempts
 
 
 async def test_a_run_waiting_for_its_next_attempt_says_when(client, ctx: Context, small: Small):

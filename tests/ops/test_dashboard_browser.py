@@ -1,26 +1,34 @@
 """The dashboard in headless Chromium (Debian's ``chromium`` driven by Playwright).
 
 Log in, search for a posted webhook, open the delivery and its run, replay it; open a failed run, read its
-attempts and retry it. Screenshots of each step are kept in the test's pytest tmp dir
-(``<basetemp>/<test name>/screenshots/*.png``; pytest keeps the last three runs). ``HOOKGATE_TEST_CHROMIUM``
+attempts and retry it; walk agents (edit, rotate the secret) and autopilots (pause/resume, rotate a token,
+edit event filters, next cron fires); filter and page deliveries; read the overview's charts; do a write
+with the keyboard only; and, as a new user, find out why a GitHub webhook was rejected. Screenshots of each
+step are kept in the test's pytest tmp dir (``<basetemp>/<test name>/screenshots/*.png``; pytest keeps the
+last three runs). ``HOOKGATE_TEST_CHROMIUM``
 names another browser binary; a missing browser fails these tests (CI installs it) unless
 ``HOOKGATE_SKIP_BROWSER=1``.
 """
 
+import hashlib
+import hmac
 import importlib.util
 import json
 import os
 import re
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from autopilot import admission, dispatch
 from hookgate.context import Context
-from tests import pushes
+from tests import factories, pushes
 from tests.ops.conftest import Small
 from worker.deliveries import DeliveryWorker
 
@@ -156,6 +164,13 @@ async def test_open_a_failed_run_see_its_attempts_and_retry_it(page, live_url: s
     await details.locator("summary").click()
     assert "upstream down" in await details.inner_text()
     await shots(page, "1-failed-run")
+    await page.click("#step-task a[href^='/dashboard/tasks/']")  # the task's own page, same attempts
+    await page.wait_for_url(re.compile(r".*/dashboard/tasks/[0-9a-f-]{36}$"))
+    assert await page.inner_text("#task-status") == "failed"
+    assert await page.locator("#attempts tr[data-attempt]").count() == 2
+    await shots(page, "1b-task")
+    await page.click(f"#task-run a[href='/dashboard/runs/{run_id}']")
+    await page.wait_for_url(f"{live_url}/dashboard/runs/{run_id}")
 
     await page.click("button:has-text('Retry…')")
     await page.wait_for_selector("#confirm")
@@ -168,3 +183,261 @@ async def test_open_a_failed_run_see_its_attempts_and_retry_it(page, live_url: s
     assert await page.locator("button:has-text('Retry…')").count() == 0
     assert await page.locator("#attempts tr[data-attempt]").count() == 2
     await shots(page, "3-retried")
+
+
+async def test_a_new_user_sees_why_their_github_webhook_was_rejected(page, live_url: str, ctx: Context, shots):
+    # A fresh workspace: one agent, one autopilot, a GitHub trigger whose secret differs from GitHub's side.
+    w = await factories.world(ctx, "newcomer")
+    agent = await factories.http_agent(w)
+    pilot = await factories.autopilot(w, agent.row["id"], title="github pushes")
+    _, token = await factories.webhook_trigger(w, pilot, provider="github", secret="secret-typed-in-hookgate")
+    body = json.dumps({"ref": "refs/heads/main", "repository": {"full_name": "acme/api"}}).encode()
+    signature = "sha256=" + hmac.new(b"secret-typed-on-github", body, hashlib.sha256).hexdigest()
+    async with httpx.AsyncClient() as http:
+        posted = await http.post(f"{live_url}/hooks/{token}", content=body, headers={
+            "Content-Type": "application/json", "User-Agent": "GitHub-Hookshot/1a2b3c", "X-GitHub-Event": "push",
+            "X-GitHub-Delivery": "5b0d9c2e-0000-11ef-8000-000000000001", "X-Hub-Signature-256": signature})
+    assert posted.status_code == 401, posted.text
+
+    await log_in(page, live_url, w.api_key)
+    await shots(page, "1-overview")
+    rejected = page.locator("#failures a[href^='/dashboard/deliveries/']")  # no id to type: the overview lists it
+    assert await rejected.count() == 1
+    await rejected.click()
+    await page.wait_for_url(re.compile(r".*/dashboard/deliveries/[0-9a-f-]{36}$"))
+    await shots(page, "2-rejected-delivery")
+    assert await page.inner_text("#delivery-status") == "rejected"
+    verdict = await page.inner_text("#signature-verdict")
+    assert "The signature did not verify" in verdict
+    assert "does not match" in verdict and "signing secret (the secret ending in …gate)" in verdict
+    checked = await page.inner_text("#signature-checked")
+    assert "X-Hub-Signature-256" in checked and "masked" in checked
+    assert "invalid_signature" in await page.inner_text("#signature")
+    assert "A different secret on each side" in await page.inner_text("#signature")  # the usual cause
+    assert signature.split("=")[1] not in await page.content()  # the value is never shown (nor stored)
+    assert "github.push" in await page.inner_text("#summary")
+
+
+async def test_agents_list_agent_page_edit_the_timeout_and_rotate_the_secret(page, live_url: str, ctx: Context,
+                                                                              small: Small, shots):
+    agent_id = str(small.agent.row["id"])
+    await log_in(page, live_url, small.world.api_key)
+    await page.click("header nav >> text=Agents")
+    await page.wait_for_url(f"{live_url}/dashboard/agents")
+    await shots(page, "1-agents")
+    await page.click(f"#agents a[href='/dashboard/agents/{agent_id}']")
+    await page.wait_for_url(f"{live_url}/dashboard/agents/{agent_id}")
+    assert "healthy" in await page.inner_text("#circuit")
+    await shots(page, "2-agent")
+
+    await page.fill("#agent-timeout", "12.5")
+    await page.click("#edit button:has-text('Save…')")
+    await page.wait_for_selector("#confirm")
+    asked = await page.inner_text("#confirm")
+    assert "timeout_s" in asked and "12.5" in asked and "max_concurrency" not in asked  # only what changed
+    await shots(page, "3-confirm-edit")
+    await page.click("#confirm-button")
+    await page.wait_for_selector("#saved")
+    assert "timeout 12.5 s" in await page.inner_text("#health")
+    await shots(page, "4-saved")
+
+    async with ctx.pool.acquire() as conn:
+        old_hint = await conn.fetchval("SELECT signing_secret_hint FROM agent WHERE id = $1", small.agent.row["id"])
+    await page.click("button:has-text('Rotate signing secret…')")
+    await page.wait_for_selector("#confirm")
+    assert "Rotate the signing secret" in await page.inner_text("#confirm")
+    await shots(page, "5-confirm-rotate")
+    await page.click("#confirm-button")
+    await page.wait_for_selector("#shown-once")
+    secret = await page.input_value("#secret-value")
+    assert len(secret) >= 24 and "Shown only now" in await page.inner_text("#secret-note")
+    await shots(page, "6-secret-shown-once")
+    await page.click("#shown-once a:has-text('Done')")
+    await page.wait_for_url(f"{live_url}/dashboard/agents/{agent_id}")
+    async with ctx.pool.acquire() as conn:
+        hint = await conn.fetchval("SELECT signing_secret_hint FROM agent WHERE id = $1", small.agent.row["id"])
+    assert hint != old_hint and secret.endswith(hint)
+    assert f"…{hint}" in await page.inner_text("#health") and secret not in await page.content()  # once only
+
+
+async def test_autopilots_pause_resume_rotate_a_token_and_edit_the_event_filters(page, live_url: str, ctx: Context,
+                                                                                small: Small, shots):
+    schedule = await factories.schedule_trigger(small.world, small.autopilot, "*/5 * * * *",
+                                                datetime.now(UTC) + timedelta(minutes=5))
+    pilot_id, webhook_id = str(small.autopilot["id"]), str(small.trigger["id"])
+    await log_in(page, live_url, small.world.api_key)
+    await page.click("header nav >> text=Autopilots")
+    await page.wait_for_url(f"{live_url}/dashboard/autopilots")
+    await shots(page, "1-autopilots")
+    await page.click(f"#autopilots a[href='/dashboard/autopilots/{pilot_id}']")
+    await page.wait_for_url(f"{live_url}/dashboard/autopilots/{pilot_id}")
+    url = await page.input_value(f"#trigger-{webhook_id} input.webhook-url")  # the URL to copy
+    assert urlsplit(url).path == f"/hooks/{small.token}"
+    fires = page.locator(f"#trigger-{schedule['id']} .next-fires time")
+    assert await fires.count() == 3
+    first = datetime.fromisoformat(await fires.first.get_attribute("datetime"))
+    assert first > datetime.now(UTC) and first.minute % 5 == 0
+    await shots(page, "2-autopilot")
+
+    for verb, status in (("Pause", "paused"), ("Resume", "active")):
+        await page.click(f"#autopilot button:has-text('{verb}…')")
+        await page.wait_for_selector("#confirm")
+        await shots(page, f"3-confirm-{verb.lower()}")
+        await page.click("#confirm-button")
+        await page.wait_for_selector("#done")
+        assert await page.inner_text("#autopilot-status") == status
+        await shots(page, f"4-{status}")
+
+    await page.click(f"#trigger-{webhook_id} button:has-text('Rotate token…')")
+    await page.wait_for_selector("#confirm")
+    assert "old URL stops working" in await page.inner_text("#confirm")
+    await shots(page, "5-confirm-rotate")
+    await page.click("#confirm-button")
+    await page.wait_for_selector("#shown-once")
+    new_url = await page.input_value("#secret-value")
+    assert "/hooks/" in new_url and small.token not in new_url
+    await shots(page, "6-new-url")
+    async with httpx.AsyncClient() as http:
+        old = await http.post(f"{live_url}/hooks/{small.token}", json={"event": "x"})
+        new = await http.post(f"{live_url}{urlsplit(new_url).path}", json={"event": "x"})
+    assert old.status_code in (401, 404) and new.status_code == 200, (old.text, new.text)
+    await page.click("#shown-once a:has-text('Done')")
+    await page.wait_for_url(f"{live_url}/dashboard/autopilots/{pilot_id}")
+    assert await page.input_value(f"#trigger-{webhook_id} input.webhook-url") == new_url
+
+    await page.fill(f"#filters-{webhook_id}", "order.*\ngithub.push")
+    await page.click(f"#trigger-{webhook_id} button:has-text('Save filters…')")
+    await page.wait_for_selector("#confirm")
+    assert "order.*" in await page.inner_text("#confirm")
+    await shots(page, "7-confirm-filters")
+    await page.click("#confirm-button")
+    await page.wait_for_selector("#done")
+    shown = await page.inner_text(f"#trigger-{webhook_id}")
+    assert "order.*" in shown and "github.push" in shown
+    async with ctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT event_filters FROM autopilot_trigger WHERE id = $1",
+                                   small.trigger["id"]) == ["order.*", "github.push"]
+    await shots(page, "8-filters-saved")
+
+
+async def rows_shown(page) -> list[str]:
+    """The delivery ids of the list page, in order."""
+    return [await r.get_attribute("data-delivery") for r in await page.locator("#deliveries tr[data-delivery]").all()]
+
+
+async def test_overview_charts_then_deliveries_by_status_trigger_event_time_and_beyond_the_first_page(
+        page, live_url: str, ctx: Context, small: Small, shots):
+    signed, signed_token = await factories.webhook_trigger(small.world, small.autopilot, secret="the-right-secret")
+    async with httpx.AsyncClient() as http:
+        for n in range(52):  # 50 a page: two more make a second page
+            posted = await http.post(f"{live_url}/hooks/{small.token}",
+                                     json={"event": "order.shipped" if n % 2 else "order.paid", "n": n})
+            assert posted.status_code == 200, posted.text
+        rejected = await http.post(f"{live_url}/hooks/{signed_token}", content=b'{"event": "order.paid"}',
+                                   headers={"Content-Type": "application/json",
+                                            "X-Hub-Signature-256": "sha256=" + "0" * 64})
+        assert rejected.status_code == 401, rejected.text
+    rejected_id = rejected.json().get("delivery_id")
+    async with pushes.failing_agent() as url:  # finished pushes give the latency chart its points
+        await pushes.failed_run(ctx, small.autopilot["id"], small.agent.row["id"], url)
+
+    await log_in(page, live_url, small.world.api_key)
+    deliveries_chart, latency_chart = page.locator("#chart-deliveries svg"), page.locator("#chart-latency svg")
+    assert await deliveries_chart.locator("rect").count() >= 1
+    assert await latency_chart.locator("circle").count() >= 1 and await latency_chart.locator("polyline").count() >= 1
+    assert "no data" not in await page.text_content("#chart-deliveries") + await page.text_content("#chart-latency")
+    await shots(page, "1-overview-charts")
+
+    # Status: from the overview's count of rejected deliveries, no typing.
+    await page.click("#deliveries-today a:has-text('rejected')")
+    await page.wait_for_url(re.compile(r".*/dashboard/deliveries\?status=rejected$"))
+    only = await rows_shown(page)
+    assert len(only) == 1 and (rejected_id is None or only == [rejected_id])
+    assert await page.input_value("select[name=status]") == "rejected"
+    await shots(page, "2-status-rejected")
+
+    # Trigger: from the autopilot page's link for each trigger.
+    await page.goto(f"{live_url}/dashboard/autopilots/{small.autopilot['id']}")
+    await page.click(f"#trigger-{signed['id']} a:has-text(\"this trigger's deliveries\")")
+    await page.wait_for_url(re.compile(rf".*trigger_id={signed['id']}"))
+    assert await rows_shown(page) == only
+    await page.goto(f"{live_url}/dashboard/autopilots/{small.autopilot['id']}")
+    await page.click(f"#trigger-{small.trigger['id']} a:has-text(\"this trigger's deliveries\")")
+    await page.wait_for_url(re.compile(rf".*trigger_id={small.trigger['id']}"))
+    first_page = await rows_shown(page)
+    assert len(first_page) == 50 and only[0] not in first_page
+    await shots(page, "3-trigger-first-page")
+
+    # Paging: the cursor beyond the first page, and back to the newest.
+    await page.click("#next-page")
+    await page.wait_for_url(re.compile(r".*cursor=.*"))
+    second_page = await rows_shown(page)
+    assert len(second_page) == 2 and not set(second_page) & set(first_page)
+    assert await page.locator("#next-page").count() == 0
+    await shots(page, "4-second-page")
+    await page.click("a:has-text('← Newest')")
+    await page.wait_for_url(re.compile(rf".*/dashboard/deliveries\?trigger_id={small.trigger['id']}$"))
+    assert await rows_shown(page) == first_page
+
+    # Event: a glob, with the trigger filter kept.
+    await page.fill("input[name=event]", "order.ship*")
+    await page.click("#search button[type=submit]")
+    await page.wait_for_url(re.compile(r".*event=order\.ship.*"))
+    assert len(await rows_shown(page)) == 26
+    await shots(page, "5-event")
+
+    # Time range: nothing from an hour ahead; everything within the hour around now.
+    await page.goto(f"{live_url}/dashboard/deliveries")
+    ahead = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    behind = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    await page.fill("input[name=since]", ahead)
+    await page.click("#search button[type=submit]")
+    await page.wait_for_url(re.compile(r".*since=.*"))
+    assert await rows_shown(page) == [] and "match these filters" in await page.inner_text("#deliveries")
+    await page.fill("input[name=since]", behind)
+    await page.fill("input[name=until]", ahead)
+    await page.click("#search button[type=submit]")
+    await page.wait_for_url(re.compile(r".*until=.*"))
+    assert len(await rows_shown(page)) == 50 and await page.locator("#next-page").count() == 1
+    await shots(page, "6-time-range")
+
+
+async def test_from_a_run_to_its_issue_and_task_and_back(page, live_url: str, ctx: Context, small: Small, shots):
+    pilot = await factories.autopilot(small.world, small.agent.row["id"], mode="create_issue", title="bugs")
+    async with ctx.pool.acquire() as conn:
+        run_id = (await admission.admit(conn, autopilot_id=pilot["id"], source="api", payload={},
+                                        heartbeat_timeout_s=120.0)).run_id
+        await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+    await log_in(page, live_url, small.world.api_key)
+    await page.goto(f"{live_url}/dashboard/runs/{run_id}")
+    await page.click("#step-issue a[href^='/dashboard/issues/']")
+    await page.wait_for_url(re.compile(r".*/dashboard/issues/[0-9a-f-]{36}$"))
+    assert await page.inner_text("#issue-status") in ("todo", "in_progress")
+    assert "bugs" in await page.inner_text("#issue")
+    await shots(page, "1-issue")
+    await page.click("#issue-tasks a[href^='/dashboard/tasks/']")
+    await page.wait_for_url(re.compile(r".*/dashboard/tasks/[0-9a-f-]{36}$"))
+    assert await page.inner_text("#task-status") == "queued" and "None yet." in await page.inner_text("#attempts")
+    await shots(page, "2-task")
+    await page.click(f"#task-run a[href='/dashboard/runs/{run_id}']")
+    await page.wait_for_url(f"{live_url}/dashboard/runs/{run_id}")
+
+
+async def test_a_write_with_the_keyboard_only(page, live_url: str, small: Small, shots):
+    await log_in(page, live_url, small.world.api_key)
+    await page.goto(f"{live_url}/dashboard/autopilots/{small.autopilot['id']}")
+    for _ in range(60):  # Tab through the page to the Pause button
+        await page.keyboard.press("Tab")
+        if await page.evaluate("document.activeElement.textContent.trim()") == "Pause…":
+            break
+    else:
+        raise AssertionError("the Pause button is not reachable with Tab")
+    await shots(page, "1-pause-focused")
+    await page.keyboard.press("Enter")
+    await page.wait_for_selector("#confirm")
+    assert await page.evaluate("document.activeElement.id") == "confirm-button"  # focus lands on Confirm
+    await shots(page, "2-confirm-focused")
+    await page.keyboard.press("Enter")
+    await page.wait_for_selector("#done")
+    assert await page.inner_text("#autopilot-status") == "paused"
+    await shots(page, "3-paused")

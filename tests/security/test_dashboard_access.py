@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from autopilot import workspaces
+from autopilot import admission, dispatch, workspaces
 from hookgate.context import Context
 from tests import factories
 from tests.ops.conftest import Small, admit_runs, insert_delivery, log_in
@@ -24,11 +24,14 @@ class Ids:
     agent: str
     autopilot: str
     trigger: str
+    issue: str
+    task: str
 
     def pages(self) -> list[str]:
         """Every GET page about one of these ids."""
         return [f"/dashboard/deliveries/{self.delivery}", f"/dashboard/runs/{self.run}",
-                f"/dashboard/agents/{self.agent}", f"/dashboard/autopilots/{self.autopilot}"]
+                f"/dashboard/agents/{self.agent}", f"/dashboard/autopilots/{self.autopilot}",
+                f"/dashboard/issues/{self.issue}", f"/dashboard/tasks/{self.task}"]
 
     def writes(self) -> list[tuple[str, dict[str, str]]]:
         """Every POST that writes, with the fields its form sends."""
@@ -47,8 +50,20 @@ class Ids:
 async def ids_of(ctx: Context, small: Small) -> Ids:
     delivery = await insert_delivery(ctx, small)
     run = (await admit_runs(ctx, small, 1))[0]
+    issue, task = await issue_and_task(ctx, small)
     return Ids(str(delivery), str(run), str(small.agent.row["id"]), str(small.autopilot["id"]),
-               str(small.trigger["id"]))
+               str(small.trigger["id"]), str(issue), str(task))
+
+
+async def issue_and_task(ctx: Context, small: Small) -> tuple[object, object]:
+    """An issue and its task, made by dispatching a run of a ``create_issue`` autopilot of the same agent."""
+    pilot = await factories.autopilot(small.world, small.agent.row["id"], mode="create_issue", title="issues")
+    async with ctx.pool.acquire() as conn:
+        run_id = (await admission.admit(conn, autopilot_id=pilot["id"], source="api", payload={},
+                                        heartbeat_timeout_s=120.0)).run_id
+        await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+        return (await conn.fetchval("SELECT id FROM issue WHERE run_id = $1", run_id),
+                await conn.fetchval("SELECT id FROM agent_task WHERE run_id = $1", run_id))
 
 
 async def state(ctx: Context) -> tuple[object, ...]:
@@ -129,7 +144,7 @@ async def test_another_workspaces_ids_are_404_on_every_page_and_write(client: ht
 
 async def test_malformed_ids_are_404(client: httpx.AsyncClient, small: Small):
     csrf = await log_in(client, small.world.api_key)
-    for kind in ("deliveries", "runs", "agents", "autopilots"):
+    for kind in ("deliveries", "runs", "agents", "autopilots", "issues", "tasks"):
         answer = await client.get(f"/dashboard/{kind}/not-an-id")
         assert answer.status_code == 404 and answer.headers["content-type"].startswith("text/html"), kind
     answer = await client.post("/dashboard/triggers/not-an-id/edit", data={"csrf": csrf, "confirmed": "yes"})
