@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -18,7 +19,17 @@ from autopilot import reruns
 from gateway import overload
 from gateway.admin import auth
 from gateway.admin.attempts import attempt_out
-from gateway.dashboard.web import Denied, admin_read, admin_write, confirm, confirmed, ctx_of, uuid_param, viewer
+from gateway.dashboard.web import (
+    Denied,
+    Viewer,
+    admin_read,
+    admin_write,
+    confirm,
+    confirmed,
+    ctx_of,
+    uuid_param,
+    viewer,
+)
 from sql import Q
 
 log = logging.getLogger("hookgate.dashboard")
@@ -53,19 +64,23 @@ def _ahead(at: Any) -> str | None:
     return str(at) if datetime.fromisoformat(str(at).replace("Z", "+00:00")) > datetime.now(UTC) else None
 
 
+async def _confirm(request: Request, v: Viewer, run_id: UUID, question: str) -> Response:
+    """The confirmation page of a write on a run of the viewer's workspace (404 for any other run)."""
+    async with overload.connection(ctx_of(request)) as conn:
+        row = await conn.fetchrow(Q.dashboard_run_chain, v.workspace_id, run_id)
+    if row is None:
+        raise Denied(404, "no such run")
+    return confirm(v, question, [("Run", str(run_id)), ("Status", row["status"]), ("Autopilot", row["autopilot"])],
+                   f"/dashboard/runs/{run_id}")
+
+
 async def cancel(request: Request) -> Response:
     """Cancel an unfinished run through the admin API's cancel (writers only), after a confirmation page."""
     v = await viewer(request, post=True)
     run_id = uuid_param(request.path_params["run_id"], "run")
     if not confirmed(v):
-        async with overload.connection(ctx_of(request)) as conn:
-            row = await conn.fetchrow(Q.dashboard_run_chain, v.workspace_id, run_id)
-        if row is None:
-            raise Denied(404, "no such run")
-        return confirm(v, "Cancel this run? Its queued and running tasks are cancelled too; a push in "
-                          "flight is aborted, and an agent holding a task is told to stop.",
-                       [("Run", str(run_id)), ("Status", row["status"]), ("Autopilot", row["autopilot"])],
-                       f"/dashboard/runs/{run_id}")
+        return await _confirm(request, v, run_id, "Cancel this run? Its queued and running tasks are cancelled "
+                              "too; a push in flight is aborted, and an agent holding a task is told to stop.")
     reason = v.form.get("reason", "").strip() or "cancelled from the dashboard"
     await admin_write(v, "POST", "/v1/runs/{run_id}/cancel", {"run_id": run_id}, {"reason": reason})
     log.info("dashboard cancel", extra={"run_id": str(run_id)})
@@ -80,14 +95,8 @@ async def retry(request: Request) -> Response:
     v = await viewer(request, post=True)
     run_id = uuid_param(request.path_params["run_id"], "run")
     if not confirmed(v):
-        async with overload.connection(ctx_of(request)) as conn:
-            row = await conn.fetchrow(Q.dashboard_run_chain, v.workspace_id, run_id)
-        if row is None:
-            raise Denied(404, "no such run")
-        return confirm(v, "Retry this run? It gets one more task, sent to the autopilot's agent (a squad: its "
-                          "leader) as it is now, and is queued again.",
-                       [("Run", str(run_id)), ("Status", row["status"]), ("Autopilot", row["autopilot"])],
-                       f"/dashboard/runs/{run_id}")
+        return await _confirm(request, v, run_id, "Retry this run? It gets one more task, sent to the autopilot's "
+                              "agent (a squad: its leader) as it is now, and is queued again.")
     made = await admin_write(v, "POST", "/v1/runs/{run_id}/retry", {"run_id": run_id})
     log.info("dashboard retry", extra={"run_id": str(run_id), "task_id": made["task_id"]})
     return RedirectResponse(f"/dashboard/runs/{run_id}?retried=1", status_code=303)
