@@ -29,7 +29,9 @@ ALTER TABLE agent_task ADD COLUMN attempt_started_at timestamptz;
 CREATE TABLE task_attempt (
     id                uuid PRIMARY KEY DEFAULT hookgate_uuid7(),
     workspace_id      uuid NOT NULL,
-    task_id           uuid NOT NULL REFERENCES agent_task(id),
+    -- No foreign key: tasks are never deleted, and the check would lock each pushed task's row once more on
+    -- the push path (attempts go by retention; a task's attempts are read by task_id).
+    task_id           uuid NOT NULL,
     run_id            uuid,
     agent_id          uuid NOT NULL,
     attempt           integer NOT NULL,
