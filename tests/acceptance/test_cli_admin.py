@@ -131,18 +131,22 @@ def test_every_api_verb_has_a_cli_verb_with_quiet_stderr(admin: Admin):
 
 def test_tail_prints_each_new_delivery_once_and_ctrl_c_ends_it_cleanly(admin: Admin):
     before = httpx.post(f"{admin.gateway.url}/hooks/{admin.trigger['token']}", json={"n": 0}, timeout=10).json()
+    # --last 1: the tail prints the newest delivery at start, which tells the test its start read is done (a
+    # loaded machine can take seconds to start a Python process; deliveries sent before that are history).
     tail = subprocess.Popen([sys.executable, "-m", "hookgate.cli", "deliveries", "tail", "--json", "--interval",
-                             "0.2"], env=cli_env(admin.env), cwd=ROOT, stdout=subprocess.PIPE,
+                             "0.2", "--last", "1"], env=cli_env(admin.env), cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: [lines.append(line) for line in tail.stdout or ()], daemon=True)
     reader.start()
     try:
-        time.sleep(1.5)  # the tail has read where it starts
+        deadline = time.monotonic() + 30
+        while not lines and time.monotonic() < deadline:  # the tail has read where it starts
+            time.sleep(0.05)
         sent = [httpx.post(f"{admin.gateway.url}/hooks/{admin.trigger['token']}", json={"n": n}, timeout=10).json()
                 for n in (1, 2, 3)]
         deadline = time.monotonic() + 20
-        while len(lines) < 3 and time.monotonic() < deadline:
+        while len(lines) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.6)  # a few more polls print nothing twice
         tail.send_signal(signal.SIGINT)
@@ -156,8 +160,8 @@ def test_tail_prints_each_new_delivery_once_and_ctrl_c_ends_it_cleanly(admin: Ad
         for stream in (tail.stdout, tail.stderr):
             if stream is not None:
                 stream.close()
-    assert [json.loads(line)["id"] for line in lines] == [s["delivery_id"] for s in sent]  # oldest first
-    assert before["delivery_id"] not in "".join(lines)
+    assert [json.loads(line)["id"] for line in lines] == [before["delivery_id"]] + [
+        s["delivery_id"] for s in sent]  # the newest at start, then each new one once, oldest first
     assert err == ""
 
 
