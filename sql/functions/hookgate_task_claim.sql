@@ -27,7 +27,13 @@
 CREATE OR REPLACE FUNCTION hookgate_task_claim(p_agent uuid, p_task uuid, p_limit integer, p_lease_s double precision,
                                                p_holder text, p_at timestamptz)
 RETURNS SETOF agent_task
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Key plans only, as hookgate_slots_take and the take: PL/pgSQL caches a generic plan per session after a few
+-- calls, made from the statistics of that moment; a worker whose first claims ran while agent_task was small
+-- kept scanning it whole as the backlog grew (a 20,000-run drain spent ~4x the PostgreSQL CPU per run). Every
+-- statement here reads by primary key or an index prefix. The settings hold only while the function runs.
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
 DECLARE
     feeds  CONSTANT integer := 128;
     free   integer[];

@@ -59,10 +59,10 @@ DEFINITIONS = f"""
 CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
     # a lowered concurrency cap stays strict; an unhealthy agent gets probe slots only; HOOKGATE_AGENT_MAX_CONCURRENCY
     "hookgate_slots_take",
-    # uses hookgate_assignee_agent and hookgate_runtime_ready instead of copies; marks paced deliveries 'paced'
-    # (since 0020_fair_deliveries made it, the file and the migration's copy are still the same text)
+    # 0020_fair_deliveries made it with a placeholder body: its definition is the file's
     "hookgate_delivery_take",
-    # takes its slots from hookgate_slots_take (one slot rule); stamps attempt_started_at; fair across autopilots
+    # takes its slots from hookgate_slots_take (one slot rule); stamps attempt_started_at; fair across autopilots;
+    # plans with key lookups only
     "hookgate_task_claim",
 })
 
