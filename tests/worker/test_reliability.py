@@ -64,6 +64,23 @@ class Outage:
         return JSONResponse({"ok": True})
 
 
+async def _one_agent(ctx: Any, agent_server: AgentServer, schedule: list[float] | None = None,
+                     **agent_kw: Any) -> tuple[Any, Any, Any]:
+    """A workspace with HTTP agent "a" on the test server (its own retry schedule, if given), an autopilot.
+
+    The autopilot is assigned to it and has one unpaced webhook trigger. Returns ``(agent id, autopilot, trigger)``.
+    """
+    w = await factories.world(ctx)
+    agent = await factories.http_agent(w, url=agent_server.url("a"), name="a", **agent_kw)
+    if schedule is not None:
+        async with ctx.pool.acquire() as conn:
+            await conn.execute("UPDATE agent SET retry_schedule = $2 WHERE id = $1",
+                               agent.row["id"], schedule)
+    ap = await factories.autopilot(w, agent.row["id"])
+    trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
+    return agent.row["id"], ap, trigger
+
+
 async def _rows(ctx: Any, query: str, *args: Any) -> list[Any]:
     async with ctx.pool.acquire() as conn:
         return list(await conn.fetch(query, *args))
@@ -74,11 +91,7 @@ async def test_an_agent_down_for_14_s_loses_nothing_its_circuit_opens_and_closes
     outage = Outage()
     agent_server.behaviours["a"] = outage
     async with open_context(make_settings(db_url, **OUTAGE), migrate=False) as ctx:
-        w = await factories.world(ctx)
-        agent = await factories.http_agent(w, url=agent_server.url("a"), name="a", max_concurrency=4)
-        agent_id = agent.row["id"]
-        ap = await factories.autopilot(w, agent_id)
-        trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
+        agent_id, ap, trigger = await _one_agent(ctx, agent_server, max_concurrency=4)
         async with ctx.pool.acquire() as conn:
             await bulk_deliveries(conn, ap, trigger, 20)
         async with _worker(ctx):
@@ -135,10 +148,7 @@ async def test_without_an_outage_the_schedule_runs_out_and_the_task_fails_with_e
     agent_server.behaviours["a"] = broken
     settings = OUTAGE | {"push_retry_schedule": "0.05,0.05", "agent_trip_after": 100}
     async with open_context(make_settings(db_url, **settings), migrate=False) as ctx:
-        w = await factories.world(ctx)
-        agent = await factories.http_agent(w, url=agent_server.url("a"), name="a")
-        ap = await factories.autopilot(w, agent.row["id"])
-        trigger, _ = await factories.webhook_trigger(w, ap)
+        agent_id, ap, trigger = await _one_agent(ctx, agent_server)
         async with ctx.pool.acquire() as conn:
             _, run_id = await add_delivery(conn, ap, trigger)
         async with _worker(ctx):
@@ -149,7 +159,7 @@ async def test_without_an_outage_the_schedule_runs_out_and_the_task_fails_with_e
             await wait_for(failed, timeout=10)
         task = (await _rows(ctx, "SELECT * FROM agent_task WHERE run_id = $1", run_id))[0]
         attempts = await _rows(ctx, "SELECT * FROM task_attempt WHERE task_id = $1 ORDER BY id", task["id"])
-        health = await _rows(ctx, "SELECT state, failures FROM agent_health WHERE agent_id = $1", agent.row["id"])
+        health = await _rows(ctx, "SELECT state, failures FROM agent_health WHERE agent_id = $1", agent_id)
     assert (task["status"], task["attempt"], task["max_attempts"]) == ("failed", 3, 3)
     assert [(a["attempt"], a["outcome"], a["http_status"]) for a in attempts] == [(n, "failed", 500) for n in (1, 2, 3)]
     first = attempts[0]
@@ -169,12 +179,7 @@ async def test_an_agents_own_schedule_sets_its_attempts_and_retry_after_is_honou
 
     agent_server.behaviours["a"] = later
     async with open_context(make_settings(db_url, **OUTAGE), migrate=False) as ctx:
-        w = await factories.world(ctx)
-        agent = await factories.http_agent(w, url=agent_server.url("a"), name="a")
-        async with ctx.pool.acquire() as conn:
-            await conn.execute("UPDATE agent SET retry_schedule = '{60, 600}' WHERE id = $1", agent.row["id"])
-        ap = await factories.autopilot(w, agent.row["id"])
-        trigger, _ = await factories.webhook_trigger(w, ap)
+        _, ap, trigger = await _one_agent(ctx, agent_server, [60, 600])
         async with ctx.pool.acquire() as conn:
             _, run_id = await add_delivery(conn, ap, trigger)
         async with _worker(ctx):
@@ -197,10 +202,7 @@ async def test_a_failed_probe_gives_its_attempt_back_and_the_next_probe_waits_lo
     agent_server.behaviours["a"] = outage
     settings = OUTAGE | {"agent_trip_after": 1, "agent_probe_min_s": 0.5, "agent_probe_max_s": 4.0}
     async with open_context(make_settings(db_url, **settings), migrate=False) as ctx:
-        w = await factories.world(ctx)
-        agent = await factories.http_agent(w, url=agent_server.url("a"), name="a")
-        ap = await factories.autopilot(w, agent.row["id"])
-        trigger, _ = await factories.webhook_trigger(w, ap)
+        agent_id, ap, trigger = await _one_agent(ctx, agent_server)
         async with ctx.pool.acquire() as conn:
             _, run_id = await add_delivery(conn, ap, trigger)
         async with _worker(ctx):
@@ -209,7 +211,7 @@ async def test_a_failed_probe_gives_its_attempt_back_and_the_next_probe_waits_lo
 
             await wait_for(probed_twice, timeout=10)
         task = (await _rows(ctx, "SELECT status, attempt FROM agent_task WHERE run_id = $1", run_id))[0]
-        health = (await _rows(ctx, "SELECT * FROM agent_health WHERE agent_id = $1", agent.row["id"]))[0]
+        health = (await _rows(ctx, "SELECT * FROM agent_health WHERE agent_id = $1", agent_id))[0]
     # The first failure tripped the breaker (and, the agent being unhealthy then, was given back too).
     assert task["status"] in ("queued", "running") and task["attempt"] <= 1
     gaps = [b - a for (a, _), (b, _) in itertools.pairwise(outage.at)]
@@ -221,19 +223,14 @@ async def test_a_failed_probe_gives_its_attempt_back_and_the_next_probe_waits_lo
 async def test_a_retry_follows_its_agents_own_schedule_even_when_a_success_in_the_same_flush_reset_its_count(
         db_url: str, agent_server: AgentServer) -> None:
     async with open_context(make_settings(db_url, **OUTAGE), migrate=False) as ctx:
-        w = await factories.world(ctx)
-        agent = await factories.http_agent(w, url=agent_server.url("a"), name="a")
-        async with ctx.pool.acquire() as conn:
-            await conn.execute("UPDATE agent SET retry_schedule = '{1000}' WHERE id = $1", agent.row["id"])
-        ap = await factories.autopilot(w, agent.row["id"])
-        trigger, _ = await factories.webhook_trigger(w, ap)
+        agent_id, ap, trigger = await _one_agent(ctx, agent_server, [1000])
         async with ctx.pool.acquire() as conn:
             for _ in range(2):
                 await add_delivery(conn, ap, trigger)
         pusher = Pusher(ctx, holder="w1")
         assert await DeliveryWorker(ctx, holder="w1").run_once() == 2  # no pusher: both tasks wait queued
         async with ctx.pool.acquire() as conn:
-            first, second = await tasks.claim(conn, agent_id=agent.row["id"], lease_s=60, holder="w1",
+            first, second = await tasks.claim(conn, agent_id=agent_id, lease_s=60, holder="w1",
                                               actor_type="worker", limit=2)
         took = Attempt(datetime.now(UTC), datetime.now(UTC), 1)
         flushed = [asyncio.create_task(pusher._record(first, Outcome("retry", "agent answered 503", "failed"), took)),
