@@ -9,6 +9,7 @@ night or a bad day without a run being lost, as providers such as Stripe and Svi
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Sequence
@@ -42,7 +43,11 @@ class Schedule:
 
     @classmethod
     def parse(cls, text: str) -> Schedule:
-        """``"5s,1m,2h"`` (units s, m, h, d; a bare number is seconds) → a schedule."""
+        """``"5s,1m,2h"`` (units s, m, h, d; a bare number is seconds) → a schedule (parsed once per text)."""
+        return _parsed(text)
+
+    @classmethod
+    def _parse(cls, text: str) -> Schedule:
         values = []
         for step in text.split(","):
             match = _STEP.match(step)
@@ -82,6 +87,12 @@ class Schedule:
     def text(self) -> str:
         """The schedule written back in the settings' notation (``5s,1m,2h``)."""
         return ",".join(_short(v) for v in self.delays)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(text: str) -> Schedule:
+    """A schedule is immutable: the settings' text (read on every dispatch pass) is parsed once."""
+    return Schedule._parse(text)
 
 
 def hinted(retry_after_s: float | None, scheduled: float) -> float:
