@@ -28,6 +28,10 @@ CREATE OR REPLACE FUNCTION hookgate_task_claim(p_agent uuid, p_task uuid, p_limi
                                                p_holder text, p_at timestamptz)
 RETURNS SETOF agent_task
 LANGUAGE plpgsql
+-- A claim returns a few rows (at most its limit, 32 from the push worker): without this the planner takes the
+-- default 1,000 for a set-returning function, and the query that wraps the claim (sql/queries/agent_task.sql,
+-- task_claim) joined those rows to autopilot_run by hashing the whole table, ~8 ms per claim at 6,000 runs.
+ROWS 8
 -- Key plans only, as hookgate_slots_take and the take: PL/pgSQL caches a generic plan per session after a few
 -- calls, made from the statistics of that moment; a worker whose first claims ran while agent_task was small
 -- kept scanning it whole as the backlog grew (a 20,000-run drain spent ~4x the PostgreSQL CPU per run). Every
@@ -105,11 +109,16 @@ BEGIN
         SELECT array_agg(p.id ORDER BY p.nth, p.turn) INTO cands
         FROM (SELECT picked.id, picked.nth, picked.turn FROM picked ORDER BY picked.nth, picked.turn LIMIT want) p;
 
+        -- Each candidate by its key, in order, until there are enough (a lateral lookup: a join let a plan made
+        -- while agent_task was small scan every queued task of the agent once per candidate).
         SELECT array_agg(q.id ORDER BY q.n) INTO todo FROM (
-            SELECT t.id, c.n FROM unnest(cands) WITH ORDINALITY AS c(id, n)
-            JOIN agent_task t ON t.id = c.id
-            WHERE t.agent_id = p_agent AND t.status = 'queued' AND t.available_at <= p_at
-            ORDER BY c.n LIMIT cardinality(free) FOR UPDATE OF t SKIP LOCKED
+            SELECT l.id, c.n FROM unnest(cands) WITH ORDINALITY AS c(id, n)
+            CROSS JOIN LATERAL (
+                SELECT t.id FROM agent_task t
+                WHERE t.id = c.id AND t.agent_id = p_agent AND t.status = 'queued' AND t.available_at <= p_at
+                FOR UPDATE SKIP LOCKED
+            ) l
+            LIMIT cardinality(free)
         ) q;
         IF coalesce(cardinality(todo), 0) < cardinality(free) THEN
             SELECT array_agg(q.id ORDER BY q.available_at, q.id) INTO more FROM (

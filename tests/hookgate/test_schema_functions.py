@@ -62,7 +62,7 @@ CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
     # 0020_fair_deliveries made it with a placeholder body: its definition is the file's
     "hookgate_delivery_take",
     # takes its slots from hookgate_slots_take (one slot rule); stamps attempt_started_at; fair across autopilots;
-    # plans with key lookups only
+    # plans with key lookups only, expects a few rows, locks its candidates by key
     "hookgate_task_claim",
 })
 
