@@ -63,9 +63,26 @@ def server_url() -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="hookgate-test-") as tmp:
         server = EmbeddedPostgres(Path(tmp))
         try:
-            yield server.start()
+            url = server.start()
+            asyncio.run(_without_fsync(url))
+            yield url
         finally:
             server.stop()
+
+
+async def _without_fsync(url: str) -> None:
+    """The suite's own throwaway server skips fsync: a test never outlives the machine's page cache.
+
+    Every commit and every cloned database otherwise waits for the disk (each test clones one). Killing the
+    server's processes, as some tests do, loses nothing either way; only a machine crash would. Hookgate's
+    own embedded server keeps fsync on.
+    """
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("ALTER SYSTEM SET fsync = off")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
 
 
 @pytest.fixture(scope="session")
@@ -87,18 +104,88 @@ async def template_url(server_url: str) -> AsyncIterator[str]:
         await admin.close()
 
 
-@pytest.fixture
-async def db_url(server_url: str, template_url: str) -> AsyncIterator[str]:
-    """A fresh, migrated database for this test only (dropped afterwards, even if connections linger)."""
-    name = f"hg_t_{os.getpid()}_{next(_counter)}"
-    template = urlsplit(template_url).path.lstrip("/")
-    admin = await asyncpg.connect(server_url)
+class DatabaseSupply:
+    """Fresh databases cloned from the migrated template a step ahead of the tests, and dropped behind them.
+
+    Cloning a database (a copy of the template's files and a checkpoint) and dropping one each take a few
+    hundred milliseconds, most of it waiting on the disk; made in the background of the session's event loop
+    while the previous tests run, they cost the suite little. Each test still gets a database no test used.
+    """
+
+    def __init__(self, server_url: str, template: str, *, ahead: int = 2) -> None:
+        self.server_url, self.template = server_url, template
+        self._ready: asyncio.Queue[str | BaseException] = asyncio.Queue(maxsize=ahead)
+        self._used: asyncio.Queue[str | None] = asyncio.Queue()
+        self._maker = asyncio.create_task(self._make())
+        self._dropper = asyncio.create_task(self._drop())
+
+    async def take(self) -> str:
+        """The name of a fresh database, for one test only."""
+        got = await self._ready.get()
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def give_back(self, name: str) -> None:
+        """The test is over: drop its database (in the background, even if connections linger)."""
+        self._used.put_nowait(name)
+
+    async def close(self) -> None:
+        """Stop making databases; drop the unused ones and wait until every database handed out is dropped."""
+        self._maker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._maker
+        while not self._ready.empty():
+            got = self._ready.get_nowait()
+            if isinstance(got, str):
+                self._used.put_nowait(got)
+        self._used.put_nowait(None)
+        await self._dropper
+
+    async def _make(self) -> None:
+        admin = await asyncpg.connect(self.server_url)
+        name = None
+        try:
+            while True:
+                name = f"hg_t_{os.getpid()}_{next(_counter)}"
+                try:
+                    await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}" STRATEGY FILE_COPY')
+                except (OSError, asyncpg.PostgresError) as exc:
+                    await self._ready.put(exc)
+                    continue
+                await self._ready.put(name)
+                name = None
+        finally:
+            if name is not None:  # cancelled while waiting to hand it out, or during its CREATE
+                await asyncio.shield(admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            await admin.close()
+
+    async def _drop(self) -> None:
+        admin = await asyncpg.connect(self.server_url)
+        try:
+            while (name := await self._used.get()) is not None:
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@pytest.fixture(scope="session")
+async def _databases(server_url: str, template_url: str) -> AsyncIterator[DatabaseSupply]:
+    supply = DatabaseSupply(server_url, urlsplit(template_url).path.lstrip("/"))
     try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY FILE_COPY')
+        yield supply
+    finally:
+        await supply.close()
+
+
+@pytest.fixture
+async def db_url(server_url: str, _databases: DatabaseSupply) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test only (dropped afterwards, even if connections linger)."""
+    name = await _databases.take()
+    try:
         yield with_database(server_url, name)
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+        _databases.give_back(name)
 
 
 def make_settings(db_url: str, **overrides: Any) -> Settings:
