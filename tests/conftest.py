@@ -112,11 +112,12 @@ class DatabaseSupply:
     while the previous tests run, they cost the suite little. Each test still gets a database no test used.
     """
 
-    def __init__(self, server_url: str, template: str, *, ahead: int = 2) -> None:
+    def __init__(self, server_url: str, template: str, *, ahead: int = 3, makers: int = 2) -> None:
         self.server_url, self.template = server_url, template
         self._ready: asyncio.Queue[str | BaseException] = asyncio.Queue(maxsize=ahead)
         self._used: asyncio.Queue[str | None] = asyncio.Queue()
-        self._maker = asyncio.create_task(self._make())
+        # Two at a time: a clone mostly waits on the disk, and a short test can take one before the next is made.
+        self._makers = [asyncio.create_task(self._make()) for _ in range(makers)]
         self._dropper = asyncio.create_task(self._drop())
 
     async def take(self) -> str:
@@ -132,9 +133,9 @@ class DatabaseSupply:
 
     async def close(self) -> None:
         """Stop making databases; drop the unused ones and wait until every database handed out is dropped."""
-        self._maker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._maker
+        for maker in self._makers:
+            maker.cancel()
+        await asyncio.gather(*self._makers, return_exceptions=True)
         while not self._ready.empty():
             got = self._ready.get_nowait()
             if isinstance(got, str):
