@@ -3,7 +3,9 @@
 uvicorn is told not to rewrite the client address from ``X-Forwarded-For`` (``proxy_headers=False``; its
 default believes a loopback peer): only ``HOOKGATE_TRUSTED_PROXIES`` decides that (:mod:`gateway.ratelimit`).
 The request, head and connection limits are :mod:`gateway.http_limits`. The listening sockets are opened by
-:meth:`HttpServer.bind` before anything is announced, so a taken port is one :class:`CannotListen` error.
+:meth:`HttpServer.bind` before anything is announced, so a taken port is one ``CannotListen`` error
+(:mod:`gateway.sockets`), or handed over already open to a gateway process started by ``--workers``
+(:mod:`gateway.processes`).
 """
 
 from __future__ import annotations
@@ -20,43 +22,26 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from gateway.app import create_app, shutdown
 from gateway.http_limits import ConnectionGate, guarded
+from gateway.sockets import listen
 from hookgate.context import Context
 
 
-class CannotListen(Exception):
-    """The HTTP address cannot be bound (in use, not ours, unknown name): its message says which and why."""
-
-
-def listen(host: str, port: int, backlog: int) -> list[socket.socket]:
-    """Listening sockets on every address ``host`` resolves to, as asyncio's ``create_server`` would open them."""
-    try:
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError as exc:
-        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    opened: list[socket.socket] = []
-    try:
-        for family, kind, proto, _, address in dict.fromkeys(infos):
-            sock = socket.socket(family, kind, proto)
-            opened.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
-            sock.listen(backlog)
-            sock.setblocking(False)
-    except OSError as exc:
-        for sock in opened:
-            sock.close()
-        raise CannotListen(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).lower()}") from None
-    return opened
-
-
 class _Server(uvicorn.Server):
-    """uvicorn without its own signal handlers: the role runner owns SIGTERM/SIGINT."""
+    """uvicorn without its own signal handlers (the role runner owns SIGTERM/SIGINT), saying when it listens."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.listening = asyncio.Event()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Start as uvicorn does, then set :attr:`listening` (the app accepts connections from now on)."""
+        await super().startup(sockets=sockets)
+        if self.started:
+            self.listening.set()
 
 
 class HttpServer:
@@ -65,7 +50,8 @@ class HttpServer:
     name = "http"
 
     def __init__(self, ctx: Context, *, host: str | None = None, port: int | None = None,
-                 app: ASGIApp | None = None, parser: type[asyncio.Protocol] = AutoHTTPProtocol) -> None:
+                 app: ASGIApp | None = None, parser: type[asyncio.Protocol] = AutoHTTPProtocol,
+                 sockets: list[socket.socket] | None = None) -> None:
         settings = ctx.settings
         self.app = app or create_app(ctx)
         self.connections = ConnectionGate(settings.max_connections)
@@ -76,7 +62,7 @@ class HttpServer:
             http=guarded(parser, settings.http_read_timeout_s, self.connections),
         )
         self.server = _Server(config)
-        self.sockets: list[socket.socket] | None = None
+        self.sockets: list[socket.socket] | None = sockets  # already listening (inherited), or bound by bind()
 
     def bind(self) -> None:
         """Open the listening sockets now (a no-op the second time); :class:`CannotListen` if that fails."""

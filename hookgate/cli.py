@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -19,10 +20,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hookgate import admin_client, completion, listen, logs
-from hookgate.context import Context, open_context
+from hookgate.context import Context, keyring_for, open_context, open_database
 from hookgate.migrations import MigrationError
 from hookgate.service import Service, handle_signals, run_services
-from hookgate.settings import ConfigError, Settings, load_settings
+from hookgate.settings import MAX_GATEWAY_WORKERS, ConfigError, Settings, load_settings
 
 FIRST_KEY_FILE = "first-owner-key"
 """Where ``serve`` puts the first owner key when stdout is not a terminal (in the data dir)."""
@@ -40,6 +41,7 @@ environment:
   HOOKGATE_SECRET_KEY     base64 of 32 bytes encrypting secrets at rest (generated in embedded mode)
   HOOKGATE_PUBLIC_URL     base of the webhook URLs shown to admins (default http://<host>:<port>)
   HOOKGATE_HOST, HOOKGATE_PORT   HTTP bind address (default 127.0.0.1:8080)
+  HOOKGATE_GATEWAY_WORKERS   gateway processes sharing the port (--workers; default 1)
   HOOKGATE_LOG_LEVEL      debug, info, warning, error (default info)
   HOOKGATE_METRICS_PORT   /metrics port of worker and scheduler processes (gateways use their HTTP port)
   HOOKGATE_AGENT_ALLOW_CIDRS   CIDRs agents may be pushed to although loopback/private/link-local
@@ -61,16 +63,18 @@ class Parser(argparse.ArgumentParser):
 
 
 def _role_services(ctx: Context, roles: Sequence[str]) -> list[Service]:
-    from gateway.server import HttpServer
-    from scheduler.role import services as scheduler_services
-    from worker.role import services as worker_services
-
     found: list[Service] = []
     if "gateway" in roles:
+        from gateway.server import HttpServer
+
         found.append(HttpServer(ctx))
     if "worker" in roles:
+        from worker.role import services as worker_services
+
         found.extend(worker_services(ctx))
     if "scheduler" in roles:
+        from scheduler.role import services as scheduler_services
+
         found.extend(scheduler_services(ctx))
     if "gateway" not in roles and ctx.settings.metrics_port is not None:
         from gateway.metrics_endpoint import metrics_server
@@ -80,7 +84,11 @@ def _role_services(ctx: Context, roles: Sequence[str]) -> list[Service]:
 
 
 async def _run_roles(settings: Settings, roles: Sequence[str], *, announce: bool) -> None:
-    from gateway.server import CannotListen, HttpServer
+    if "gateway" in roles and settings.gateway_workers > 1:
+        await _run_gateway_processes(settings, roles, announce=announce)
+        return
+    from gateway.server import HttpServer
+    from gateway.sockets import CannotListen
 
     with handle_signals() as stop:
         async with open_context(settings) as ctx:
@@ -97,6 +105,67 @@ async def _run_roles(settings: Settings, roles: Sequence[str], *, announce: bool
                 print(f"hookgate ready on http://{_shown_host(ctx.settings.host)}:{http[0].port}", file=sys.stderr,
                       flush=True)
             await run_services(services, deadline=settings.shutdown_deadline, stop=stop,
+                               on_start=_settle_garbage_collector)
+
+
+async def _run_gateway_processes(settings: Settings, roles: Sequence[str], *, announce: bool) -> None:
+    """``--workers N``: N gateway processes on sockets bound here; the other roles of ``roles`` run here.
+
+    This process opens the database first (embedded server, migrations: once, not once per gateway
+    process), binds, starts the gateway processes and says "ready" once every one listens
+    (:mod:`gateway.processes`).
+    """
+    from gateway.processes import GatewayProcesses, StartFailed, gateway_argv
+    from gateway.sockets import BACKLOG, CannotListen, listen
+
+    others = [role for role in roles if role != "gateway"]
+    logs.bind_process()
+    with handle_signals() as stop:
+        async with contextlib.AsyncExitStack() as stack:
+            ctx: Context | None = None
+            if others:
+                ctx = await stack.enter_async_context(open_context(settings))
+            else:
+                keyring_for(settings)  # a missing or bad secret key is one error here, not one per process
+                await stack.enter_async_context(open_database(settings))
+            services = _role_services(ctx, others) if ctx is not None else []
+            try:
+                sockets = listen(settings.host, settings.port, BACKLOG)
+            except CannotListen as exc:
+                raise ConfigError(str(exc)) from None
+            for sock in sockets:
+                stack.callback(sock.close)
+            port = int(sockets[0].getsockname()[1])
+            # What serve changed in its settings must hold in its gateway processes too.
+            env = ({} if settings.agent_allow_cidrs is None
+                   else {"HOOKGATE_AGENT_ALLOW_CIDRS": ",".join(settings.agent_allow_cidrs)})
+            gateways = GatewayProcesses(sockets, settings.gateway_workers, gateway_argv(settings.host, port),
+                                        deadline=settings.shutdown_deadline, env=env)
+            try:
+                await gateways.start()
+            except StartFailed as failed:
+                if failed.code > 0:
+                    raise SystemExit(failed.code) from None  # it printed its error line
+                admin_client.fail(str(failed), 1)
+            if announce and ctx is not None:
+                await _announce(ctx, port)
+            else:
+                print(f"hookgate ready on http://{_shown_host(settings.host)}:{port}", file=sys.stderr, flush=True)
+            await run_services([gateways, *services], deadline=settings.shutdown_deadline, stop=stop,
+                               on_start=_settle_garbage_collector)
+
+
+async def _run_gateway_process(settings: Settings, listen_fds: Sequence[int], parent_fd: int) -> None:
+    """One gateway process of ``--workers N``: serves the sockets it was handed until stopped or orphaned."""
+    from gateway.processes import ParentLink, inherited_sockets
+    from gateway.server import HttpServer
+
+    logs.bind_process()
+    with handle_signals() as stop:
+        async with open_context(settings, migrate=False) as ctx:  # the supervisor migrated
+            http = HttpServer(ctx, sockets=inherited_sockets(listen_fds))
+            link = ParentLink(parent_fd, http.server.listening)
+            await run_services([http, link], deadline=settings.shutdown_deadline, stop=stop,
                                on_start=_settle_garbage_collector)
 
 
@@ -203,6 +272,13 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ("serve", "gateway"):
             role.add_argument("--host", help="bind address (env HOOKGATE_HOST, default 127.0.0.1)")
             role.add_argument("--port", type=int, help="bind port (env HOOKGATE_PORT, default 8080)")
+            role.add_argument("--workers", type=_process_count, metavar="N",
+                              help="gateway processes sharing the port, one per core to use (env "
+                                   "HOOKGATE_GATEWAY_WORKERS, default 1: the gateway runs in this process); "
+                                   "per-process limits multiply by N, see docs/SCALING.md")
+        if name == "gateway":  # how --workers starts its gateway processes (gateway/processes.py); not for people
+            role.add_argument("--listen-fds", type=_descriptors, help=argparse.SUPPRESS)
+            role.add_argument("--parent-fd", type=int, help=argparse.SUPPRESS)
     sub.add_parser("migrate", help="apply pending database migrations and exit",
                    description="Apply pending migrations in order, each in a transaction, then the SQL function "
                                "files that changed (safe to run twice).")
@@ -215,6 +291,24 @@ def build_parser() -> argparse.ArgumentParser:
     listen.add_command(sub)
     completion.add_command(sub)
     return parser
+
+
+def _process_count(text: str) -> int:
+    """``--workers``: a whole number of processes from 1 to MAX_GATEWAY_WORKERS."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_GATEWAY_WORKERS:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_GATEWAY_WORKERS}, not {text!r}")
+    return count
+
+
+def _descriptors(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of descriptors: {text!r}") from None
 
 
 def serve_defaults(settings: Settings) -> Settings:
@@ -235,6 +329,10 @@ def _dispatch(args: argparse.Namespace) -> Callable[[Settings], Any]:
              "worker": ("worker",), "scheduler": ("scheduler",)}
     if args.command == "serve":
         return lambda s: _run_roles(serve_defaults(s), roles["serve"], announce=True)
+    if args.command == "gateway" and args.listen_fds is not None:
+        if args.parent_fd is None:
+            admin_client.fail("--listen-fds goes with --parent-fd")
+        return lambda s: _run_gateway_process(s, args.listen_fds, args.parent_fd)
     if args.command in roles:
         return lambda s: _run_roles(s, roles[args.command], announce=False)
     if args.command == "migrate":
@@ -250,6 +348,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         _client(parser, args)
         return
     overrides = {k: v for k in ("host", "port") if (v := getattr(args, k, None)) is not None}
+    if getattr(args, "workers", None) is not None:
+        overrides["gateway_workers"] = args.workers
     try:
         settings = load_settings(**overrides)
         logs.configure(settings.log_level)

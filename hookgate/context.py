@@ -63,9 +63,11 @@ def keyring_for(settings: Settings) -> crypto.Keyring:
 
 
 @contextlib.asynccontextmanager
-async def open_context(settings: Settings, *, migrate: bool = True, **pool_args: Any) -> AsyncIterator[Context]:
-    """Resolve the database (embedded or configured), migrate if asked, open the pool; close on exit."""
-    keyring = keyring_for(settings)
+async def open_database(settings: Settings, *, migrate: bool = True) -> AsyncIterator[str]:
+    """Resolve the database (embedded or configured), check that it answers, migrate if asked; yields its URL.
+
+    An embedded server started here is stopped on exit (unless another process still uses it).
+    """
     async with contextlib.AsyncExitStack() as stack:
         if settings.database_url is None:
             dsn = await stack.enter_async_context(embedded_server(settings))
@@ -80,6 +82,14 @@ async def open_context(settings: Settings, *, migrate: bool = True, **pool_args:
                 await conn.close()
             if applied:
                 log.info("migrations applied", extra={"migrations": applied})
+        yield dsn
+
+
+@contextlib.asynccontextmanager
+async def open_context(settings: Settings, *, migrate: bool = True, **pool_args: Any) -> AsyncIterator[Context]:
+    """Resolve the database (embedded or configured), migrate if asked, open the pool; close on exit."""
+    keyring = keyring_for(settings)
+    async with open_database(settings, migrate=migrate) as dsn:
         # Every pooled connection carries the agents' concurrency bound for the slot rule (hookgate_slots_take).
         server_settings = {database.AGENT_CAP_SETTING: str(settings.agent_max_concurrency),
                            **pool_args.pop("server_settings", {})}
@@ -87,5 +97,7 @@ async def open_context(settings: Settings, *, migrate: bool = True, **pool_args:
             dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size, server_settings=server_settings,
             **pool_args
         )
-        stack.push_async_callback(pool.close)
-        yield Context(settings=settings, dsn=dsn, pool=pool, keyring=keyring)
+        try:
+            yield Context(settings=settings, dsn=dsn, pool=pool, keyring=keyring)
+        finally:
+            await pool.close()

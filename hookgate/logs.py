@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import os
 import re
 import sys
 from datetime import UTC, datetime
@@ -25,6 +26,8 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 # record logged while they are bound. A dict per scope, mutated in place by ``bind`` so that a value
 # bound deep inside a handler is visible to the middleware that wraps it (same object, same request).
 _bound: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("hookgate_log_context", default=None)
+# Fields of the whole process, in every record (``bind_process``).
+_process: dict[str, Any] = {}
 
 
 class Scope:
@@ -60,6 +63,11 @@ def bind(**fields: Any) -> None:
         current.update({k: v for k, v in fields.items() if v is not None})
 
 
+def bind_process() -> None:
+    """Put this process's ``pid`` in every record it logs: the gateway processes of ``--workers`` share a stderr."""
+    _process["pid"] = os.getpid()
+
+
 def bound() -> dict[str, Any]:
     """The fields of the current scope (a copy)."""
     return dict(_bound.get() or {})
@@ -82,6 +90,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        entry.update(_process)
         entry.update(_bound.get() or {})
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):

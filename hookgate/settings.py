@@ -15,6 +15,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from hookgate import retry
 from hookgate.errors import HookgateError
 
+#: Most gateway processes one ``gateway``/``serve`` may run (a typo must not start thousands of pools).
+MAX_GATEWAY_WORKERS = 256
+
 
 class ConfigError(HookgateError, ValueError):
     """Configuration that cannot work; the CLI prints its message as one line and exits."""
@@ -71,6 +74,10 @@ class Settings(BaseSettings):
     )
     max_connections: int = Field(
         default=1024, ge=1, description="Open HTTP connections per server process; past it new ones are closed at once"
+    )
+    gateway_workers: int = Field(
+        default=1, ge=1, le=MAX_GATEWAY_WORKERS, description="Gateway processes of `gateway` and `serve` sharing one "
+        "listening port (1 = the gateway runs in the command's own process)"
     )
     api_max_body_bytes: int = Field(
         default=1024 * 1024, ge=1024,

@@ -25,9 +25,10 @@ def taken_port() -> Iterator[int]:
         yield int(sock.getsockname()[1])
 
 
-@pytest.mark.parametrize("role", ["gateway", "serve"])
+@pytest.mark.parametrize("role", ["gateway", "serve", "gateway --workers 2"])
 def test_a_taken_port_is_one_error_line_and_no_ready_banner(role, spawn: Spawner, taken_port, tmp_path):
-    proc = spawn.start(role, "--port", str(taken_port), extra_env={"HOOKGATE_DATA_DIR": str(tmp_path / "data")})
+    proc = spawn.start(*role.split(), "--port", str(taken_port),
+                       extra_env={"HOOKGATE_DATA_DIR": str(tmp_path / "data")})
     assert proc.wait(60) == 2
     lines = proc.output().splitlines()
     errors = [line for line in lines if line.startswith("hookgate: error:")]
