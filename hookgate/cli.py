@@ -41,7 +41,7 @@ environment:
   HOOKGATE_SECRET_KEY     base64 of 32 bytes encrypting secrets at rest (generated in embedded mode)
   HOOKGATE_PUBLIC_URL     base of the webhook URLs shown to admins (default http://<host>:<port>)
   HOOKGATE_HOST, HOOKGATE_PORT   HTTP bind address (default 127.0.0.1:8080)
-  HOOKGATE_GATEWAY_WORKERS   gateway processes sharing the port (--workers; default 1)
+  HOOKGATE_GATEWAY_WORKERS   gateway processes sharing the HTTP port (default 1; --workers)
   HOOKGATE_LOG_LEVEL      debug, info, warning, error (default info)
   HOOKGATE_METRICS_PORT   /metrics port of worker and scheduler processes (gateways use their HTTP port)
   HOOKGATE_AGENT_ALLOW_CIDRS   CIDRs agents may be pushed to although loopback/private/link-local
