@@ -1,9 +1,10 @@
-"""Ingress benchmark: signed 1 KiB GitHub-style deliveries against one ``hookgate gateway`` process.
+"""Ingress benchmark: signed 1 KiB GitHub-style deliveries against ``hookgate gateway``.
 
 One command, from the repository root:
 
     python bench/ingress.py                 # 2 alternating rounds of 10 s per server, 64 connections
     python bench/ingress.py --duration 20 --profile      # also py-spy the gateway (pip install py-spy)
+    python bench/ingress.py --workers 2     # also ``gateway --workers 2``: the scaling over one process
 
 It uses ``HOOKGATE_DATABASE_URL`` as the server (default ``postgresql://postgres@127.0.0.1:5432/postgres``),
 creates a scratch database there and drops it afterwards. It starts, as real subprocesses under the same
@@ -11,13 +12,18 @@ uvicorn settings (uvloop, httptools, no access log):
 
 - the baseline: a bare Starlette app doing one asyncpg ``INSERT`` of the body per request, answering 200;
 - the real ``hookgate gateway`` CLI with one webhook trigger (provider ``github``, a signing secret, an
-  autopilot assigned to an HTTP agent, so every delivery is queued with a ``pending`` run).
+  autopilot assigned to an HTTP agent, so every delivery is queued with a ``pending`` run);
+- with ``--workers N`` (N > 1), also ``hookgate gateway --workers N`` over the same trigger, labelled
+  ``gatewayN``: its figures are printed beside the one-process gateway's of the same run, with the
+  scaling (its rate over the one-process rate), the CPU of all its processes, and how the connections
+  were split over its processes (sampled in the middle of each measured window).
 
 A lean raw-asyncio HTTP/1.1 keep-alive client (requests prebuilt, so the client is not the bottleneck)
 drives each server for ``--duration`` seconds after a short warm-up, prints accepted req/s, p50 and p99
 latency for both and the ratio, then checks the database: every 2xx is a stored delivery, no dedupe key
 is stored twice, every delivery has exactly one run. The per-IP caps are raised for the run (all load
-comes from 127.0.0.1).
+comes from 127.0.0.1). The client runs on the same machine: its own CPU per request is printed too, and
+the load average at the start and the end (other work on the machine changes every figure).
 """
 
 from __future__ import annotations
@@ -174,6 +180,8 @@ class Result:
     elapsed: float = 0.0
     cpu_us: float = 0.0  # the server process's CPU time over the measured windows, in microseconds
     db_cpu_us: float = 0.0  # the same for the PostgreSQL backends of the bench database
+    client_cpu_us: float = 0.0  # this client's own CPU time over the measured windows
+    splits: list[list[int]] = field(default_factory=list)  # connections per gateway process, sampled per window
 
     @property
     def rate(self) -> float:
@@ -191,6 +199,8 @@ class Result:
         self.elapsed += other.elapsed
         self.cpu_us += other.cpu_us
         self.db_cpu_us += other.db_cpu_us
+        self.client_cpu_us += other.client_cpu_us
+        self.splits += other.splits
         for status, n in other.statuses.items():
             self.statuses[status] = self.statuses.get(status, 0) + n
 
@@ -253,6 +263,45 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (``/proc``): a gateway with ``--workers`` is a supervisor and its children."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            try:
+                todo += [int(child) for child in task.read_text().split()]
+            except OSError:
+                pass
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds so far of ``pid`` and its live descendants."""
+    return sum(cpu_seconds(p) for p in tree(pid))
+
+
+def connection_split(pid: int, port: int) -> list[int]:
+    """Established connections on ``port`` held by each child of ``pid``, largest first (psutil reads /proc)."""
+    import psutil
+
+    counts = []
+    for child in psutil.Process(pid).children():
+        try:
+            held = child.net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        counts.append(sum(1 for c in held if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port))
+    return sorted(counts, reverse=True)
+
+
+async def sample_split(after: float, pid: int, port: int, result: Result) -> None:
+    """After ``after`` seconds, record how the open connections are split over the gateway processes."""
+    await asyncio.sleep(after)
+    result.splits.append(await asyncio.to_thread(connection_split, pid, port))
+
+
 async def database_cpu(dsn: str) -> float:
     """CPU seconds so far of the PostgreSQL backends serving the bench database (a server on this host)."""
     conn = await asyncpg.connect(dsn)
@@ -264,29 +313,39 @@ async def database_cpu(dsn: str) -> float:
 
 
 async def measure(label: str, port: int, path: str, args: argparse.Namespace, dsn: str,
-                  pid: int) -> tuple[Result, float]:
+                  pid: int, processes: int = 1) -> tuple[Result, float]:
     requests = build_requests(path, int((args.duration + args.warmup) * args.max_rate))
     await drive(port, requests, args.connections, args.warmup, None)
     result = Result()
-    before, cpu_before, db_before = await wal_lsn(dsn), cpu_seconds(pid), await database_cpu(dsn)
+    before, cpu_before, db_before = await wal_lsn(dsn), tree_cpu_seconds(pid), await database_cpu(dsn)
+    client_before = time.process_time()
+    split = None
+    if processes > 1:  # which process holds which connection, once they are all open (in a thread: /proc is slow)
+        split = asyncio.create_task(sample_split(args.duration / 2, pid, port, result))
     result.elapsed = await drive(port, requests, args.connections, args.duration, result)
+    if split is not None:
+        await split
     answered = max(1, sum(result.statuses.values()))
-    cpu = (cpu_seconds(pid) - cpu_before) / answered * 1e6
+    client_cpu = (time.process_time() - client_before) / answered * 1e6
+    cpu = (tree_cpu_seconds(pid) - cpu_before) / answered * 1e6
     db_cpu = (await database_cpu(dsn) - db_before) / answered * 1e6
     result.cpu_us += cpu * answered
     result.db_cpu_us += db_cpu * answered
+    result.client_cpu_us += client_cpu * answered
     wal = (await wal_lsn(dsn) - before) / answered
     rate = result.rate
+    shares = f"   connections per process {'/'.join(map(str, result.splits[-1]))}" if result.splits else ""
     print(f"{label:9s} {rate:8.0f} req/s accepted   p50 {percentile(result.latencies, 0.5) * 1000:6.2f} ms   "
           f"p99 {percentile(result.latencies, 0.99) * 1000:6.2f} ms   "
-          f"CPU server {cpu:4.0f} + PostgreSQL {db_cpu:4.0f} us/req   "
-          f"WAL {wal:6.0f} B/req   statuses {result.statuses}", flush=True)
+          f"CPU server {cpu:4.0f} + PostgreSQL {db_cpu:4.0f} + client {client_cpu:3.0f} us/req   "
+          f"WAL {wal:6.0f} B/req   statuses {result.statuses}{shares}", flush=True)
     if not requests:
         print(f"  warning: {label} ran out of prebuilt requests; raise --max-rate", flush=True)
     return result, rate
 
 
 async def check(dsn: str, gateway: Result, baseline: Result) -> bool:
+    """Every 2xx of the gateways (``gateway`` holds the keys of all of them) is stored once, with its run."""
     conn = await asyncpg.connect(dsn)
     try:
         stored = await conn.fetchval("SELECT count(*) FROM webhook_delivery WHERE dedupe_key = ANY($1::text[])",
@@ -361,6 +420,18 @@ def summarize_profile(path: Path, top: int = 15) -> None:
         print(f"  {100 * n / total:5.1f}%  {frame}")
 
 
+@dataclass
+class Server:
+    """One server under test: its process, port, webhook path, and what it answered so far."""
+
+    label: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    path: str
+    processes: int = 1
+    total: Result = field(default_factory=Result)
+
+
 async def run(args: argparse.Namespace) -> int:
     import uvloop  # noqa: F401  (the servers use it through uvicorn; so does this client)
 
@@ -369,49 +440,86 @@ async def run(args: argparse.Namespace) -> int:
     dsn, token = await prepare(server, name)
     procs: list[subprocess.Popen[bytes]] = []
     logs = Path(tempfile.mkdtemp(prefix="hookgate-bench-"))
+    print(f"load     {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) on {os.cpu_count()} CPUs at the "
+          f"start", flush=True)
     try:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HOOKGATE_DATABASE_URL": dsn, "HOOKGATE_SECRET_KEY": SECRET_KEY,
                "HOOKGATE_IP_REQUEST_CAP": "1000000000", "HOOKGATE_IP_BAD_CREDENTIAL_CAP": "1000000000",
                "HOOKGATE_POOL_MAX_SIZE": str(args.pool), "HOOKGATE_LOG_LEVEL": "warning"}
-        base_port, gw_port = free_port(), free_port()
+
+        def gateway(label: str, workers: int) -> Server:
+            port = free_port()
+            proc = subprocess.Popen([sys.executable, "-m", "hookgate.cli", "gateway", "--port", str(port),
+                                     "--workers", str(workers)], cwd=ROOT, env=env,
+                                    stdout=(logs / f"{label}.log").open("wb"), stderr=subprocess.STDOUT)
+            procs.append(proc)
+            return Server(label, proc, port, f"/hooks/{token}", workers)
+
+        base_port = free_port()
         base = subprocess.Popen([sys.executable, __file__, "--serve-baseline", dsn, str(base_port), str(args.pool)],
                                 env=env, stdout=(logs / "baseline.log").open("wb"), stderr=subprocess.STDOUT)
-        gw = subprocess.Popen([sys.executable, "-m", "hookgate.cli", "gateway", "--port", str(gw_port)], cwd=ROOT,
-                              env=env, stdout=(logs / "gateway.log").open("wb"), stderr=subprocess.STDOUT)
-        procs += [base, gw]
-        wait_listening(base_port, base)
-        wait_listening(gw_port, gw)
-        baseline, gateway = Result(), Result()
-        ratios = []
+        procs.append(base)
+        servers = [Server("baseline", base, base_port, "/hooks/x"), gateway("gateway", 1)]
+        if args.workers > 1:
+            servers.append(gateway(f"gateway{args.workers}", args.workers))
+        for srv in servers:
+            wait_listening(srv.port, srv.proc)
+        for srv in servers[1:]:  # the port answers as soon as one process serves: "ready" means all of them
+            deadline = time.monotonic() + 60
+            while b"hookgate ready on" not in (logs / f"{srv.label}.log").read_bytes():
+                if time.monotonic() > deadline or srv.proc.poll() is not None:
+                    raise SystemExit(f"{srv.label} did not get ready")
+                time.sleep(0.05)
+        ratios: dict[str, list[float]] = {srv.label: [] for srv in servers[1:]}
+        scaling: list[float] = []
         for round_no in range(args.rounds):
-            # Alternate the order so a checkpoint or a noisy neighbour does not always hit the same side.
-            order = ["baseline", "gateway"] if round_no % 2 == 0 else ["gateway", "baseline"]
+            # Rotate the order so a checkpoint or a noisy neighbour does not always hit the same server.
+            order = servers[round_no % len(servers):] + servers[: round_no % len(servers)]
             rates = {}
-            for label in order:
+            for srv in order:
                 spy = None
-                pid = (base if label == "baseline" else gw).pid
-                if label == args.profile and round_no == 0:
-                    spy = start_profile(pid, args.duration + args.warmup, logs / "server.prof")
-                port, path = (base_port, "/hooks/x") if label == "baseline" else (gw_port, f"/hooks/{token}")
-                result, rates[label] = await measure(label, port, path, args, dsn, pid)
-                (baseline if label == "baseline" else gateway).merge(result)
+                if srv.label == args.profile and round_no == 0:
+                    spy = start_profile(srv.proc.pid, args.duration + args.warmup, logs / "server.prof")
+                result, rates[srv.label] = await measure(srv.label, srv.port, srv.path, args, dsn, srv.proc.pid,
+                                                         srv.processes)
+                srv.total.merge(result)
                 if spy is not None:
                     spy.wait(60)
-            ratios.append(rates["gateway"] / rates["baseline"])
-            print(f"ratio    {ratios[-1]:8.2f} (gateway / baseline), round {round_no + 1}", flush=True)
-        for label, res in (("baseline", baseline), ("gateway", gateway)):
+            for srv in servers[1:]:
+                ratios[srv.label].append(rates[srv.label] / rates["baseline"])
+                print(f"ratio    {ratios[srv.label][-1]:8.2f} ({srv.label} / baseline), round {round_no + 1}",
+                      flush=True)
+            if args.workers > 1:
+                scaling.append(rates[servers[2].label] / rates["gateway"])
+                print(f"scaling  {scaling[-1]:8.2f} ({servers[2].label} / gateway), round {round_no + 1}", flush=True)
+        for srv in servers:
+            res = srv.total
             answered = max(1, sum(res.statuses.values()))
-            print(f"total    {label:9s}{res.rate:8.0f} req/s  p50 {res.p(0.5):.2f} ms  p99 {res.p(0.99):.2f} ms  "
-                  f"CPU server {res.cpu_us / answered:.0f} + PostgreSQL {res.db_cpu_us / answered:.0f} us/req")
-        median = sorted(ratios)[len(ratios) // 2]
-        print(f"summary  ratio {gateway.rate / baseline.rate:.2f} (median of rounds {median:.2f}); {args.connections} "
-              f"connections, {args.rounds} x {args.duration:.0f} s per server, pool {args.pool}", flush=True)
-        written, statements = batch_sizes(gw_port)
+            print(f"total    {srv.label:9s}{res.rate:8.0f} req/s  p50 {res.p(0.5):.2f} ms  p99 {res.p(0.99):.2f} ms  "
+                  f"CPU server {res.cpu_us / answered:.0f} + PostgreSQL {res.db_cpu_us / answered:.0f} + client "
+                  f"{res.client_cpu_us / answered:.0f} us/req", flush=True)
+        baseline, single = servers[0].total, servers[1].total
+        median = sorted(ratios["gateway"])[len(ratios["gateway"]) // 2]
+        print(f"summary  ratio {single.rate / baseline.rate:.2f} (median of rounds {median:.2f}); {args.connections} "
+              f"connections, {args.rounds} x {args.duration:.0f} s per server, pool {args.pool} per process",
+              flush=True)
+        if args.workers > 1:
+            multi = servers[2]
+            splits = ", ".join("/".join(map(str, split)) for split in multi.total.splits)
+            print(f"summary  scaling {multi.total.rate / single.rate:.2f} ({multi.label} / gateway, median of rounds "
+                  f"{sorted(scaling)[len(scaling) // 2]:.2f}); {multi.label} / baseline "
+                  f"{multi.total.rate / baseline.rate:.2f}; connections per process in each window: {splits}",
+                  flush=True)
+        written, statements = batch_sizes(servers[1].port)
         print(f"batches  {written / max(statements, 1):.1f} deliveries per ingest statement on average "
-              f"({statements:.0f} statements)", flush=True)
+              f"({statements:.0f} statements, the one-process gateway)", flush=True)
+        print(f"load     {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) at the end", flush=True)
         if args.profile:
             summarize_profile(logs / "server.prof")
-        return 0 if await check(dsn, gateway, baseline) else 1
+        gateways = Result()
+        for srv in servers[1:]:
+            gateways.merge(srv.total)
+        return 0 if await check(dsn, gateways, baseline) else 1
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -434,10 +542,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first (default 2)")
     parser.add_argument("--connections", type=int, default=64, help="concurrent keep-alive connections (64)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per server (default 2)")
-    parser.add_argument("--pool", type=int, default=20, help="database pool size of both servers (20)")
+    parser.add_argument("--pool", type=int, default=20, help="database pool size of every server process (20)")
     parser.add_argument("--max-rate", type=float, default=8000, help="requests prebuilt per second (8000)")
     parser.add_argument("--profile", nargs="?", const="gateway", choices=["gateway", "baseline"],
                         help="py-spy one server (default the gateway) in round 1 and print where its time goes")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="also measure `hookgate gateway --workers N` (N > 1) beside the one-process gateway")
     import uvloop
 
     raise SystemExit(uvloop.run(run(parser.parse_args())))
