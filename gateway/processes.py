@@ -215,21 +215,29 @@ class GatewayProcesses:
         return _Child(process, ours, time.monotonic())
 
     async def _watch(self, slot: int) -> None:
+        """Wait for the process of ``slot`` to exit and start another, after the backoff; until stopping."""
         quick_deaths = 0
+        child: _Child | None = self._children[slot]
         while True:
-            child = self._children[slot]
-            code = await child.process.wait()
-            child.channel.close()
-            if self._stopping.is_set():
-                return
-            quick_deaths = quick_deaths + 1 if time.monotonic() - child.started < HEALTHY_AFTER_S else 1
-            delay = restart_delay(quick_deaths)
-            log.warning("gateway process exited; starting another", extra={
-                "pid": child.pid, "exit_code": code, "restart_in_s": delay})
+            if child is not None:
+                code = await child.process.wait()
+                child.channel.close()
+                if self._stopping.is_set():
+                    return
+                quick_deaths = quick_deaths + 1 if time.monotonic() - child.started < HEALTHY_AFTER_S else 1
+                log.warning("gateway process exited; starting another", extra={
+                    "pid": child.pid, "exit_code": code, "restart_in_s": restart_delay(quick_deaths)})
+            else:
+                quick_deaths += 1  # the last one could not even be started
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
+                await asyncio.wait_for(self._stopping.wait(), restart_delay(quick_deaths))
                 return
-            child = await self._spawn()
+            try:
+                child = await self._spawn()
+            except OSError as exc:  # out of processes or memory, for now: try again after the next backoff
+                log.error("cannot start a gateway process", extra={"error": str(exc)})
+                child = None
+                continue
             self._children[slot] = child
             if self._stopping.is_set():
                 child.signal(signal.SIGTERM)  # stop() ran while it was being started
