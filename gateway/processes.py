@@ -1,32 +1,36 @@
 """Several gateway processes on one port: ``hookgate gateway --workers N`` and ``hookgate serve --workers N``.
 
 One Python process serves HTTP on one core. With ``--workers N`` (``HOOKGATE_GATEWAY_WORKERS``) the
-command's own process binds the listening sockets once, then starts N gateway processes that inherit them
-and accept on them side by side; it serves no HTTP itself and supervises them (:class:`GatewayProcesses`).
+command's own process binds the port, starts N gateway processes that serve it, and supervises them
+(:class:`GatewayProcesses`); it serves no HTTP itself.
 
-**One inherited socket, not SO_REUSEPORT.** Both spread connections over processes on Linux. With
-SO_REUSEPORT each process binds a socket of its own on the port and the kernel hashes every new connection
-to one of them. We bind once and share instead, because:
+**Sockets: one SO_REUSEPORT socket per process, all bound by the supervisor.** Linux offers two ways for
+processes to share a port. (a) One listening socket, inherited by every process: one queue of waiting
+connections, taken by whichever process calls ``accept`` first. (b) One socket per process, each with
+SO_REUSEPORT: the kernel puts each new connection in the queue of one socket, chosen by a hash of the
+connection's addresses. We use (b), with every socket bound and kept open by the supervisor and handed to
+its process by descriptor (:func:`gateway.sockets.listen_per_process`), because:
 
-- the port is bound once, before any gateway process starts: a taken port is one error line exactly as
-  with one process, ``--port 0`` gives every process the same port, and no other program can join the
-  port (with SO_REUSEPORT any process of the same user that also sets it, a second Hookgate started by
-  mistake for one, silently takes a share of the traffic);
-- the queue of connections waiting to be accepted belongs to the one socket, not to a process: when a
-  gateway process dies, the connections not yet accepted are accepted by the others. With SO_REUSEPORT
-  each socket has its own queue, and the connections hashed to the dead process's socket are reset;
-- a replacement process takes the same socket again: nothing is rebound, and no window opens in which
-  the port is closed.
+- (a) balances by timing, not by load: asyncio accepts everything waiting in one go, so the process that
+  wakes first takes a whole burst. Measured with 64 keep-alive connections opened at once on 2 cores
+  (``bench/ingress.py --workers 2``, docs/BENCHMARKS.md), (a) split them 61/3 in two windows of three and
+  the second process sat idle; (b) splits by the hash, 33/31 to 41/23;
+- the port is still bound once, before any gateway process starts: the supervisor first binds it without
+  SO_REUSEPORT and lets it go, so a port in use by anyone (even by another Hookgate's SO_REUSEPORT
+  sockets, which could otherwise share it silently) is one error line, and ``--port 0`` gives every
+  process the same port;
+- the supervisor keeps every socket open: when a gateway process dies, the connections waiting in its
+  queue, and the new ones the kernel keeps hashing to it, wait there for its replacement, which gets the
+  same socket. Nothing is reset and nothing is rebound; those connections wait about the restart backoff
+  plus a start (one to two seconds).
 
-The price is balance: with one queue, whichever process wakes first accepts what is waiting (asyncio
-accepts in a loop until the queue is empty). Under load a busy process is slower to come back to
-``accept``, which spreads new connections, but a burst of connections opened at once can land unevenly,
-and a keep-alive connection stays with the process that accepted it (``bench/ingress.py --workers N``
-prints the split).
+The price of (b): a process that is alive but stuck (not accepting) holds up its share of new
+connections, where with (a) the others would take them. Processes do not get stuck by design (every
+wait is bounded; a blocked event loop is a bug), and a dead one is replaced.
 
 **Spawned, not forked.** Each gateway process is a fresh interpreter (``python -m hookgate.cli gateway``
-with the sockets' descriptors passed by number). The supervising process of ``serve`` runs an event loop,
-a pool and threads (the embedded PostgreSQL start, ``asyncio.to_thread``): a fork would copy that state and
+with its sockets' descriptors passed by number). The supervising process of ``serve`` runs an event loop, a
+pool and threads (the embedded PostgreSQL start, ``asyncio.to_thread``): a fork would copy that state and
 locks held by other threads, and the pool's connections would be shared with the child. A spawned process
 shares nothing with its parent but the sockets and the environment.
 
@@ -37,7 +41,7 @@ serving the port. While the parent runs, a gateway process that exits, for whate
 a backoff: 0.25 s, doubled for each further process of that slot that dies within 60 s of its start, at most
 30 s. One that fails before it was ever ready during the parent's own start fails the start: the others are
 stopped and the parent exits with that process's code (its error line is the error). SIGTERM or SIGINT to the
-parent closes the parent's copy of the sockets and sends SIGTERM to every gateway process; each drains as a
+parent closes the parent's copies of the sockets and sends SIGTERM to every gateway process; each drains as a
 single gateway does, within ``HOOKGATE_SHUTDOWN_DEADLINE``, and one still running at the deadline is killed.
 
 Everything a gateway keeps in memory is per process: its pool (N × ``HOOKGATE_POOL_MAX_SIZE`` connections),
@@ -127,20 +131,22 @@ class _Child:
 
 
 class GatewayProcesses:
-    """N gateway processes serving sockets this process bound; a service (``run`` supervises, ``stop`` drains).
+    """Gateway processes serving sockets this process bound; a service (``run`` supervises, ``stop`` drains).
 
-    ``argv`` is the command line of one gateway process up to its socket descriptors (``… gateway --host H
-    --port P``); ``env`` is added to this process's environment for them.
+    ``sockets`` holds one set of listening sockets per process (:func:`gateway.sockets.listen_per_process`):
+    slot i always serves set i, also after a restart. ``argv`` is the command line of one gateway process up
+    to its socket descriptors (``… gateway --host H --port P``); ``env`` is added to this process's
+    environment for them.
     """
 
     name = "gateway-processes"
 
-    def __init__(self, sockets: Sequence[socket.socket], count: int, argv: Sequence[str], *, deadline: float,
+    def __init__(self, sockets: Sequence[Sequence[socket.socket]], argv: Sequence[str], *, deadline: float,
                  env: Mapping[str, str] | None = None) -> None:
-        self.sockets = list(sockets)
-        self.count = count
+        self.sockets = [list(group) for group in sockets]
+        self.count = len(self.sockets)
         self.deadline = deadline
-        self._argv = [*argv, "--listen-fds", ",".join(str(s.fileno()) for s in self.sockets)]
+        self._argv = list(argv)
         self._env = {**os.environ, **(env or {})}
         self._children: list[_Child] = []
         self._stopping = asyncio.Event()
@@ -158,8 +164,8 @@ class GatewayProcesses:
         every process started so far is stopped before the cancellation goes on.
         """
         try:
-            for _ in range(self.count):
-                self._children.append(await self._spawn())
+            for slot in range(self.count):
+                self._children.append(await self._spawn(slot))
             waiting = {asyncio.create_task(child.ready()): child for child in self._children}
             try:
                 while waiting:
@@ -191,21 +197,22 @@ class GatewayProcesses:
     async def stop(self) -> None:
         """Close this process's copy of the sockets, SIGTERM every gateway process, wait for them to drain."""
         self._stopping.set()
-        for sock in self.sockets:
-            sock.close()  # once the gateway processes have closed theirs too, new connections are refused
+        for group in self.sockets:
+            for sock in group:
+                sock.close()  # once the gateway processes have closed theirs too, new connections are refused
         for child in self._children:
             child.signal(signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._finished.wait(), self.deadline)
 
-    async def _spawn(self) -> _Child:
+    async def _spawn(self, slot: int) -> _Child:
         ours, theirs = socket.socketpair()
         ours.setblocking(False)
+        listening = [sock.fileno() for sock in self.sockets[slot]]
         try:
-            argv = [*self._argv, "--parent-fd", str(theirs.fileno())]
+            argv = [*self._argv, "--listen-fds", ",".join(map(str, listening)), "--parent-fd", str(theirs.fileno())]
             process = await asyncio.create_subprocess_exec(
-                *argv, env=self._env, stdin=subprocess.DEVNULL,
-                pass_fds=(*(s.fileno() for s in self.sockets), theirs.fileno()),
+                *argv, env=self._env, stdin=subprocess.DEVNULL, pass_fds=(*listening, theirs.fileno()),
             )
         except BaseException:
             ours.close()
@@ -233,7 +240,7 @@ class GatewayProcesses:
                 await asyncio.wait_for(self._stopping.wait(), restart_delay(quick_deaths))
                 return
             try:
-                child = await self._spawn()
+                child = await self._spawn(slot)
             except OSError as exc:  # out of processes or memory, for now: try again after the next backoff
                 log.error("cannot start a gateway process", extra={"error": str(exc)})
                 child = None

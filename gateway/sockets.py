@@ -1,7 +1,7 @@
 """The HTTP server's listening sockets, opened before anything is announced (kept light: no app is imported).
 
-``hookgate gateway --workers N`` binds them in the supervising process, which serves nothing itself, so
-this module imports only the standard library (:mod:`gateway.processes`).
+``hookgate gateway --workers N`` binds one set per gateway process in the supervising process, which serves
+nothing itself, so this module imports only the standard library (:mod:`gateway.processes`).
 """
 
 from __future__ import annotations
@@ -38,3 +38,39 @@ def listen(host: str, port: int, backlog: int) -> list[socket.socket]:
             sock.close()
         raise CannotListen(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).lower()}") from None
     return opened
+
+
+def listen_per_process(host: str, port: int, backlog: int, count: int) -> list[list[socket.socket]]:
+    """``count`` sets of listening sockets on the same addresses and port, one set per gateway process.
+
+    Each socket has SO_REUSEPORT, so the kernel spreads new connections over the sets by a hash of their
+    addresses. The port is first bound once without it, as :func:`listen` does, and released at once: a
+    port held by anyone (also by another process's SO_REUSEPORT sockets, which would otherwise let us
+    share it silently) is :class:`CannotListen`, and port 0 becomes the port every set then binds.
+    """
+    probe = listen(host, port, backlog)
+    port = port or int(probe[0].getsockname()[1])
+    addresses = [(sock.family, sock.type, sock.proto, sock.getsockname()) for sock in probe]
+    for sock in probe:
+        sock.close()
+    opened: list[socket.socket] = []
+    sets: list[list[socket.socket]] = []
+    try:
+        for _ in range(count):
+            sets.append([])
+            for family, kind, proto, address in addresses:
+                sock = socket.socket(family, kind, proto)
+                opened.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind((address[0], port, *address[2:]))
+                sock.listen(backlog)
+                sock.setblocking(False)
+                sets[-1].append(sock)
+    except OSError as exc:
+        for sock in opened:
+            sock.close()
+        raise CannotListen(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).lower()}") from None
+    return sets

@@ -116,7 +116,7 @@ async def _run_gateway_processes(settings: Settings, roles: Sequence[str], *, an
     (:mod:`gateway.processes`).
     """
     from gateway.processes import GatewayProcesses, StartFailed, gateway_argv
-    from gateway.sockets import BACKLOG, CannotListen, listen
+    from gateway.sockets import BACKLOG, CannotListen, listen_per_process
 
     others = [role for role in roles if role != "gateway"]
     logs.bind_process()
@@ -130,17 +130,17 @@ async def _run_gateway_processes(settings: Settings, roles: Sequence[str], *, an
                 await stack.enter_async_context(open_database(settings))
             services = _role_services(ctx, others) if ctx is not None else []
             try:
-                sockets = listen(settings.host, settings.port, BACKLOG)
+                sockets = listen_per_process(settings.host, settings.port, BACKLOG, settings.gateway_workers)
             except CannotListen as exc:
                 raise ConfigError(str(exc)) from None
-            for sock in sockets:
+            for sock in (sock for group in sockets for sock in group):
                 stack.callback(sock.close)
-            port = int(sockets[0].getsockname()[1])
+            port = int(sockets[0][0].getsockname()[1])
             # What serve changed in its settings must hold in its gateway processes too.
             env = ({} if settings.agent_allow_cidrs is None
                    else {"HOOKGATE_AGENT_ALLOW_CIDRS": ",".join(settings.agent_allow_cidrs)})
-            gateways = GatewayProcesses(sockets, settings.gateway_workers, gateway_argv(settings.host, port),
-                                        deadline=settings.shutdown_deadline, env=env)
+            gateways = GatewayProcesses(sockets, gateway_argv(settings.host, port), deadline=settings.shutdown_deadline,
+                                        env=env)
             try:
                 await gateways.start()
             except StartFailed as failed:

@@ -1,8 +1,8 @@
 """``--workers N``: N gateway processes on one port, supervised, as real processes on a real socket.
 
 Which process holds a connection is read from ``/proc`` (psutil: the process whose socket has the client's
-address as its peer). To make a given process accept, the others are paused (SIGSTOP): the one socket's
-queue is then served by the only process left running.
+address as its peer). The kernel spreads connections over the processes by a hash of their addresses, so
+twenty connections reach both of two processes but once in half a million runs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -22,6 +21,9 @@ from hookgate.context import Context
 from tests import factories
 from tests.acceptance.test_cli import hookgate
 from tests.processes import Proc, Spawner
+
+SPREAD = 20  # connections opened to see every process: all twenty to one of two is a 2**-19 chance
+HEALTH = b"GET /healthz HTTP/1.1\r\nHost: hooks.test\r\n\r\n"
 
 
 def children(proc: Proc) -> list[int]:
@@ -36,6 +38,14 @@ def until(check, timeout: float = 20.0, what: str = "condition"):  # type: ignor
         assert time.monotonic() < deadline, f"{what} not reached in {timeout} s"
         time.sleep(0.02)
     return found
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie not yet reaped counts as gone)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def holder(client: socket.socket, pids: list[int]) -> int | None:
@@ -65,56 +75,6 @@ def answer_status(client: socket.socket) -> int:
     return int(head.split(b" ", 2)[1])
 
 
-HEALTH = b"GET /healthz HTTP/1.1\r\nHost: hooks.test\r\n\r\n"
-
-
-@pytest.fixture
-def paused() -> Iterator[set[int]]:
-    """Pids paused by a test: resumed at the end whatever happens (else nothing could kill them cleanly)."""
-    stopped: set[int] = set()
-    yield stopped
-    resume_all(stopped)
-
-
-def with_gone(action) -> None:  # type: ignore[no-untyped-def]
-    """Run ``action``, ignoring a process that is already gone."""
-    try:
-        action()
-    except psutil.NoSuchProcess:
-        pass
-
-
-def only_running(pid: int, pids: list[int], paused: set[int]) -> None:
-    """Pause every process of ``pids`` but ``pid``; resume ``pid`` if it was paused."""
-    for other in pids:
-        if other == pid and other in paused:
-            psutil.Process(other).resume()
-            paused.discard(other)
-        elif other != pid and other not in paused:
-            psutil.Process(other).suspend()
-            paused.add(other)
-
-
-def resume_all(paused: set[int]) -> None:
-    """Let every paused process run again."""
-    for pid in paused:
-        with_gone(lambda pid=pid: psutil.Process(pid).resume())
-    paused.clear()
-
-
-def served_by(port: int, pid: int, pids: list[int], paused: set[int]) -> socket.socket:
-    """Send /healthz with only ``pid`` running; assert it answered 200 and holds the connection."""
-    only_running(pid, pids, paused)
-    client = send(port, HEALTH)
-    try:
-        assert answer_status(client) == 200
-        assert holder(client, pids) == pid
-    except BaseException:
-        client.close()
-        raise
-    return client
-
-
 def claim_request(token: str, instance: str) -> bytes:
     """A runtime claim long-polling 20 s (nothing to claim: it waits until the gateway stops)."""
     body = json.dumps({"wait_s": 20, "instance": instance}).encode()
@@ -123,44 +83,56 @@ def claim_request(token: str, instance: str) -> bytes:
 
 
 def wait_banner(proc: Proc) -> None:
-    """Until ``hookgate ready on`` is printed; it must be printed once."""
+    """Until ``hookgate ready on`` is printed."""
     until(lambda: "hookgate ready on" in proc.output() or proc.popen.poll() is not None, 60, "ready banner")
     assert proc.popen.poll() is None, proc.output()
 
 
+def health_checks(port: int) -> list[socket.socket]:
+    """``SPREAD`` connections, each with a /healthz sent on it (all sent before any answer is read)."""
+    return [send(port, HEALTH) for _ in range(SPREAD)]
+
+
+def answered_by(clients: list[socket.socket], pids: list[int]) -> set[int]:
+    """Read every answer (each must be 200), close the connections; the processes that held them."""
+    held = set()
+    try:
+        for client in clients:
+            assert answer_status(client) == 200
+            held.add(holder(client, pids))
+    finally:
+        for client in clients:
+            client.close()
+    return held
+
+
 async def test_gateway_workers_share_one_port_survive_a_killed_process_and_drain_on_sigterm(
-        spawn: Spawner, ctx: Context, paused: set[int]):
+        spawn: Spawner, ctx: Context):
     agent = await factories.pull_agent(await factories.world(ctx))
     proc = spawn.start("gateway", "--workers", "2", gateway=True, extra_env={"HOOKGATE_SHUTDOWN_DEADLINE": "5"})
     assert proc.port is not None
     wait_banner(proc)
     first, second = pids = children(proc)
+    assert answered_by(health_checks(proc.port), pids) == {first, second}  # both accept on the one port
 
-    # Both processes accept on the one port.
-    for pid in pids:
-        served_by(proc.port, pid, pids, paused).close()
-    resume_all(paused)
-
-    # One is killed: the port still answers, through the other, and a new process takes the dead one's place.
+    # One is killed. Connections made before its replacement runs are all answered: by the other process,
+    # or, those the kernel put in the dead one's queue (which the supervisor keeps open), by the replacement.
     psutil.Process(first).kill()
-    served_by(proc.port, second, [second], paused).close()
+    until(lambda: gone(first), what="the killed process gone")
+    waiting = health_checks(proc.port)
     third = until(lambda: [p for p in children(proc) if p not in pids], what="a replacement process")[0]
     pids = [second, third]
-    served_by(proc.port, third, pids, paused).close()  # waits in the queue until the new process serves
+    assert answered_by(waiting, pids) == {second, third}
     assert re.search(r'"gateway process exited; starting another", "pid": \d+, "exit_code": -9', proc.output())
 
-    # Each process holds a long-polling claim; SIGTERM to the supervisor ends both (204) and it exits 0.
-    claims = []
-    for n, pid in enumerate(pids):
-        only_running(pid, pids, paused)
-        claim = send(proc.port, claim_request(agent.runtime_token, f"i{n}"))
-        until(lambda claim=claim: holder(claim, pids), what="the claim accepted")
-        claims.append(claim)
-    resume_all(paused)
-    started = time.monotonic()
-    proc.signal(signal.SIGTERM)
+    # Long-polling claims held by both processes; SIGTERM to the supervisor ends them all (204), it exits 0.
+    claims = [send(proc.port, claim_request(agent.runtime_token, f"i{n}")) for n in range(SPREAD)]
     try:
-        assert [answer_status(claim) for claim in claims] == [204, 204]
+        holders = [until(lambda c=c: holder(c, pids), what="the claim accepted") for c in claims]
+        assert set(holders) == {second, third}
+        started = time.monotonic()
+        proc.signal(signal.SIGTERM)
+        assert [answer_status(claim) for claim in claims] == [204] * SPREAD
     finally:
         for claim in claims:
             claim.close()
