@@ -102,6 +102,8 @@ def _walk(parser: argparse.ArgumentParser, path: str, out: dict[str, Any]) -> No
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             helps |= {a.dest: _help(parser, a) for a in action._choices_actions}
+        elif action.help == argparse.SUPPRESS:
+            continue  # hidden from --help (an internal option): not offered either
         elif action.option_strings:
             longs = [o for o in action.option_strings if o.startswith("--")]
             words.extend(longs)

@@ -16,6 +16,7 @@ import time
 import psutil
 import pytest
 
+from hookgate import completion
 from hookgate.cli import build_parser, main
 from hookgate.context import Context
 from tests import factories
@@ -196,3 +197,5 @@ def test_help_names_workers_and_hides_how_gateway_processes_are_started(capsys):
     shown = capsys.readouterr().out
     assert "--workers N" in shown and "HOOKGATE_GATEWAY_WORKERS" in shown
     assert "--listen-fds" not in shown and "--parent-fd" not in shown
+    offered = completion.script(build_parser(), "bash")
+    assert "--workers" in offered and "--listen-fds" not in offered and "--parent-fd" not in offered
