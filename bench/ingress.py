@@ -23,7 +23,8 @@ drives each server for ``--duration`` seconds after a short warm-up, prints acce
 latency for both and the ratio, then checks the database: every 2xx is a stored delivery, no dedupe key
 is stored twice, every delivery has exactly one run. The per-IP caps are raised for the run (all load
 comes from 127.0.0.1). The client runs on the same machine: its own CPU per request is printed too, and
-the load average at the start and the end (other work on the machine changes every figure).
+the load average at the start and the end (other work on the machine changes every figure). "server busy"
+is the server's CPU time over the window's length: how many cores its processes kept busy.
 """
 
 from __future__ import annotations
@@ -338,6 +339,7 @@ async def measure(label: str, port: int, path: str, args: argparse.Namespace, ds
     print(f"{label:9s} {rate:8.0f} req/s accepted   p50 {percentile(result.latencies, 0.5) * 1000:6.2f} ms   "
           f"p99 {percentile(result.latencies, 0.99) * 1000:6.2f} ms   "
           f"CPU server {cpu:4.0f} + PostgreSQL {db_cpu:4.0f} + client {client_cpu:3.0f} us/req   "
+          f"server busy {sum(result.statuses.values()) * cpu / 1e6 / result.elapsed:4.2f} cores   "
           f"WAL {wal:6.0f} B/req   statuses {result.statuses}{shares}", flush=True)
     if not requests:
         print(f"  warning: {label} ran out of prebuilt requests; raise --max-rate", flush=True)
@@ -497,7 +499,8 @@ async def run(args: argparse.Namespace) -> int:
             answered = max(1, sum(res.statuses.values()))
             print(f"total    {srv.label:9s}{res.rate:8.0f} req/s  p50 {res.p(0.5):.2f} ms  p99 {res.p(0.99):.2f} ms  "
                   f"CPU server {res.cpu_us / answered:.0f} + PostgreSQL {res.db_cpu_us / answered:.0f} + client "
-                  f"{res.client_cpu_us / answered:.0f} us/req", flush=True)
+                  f"{res.client_cpu_us / answered:.0f} us/req  server busy {res.cpu_us / 1e6 / res.elapsed:.2f} cores",
+                  flush=True)
         baseline, single = servers[0].total, servers[1].total
         median = sorted(ratios["gateway"])[len(ratios["gateway"]) // 2]
         print(f"summary  ratio {single.rate / baseline.rate:.2f} (median of rounds {median:.2f}); {args.connections} "
