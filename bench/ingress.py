@@ -513,6 +513,12 @@ async def run(args: argparse.Namespace) -> int:
                   f"{sorted(scaling)[len(scaling) // 2]:.2f}); {multi.label} / baseline "
                   f"{multi.total.rate / baseline.rate:.2f}; connections per process in each window: {splits}",
                   flush=True)
+        for srv in servers:  # the rows of bench/run_all's table (each ratio against the baseline of this run)
+            row = {"subject": srv.label, "value": round(srv.total.rate), "unit": "req/s",
+                   "p50_ms": round(srv.total.p(0.5), 2), "p99_ms": round(srv.total.p(0.99), 2)}
+            if srv is not servers[0]:
+                row |= {"baseline": round(baseline.rate), "ratio": round(srv.total.rate / baseline.rate, 2)}
+            print(f"BENCH {json.dumps(row)}", flush=True)
         written, statements = batch_sizes(servers[1].port)
         print(f"batches  {written / max(statements, 1):.1f} deliveries per ingest statement on average "
               f"({statements:.0f} statements, the one-process gateway)", flush=True)
