@@ -13,8 +13,8 @@ its process by descriptor (:func:`gateway.sockets.listen_per_process`), because:
 
 - (a) balances by timing, not by load: asyncio accepts everything waiting in one go, so the process that
   wakes first takes a whole burst. Measured with 64 keep-alive connections opened at once on 2 cores
-  (``bench/ingress.py --workers 2``, docs/BENCHMARKS.md), (a) split them 61/3 in two windows of three and
-  the second process sat idle; (b) splits by the hash, 33/31 to 41/23;
+  (``bench/ingress.py --workers 2``, docs/BENCHMARKS.md), (a) split them 61/3 in two windows of three;
+  (b) splits them by the hash, 33/31 to 40/24 in every window;
 - the port is still bound once, before any gateway process starts: the supervisor first binds it without
   SO_REUSEPORT and lets it go, so a port in use by anyone (even by another Hookgate's SO_REUSEPORT
   sockets, which could otherwise share it silently) is one error line, and ``--port 0`` gives every
