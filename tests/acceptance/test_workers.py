@@ -49,14 +49,11 @@ def gone(pid: int) -> bool:
         return True
 
 
-def holder(client: socket.socket, pids: list[int]) -> int | None:
-    """The process among ``pids`` that accepted ``client``'s connection (None while none has)."""
-    mine = client.getsockname()
-    for pid in pids:
-        for conn in psutil.Process(pid).net_connections(kind="tcp"):
-            if conn.raddr and tuple(conn.raddr) == mine:
-                return pid
-    return None
+def holders(clients: list[socket.socket], pids: list[int]) -> list[int | None]:
+    """For each client, the process among ``pids`` that accepted its connection (None while none has)."""
+    peers = {tuple(conn.raddr): pid for pid in pids for conn in psutil.Process(pid).net_connections(kind="tcp")
+             if conn.raddr}
+    return [peers.get(client.getsockname()) for client in clients]
 
 
 def send(port: int, request: bytes) -> socket.socket:
@@ -94,17 +91,14 @@ def health_checks(port: int) -> list[socket.socket]:
     return [send(port, HEALTH) for _ in range(SPREAD)]
 
 
-def answered_by(clients: list[socket.socket], pids: list[int]) -> set[int]:
+def answered_by(clients: list[socket.socket], pids: list[int]) -> set[int | None]:
     """Read every answer (each must be 200), close the connections; the processes that held them."""
-    held = set()
     try:
-        for client in clients:
-            assert answer_status(client) == 200
-            held.add(holder(client, pids))
+        assert [answer_status(client) for client in clients] == [200] * len(clients)
+        return set(holders(clients, pids))
     finally:
         for client in clients:
             client.close()
-    return held
 
 
 async def test_gateway_workers_share_one_port_survive_a_killed_process_and_drain_on_sigterm(
@@ -129,8 +123,8 @@ async def test_gateway_workers_share_one_port_survive_a_killed_process_and_drain
     # Long-polling claims held by both processes; SIGTERM to the supervisor ends them all (204), it exits 0.
     claims = [send(proc.port, claim_request(agent.runtime_token, f"i{n}")) for n in range(SPREAD)]
     try:
-        holders = [until(lambda c=c: holder(c, pids), what="the claim accepted") for c in claims]
-        assert set(holders) == {second, third}
+        held = until(lambda: None not in (found := holders(claims, pids)) and found, what="the claims accepted")
+        assert set(held) == {second, third}
         started = time.monotonic()
         proc.signal(signal.SIGTERM)
         assert [answer_status(claim) for claim in claims] == [204] * SPREAD
