@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,11 @@ class NotifyListener:
         self._stopped = asyncio.Event()
         self._subscribers: dict[str, list[Callable[[str], None]]] = {ch: [] for ch in channels}
 
+    @property
+    def application_name(self) -> str:
+        """How the listening session shows in ``pg_stat_activity``: ``hookgate listen <pid>``."""
+        return f"hookgate listen {os.getpid()}"
+
     def _on_notify(self, _conn: Any, _pid: int, channel: str, payload: object) -> None:
         event = self.events.get(channel)
         if event is not None:
@@ -75,7 +81,7 @@ class NotifyListener:
             if self.connected:
                 return
             try:
-                conn = await database.connect(self.dsn)
+                conn = await database.connect(self.dsn, server_settings={"application_name": self.application_name})
                 for channel in self.events:
                     await conn.add_listener(channel, self._on_notify)
             except database.DATABASE_ERRORS as exc:
