@@ -96,13 +96,11 @@ class Replicas:
 
     def kill_primary(self) -> None:
         """SIGKILL every process of the primary at once (postmaster first): as if its machine were lost."""
-        procs = _cluster_processes(self.pgdata("primary"))
-        procs.sort(key=lambda p: p.ppid() in {q.pid for q in procs})  # the postmaster (parent of the rest) first
-        for proc in procs:
+        postmaster = psutil.Process(int((self.pgdata("primary") / "postmaster.pid").read_text().split()[0]))
+        for proc in (postmaster, *postmaster.children()):
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(signal.SIGKILL)
         self.killed_at = time.monotonic()
-        psutil.wait_procs(procs, timeout=10)
 
     def promote(self) -> None:
         """``pg_ctl promote -w``: the standby ends recovery and accepts writes."""
