@@ -107,7 +107,7 @@ class NotifyListener:
         await self._open()
 
     def _keep(self) -> None:
-        if self._keeper is None or self._keeper.done():
+        if (self._keeper is None or self._keeper.done()) and not self._stopped.is_set():  # not after stop()
             self._keeper = asyncio.ensure_future(self._keep_open())
 
     async def _open(self) -> bool:
@@ -204,6 +204,6 @@ class NotifyListener:
         await self._stopped.wait()
 
     async def stop(self) -> None:
-        """As a service: close the listening connection."""
-        await self.close()
+        """As a service: close the listening connection (a later wait() does not reopen it)."""
         self._stopped.set()
+        await self.close()
