@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from urllib.parse import urlsplit
 
 import asyncpg
 
@@ -45,7 +46,7 @@ async def test_a_listening_session_whose_server_stops_answering_is_dropped_and_r
     proxy = TcpProxy(host, port)
     local = proxy.start()
     url = parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{local}",
-                         path=f"/{ctx.dsn.rsplit('/', 1)[1].split('?')[0]}").geturl()
+                         path=urlsplit(ctx.dsn).path).geturl()
     listener = NotifyListener(url, (notify.TRIGGERS,), ping_interval=0.2, ping_timeout=0.3)
     try:
         await listener.ensure()
