@@ -8,7 +8,9 @@ is sent again until answered, as providers do; a tenth of the accepted ones are 
 retries), a local HTTP agent answering every push 200, one pull runtime long-polling the gateway, and cron
 triggers whose occurrence falls due while there is no primary (the scheduler's clock is offset for that:
 ``HOOKGATE_SCHEDULER_CLOCK_OFFSET_S``). ``lead_s`` after the roles start (the world is made and the load
-runs meanwhile) every process of the primary is SIGKILLed, ``promote_after_s`` later the standby is
+runs meanwhile) every process of the primary is SIGKILLed, its WAL sender stopped ``stall_s`` before (the
+standby falls behind: asynchronous, the primary acknowledges commits the standby never gets; synchronous,
+commits wait), ``promote_after_s`` later the standby is
 promoted, and the load goes on for ``after_promote_s``.
 
 Checked on the new primary once nothing is in flight: every 2xx names a stored delivery and every 2xx of
@@ -67,6 +69,7 @@ class FailoverConfig:
     rate: float = 40.0  # new webhook events per second
     lead_s: float = 18.0  # from the roles' start to the kill: their start, the world, then load
     promote_after_s: float = 1.0  # no primary at all for this long
+    stall_s: float = 1.0  # the standby receives no WAL for this long before the kill (0: it never lags)
     after_promote_s: float = 5.0
     schedules: int = 2  # daily cron triggers, their occurrence due while no primary exists
     settle_timeout_s: float = 60.0
@@ -86,6 +89,7 @@ class FailoverReport:
     listen_back_s: dict[str, float | None] = field(default_factory=dict)  # promotion -> each role's LISTEN open
     durability: dict[str, list[str]] = field(default_factory=dict)  # each role's durability lines
     outage_answers: int = 0  # 503s and broken connections: the kill was felt mid-load
+    lagged_2xx: int | None = None  # 2xx for requests sent after the WAL sender stopped, before the kill
     work_dirs: list[Path] = field(default_factory=list)  # the servers' and the processes' (gone after the run)
 
     @property
@@ -264,10 +268,18 @@ async def _experiment(pair: Replicas, roles: dict[str, Proc], api_key: str, conf
         # On a machine so loaded that the scheduler is not up by then, the kill waits for it and the occurrence
         # falls due before the kill (the figure shows it), which proves less.
         await _listening(pair, roles["scheduler"], config.lead_s + 30)
-        await asyncio.sleep(max(0.0, due - config.promote_after_s / 2 - time.time()))
+        await asyncio.sleep(max(0.0, due - config.promote_after_s / 2 - config.stall_s - time.time()))
+        if config.stall_s > 0:
+            await asyncio.to_thread(pair.stall_replication)
+            stalled = time.monotonic()
+            await asyncio.sleep(config.stall_s)
         killed = time.time()
         await asyncio.to_thread(pair.kill_primary)
         report.figures["cron occurrence due after the kill"] = f"{due - killed:+.1f} s"
+        if config.stall_s > 0:  # synchronous: none can be (no commit made after the stall is acknowledged)
+            report.lagged_2xx = sum(sent >= stalled and answered <= (pair.killed_at or 0)
+                                    for sent, answered in load.answered)
+            report.figures["2xx for requests sent while the standby lagged"] = report.lagged_2xx
         await asyncio.sleep(config.promote_after_s)
         await asyncio.to_thread(pair.promote)
         listening = asyncio.create_task(_listeners_back(pair, roles))

@@ -4,7 +4,8 @@ For the failover run (``tests/chaos/failover.py``): :meth:`Replicas.start` initd
 free loopback port, ``trust`` for loopback only), clones it with ``pg_basebackup -R`` into a standby that
 connects as ``standby1``, sets ``synchronous_standby_names = 'standby1'`` on the primary (``ALTER SYSTEM``,
 unless asked for asynchronous replication) and waits until the primary streams to it (``sync`` when
-synchronous). :meth:`Replicas.kill_primary` SIGKILLs every process of the primary at once (the server lost),
+synchronous). :meth:`Replicas.stall_replication` stops the primary's WAL sender (a standby left behind),
+:meth:`Replicas.kill_primary` SIGKILLs every process of the primary at once (the server lost),
 :meth:`Replicas.promote` promotes the standby (``pg_ctl promote``). :meth:`Replicas.close` stops both servers
 and removes their directory, whatever happened before (also after a failed start). As root the servers run
 as the embedded server's system user (``hookgate.embedded.server_binaries``); nothing is installed and
@@ -96,11 +97,25 @@ class Replicas:
 
     def kill_primary(self) -> None:
         """SIGKILL every process of the primary at once (postmaster first): as if its machine were lost."""
-        postmaster = psutil.Process(int((self.pgdata("primary") / "postmaster.pid").read_text().split()[0]))
+        postmaster = self._postmaster()
         for proc in (postmaster, *postmaster.children()):
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(signal.SIGKILL)
         self.killed_at = time.monotonic()
+
+    def stall_replication(self) -> None:
+        """SIGSTOP the primary's WAL sender: from now on the standby receives nothing (a lagging standby).
+
+        Asynchronous, the primary goes on acknowledging commits the standby will never have; synchronous,
+        every commit waits. :meth:`kill_primary` ends the stopped sender with the rest.
+        """
+        for proc in self._postmaster().children():
+            with contextlib.suppress(psutil.Error):
+                if "walsender" in " ".join(proc.cmdline()):
+                    proc.send_signal(signal.SIGSTOP)
+
+    def _postmaster(self) -> psutil.Process:
+        return psutil.Process(int((self.pgdata("primary") / "postmaster.pid").read_text().split()[0]))
 
     def promote(self) -> None:
         """``pg_ctl promote -w``: the standby ends recovery and accepts writes."""
