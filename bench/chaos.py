@@ -4,7 +4,8 @@ One command (loopback only, bounded by ``--events`` / ``--rate``; embedded Postg
 default)::
 
     python bench/chaos.py [--events 2000] [--rate 40] [--server-url postgresql://…] [--seed N] [--agent-outage 18]
-    python bench/chaos.py --scenario failover [--async] [--rate 40] [--lead 18] [--promote-after 1] [--after 5]
+    python bench/chaos.py --scenario failover [--async] [--rate 40] [--lead 18] [--stall 1] [--promote-after 1]
+                          [--after 5]
 
 ``chaos`` (default): starts 2 gateways, 3 workers and 2 schedulers (real ``hookgate`` processes) behind a TCP
 proxy to PostgreSQL, sends signed webhooks (github, stripe, standard, slack; ~20 % provider retries, ~3 %
@@ -14,8 +15,9 @@ mid-lease, while SIGKILLing workers and schedulers, cutting connections and rest
 503), longer than its retry schedule survives: its circuit breaker must hold its tasks until it is back.
 
 ``failover``: a primary and a synchronous streaming standby (``--async``: asynchronous), a gateway, a worker
-and a scheduler on the multi-host URL; the primary is SIGKILLed mid-load and the standby promoted
-``--promote-after`` seconds later (tests/chaos/failover.py).
+and a scheduler on the multi-host URL; mid-load the standby stops receiving WAL, ``--stall`` seconds later
+the primary is SIGKILLed, and the standby is promoted ``--promote-after`` seconds after that
+(tests/chaos/failover.py).
 
 Prints a summary table; exits 1 on any violation. See docs/RELIABILITY.md.
 """
@@ -50,12 +52,14 @@ def main() -> int:
                           help="asynchronous streaming replication (acknowledged commits can be lost)")
     failover.add_argument("--lead", type=float, default=18.0, help="seconds from the roles' start to the kill")
     failover.add_argument("--promote-after", type=float, default=1.0, help="seconds without a primary")
+    failover.add_argument("--stall", type=float, default=1.0,
+                          help="seconds the standby receives no WAL before the kill (0: it keeps up)")
     failover.add_argument("--after", type=float, default=5.0, help="seconds of load after the promotion")
     args = parser.parse_args()
     if args.scenario == "failover":
         result = run_failover(FailoverConfig(
             synchronous=not args.asynchronous, rate=args.rate, lead_s=args.lead, promote_after_s=args.promote_after,
-            after_promote_s=args.after, seed=args.seed))
+            stall_s=args.stall, after_promote_s=args.after, seed=args.seed))
         print(result.details())
         return 0 if result.ok else 1
     config = Config(events=args.events, rate=args.rate, workers=args.workers, schedules=args.schedules,
