@@ -10,8 +10,8 @@ triggers whose occurrence falls due while there is no primary (the scheduler's c
 ``HOOKGATE_SCHEDULER_CLOCK_OFFSET_S``). ``lead_s`` after the roles start (the world is made and the load
 runs meanwhile) every process of the primary is SIGKILLed, its WAL sender stopped ``stall_s`` before (the
 standby falls behind: asynchronous, the primary acknowledges commits the standby never gets; synchronous,
-commits wait), ``promote_after_s`` later the standby is
-promoted, and the load goes on for ``after_promote_s``.
+commits wait); ``promote_after_s`` after the kill the standby is promoted, and the load goes on for
+``after_promote_s``.
 
 Checked on the new primary once nothing is in flight: every 2xx names a stored delivery and every 2xx of
 one event the same one, one run per delivery, every run completed, one task per run pushed under one id,
@@ -54,16 +54,16 @@ from tests.processes import ROOT, Proc, Spawner, free_port
 
 SECRET_KEY = base64.b64encode(b"failover-secret-key-of-32-bytes!").decode()
 DATABASE = "hookgate"
-#: The query by which a role's listening connection is found on a server: its application_name names its pid.
 #: The chaos run's short leases and retries (work cut off by the kill is taken over in seconds, not minutes);
 #: everything that decides how fast a role reconnects keeps its default (the scheduler's longest tick too).
 LEASES = {k: v for k, v in FAST_RECOVERY.items() if k not in ("HOOKGATE_SCHEDULER_MAX_TICK_S", "HOOKGATE_LOG_LEVEL")}
+#: The query by which a role's listening connection is found on a server: its application_name names its pid.
 LISTENERS = "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'hookgate listen %'"
 
 
 @dataclass(frozen=True)
 class FailoverConfig:
-    """Shape of a run. Defaults: the CI-sized run (about 45 s in all)."""
+    """Shape of a run. Defaults: the CI-sized run (30-45 s in all)."""
 
     synchronous: bool = True  # False: asynchronous streaming (acknowledged commits can be lost)
     rate: float = 40.0  # new webhook events per second
@@ -124,7 +124,7 @@ class WebhookLoad:
     events: int = 0
     unanswered: set[str] = field(default_factory=set)
     stopping: bool = False
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)  # one sender per event
 
     async def run(self, client: httpx.AsyncClient) -> None:
         """Start one sender per new event, paced, until :attr:`stopping`."""
@@ -134,12 +134,12 @@ class WebhookLoad:
             self.events += 1
             key = f"evt-{uuid.uuid4().hex}"
             self.unanswered.add(key)
-            self._tasks.append(asyncio.create_task(self._event(client, key)))
+            self.tasks.append(asyncio.create_task(self._event(client, key)))
 
     async def settle(self, deadline_s: float) -> None:
         """Wait until every event was answered 2xx (or ``deadline_s`` passed)."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*self._tasks), deadline_s)
+            await asyncio.wait_for(asyncio.gather(*self.tasks), deadline_s)
 
     async def _event(self, client: httpx.AsyncClient, key: str) -> None:
         while not await self._send(client, key):
@@ -263,47 +263,57 @@ async def _experiment(pair: Replicas, roles: dict[str, Proc], api_key: str, conf
     runtimes = PullRuntimes([roles["gateway"].url], made.runtime_token, count=1, vanish=0.0, rng=rng)
     load = WebhookLoad(made.hook_url, config.rate, rng)
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    running: list[asyncio.Task[Any]] = []
     async with httpx.AsyncClient(timeout=10, limits=limits) as client:
-        background = [asyncio.create_task(load.run(client)), asyncio.create_task(runtimes.run())]
-        # On a machine so loaded that the scheduler is not up by then, the kill waits for it and the occurrence
-        # falls due before the kill (the figure shows it), which proves less.
-        await _listening(pair, roles["scheduler"], config.lead_s + 30)
-        await asyncio.sleep(max(0.0, due - config.promote_after_s / 2 - config.stall_s - time.time()))
-        if config.stall_s > 0:
-            await asyncio.to_thread(pair.stall_replication)
-            stalled = time.monotonic()
-            await asyncio.sleep(config.stall_s)
-        killed = time.time()
-        await asyncio.to_thread(pair.kill_primary)
-        report.figures["cron occurrence due after the kill"] = f"{due - killed:+.1f} s"
-        if config.stall_s > 0:  # synchronous: none can be (no commit made after the stall is acknowledged)
-            report.lagged_2xx = sum(sent >= stalled and answered <= (pair.killed_at or 0)
-                                    for sent, answered in load.answered)
-            report.figures["2xx for requests sent while the standby lagged"] = report.lagged_2xx
-        await asyncio.sleep(config.promote_after_s)
-        await asyncio.to_thread(pair.promote)
-        listening = asyncio.create_task(_listeners_back(pair, roles))
-        await asyncio.sleep(config.after_promote_s)
-        load.stopping = True
-        await background[0]
-        await load.settle(config.settle_timeout_s)
-        conn = await asyncpg.connect(pair.direct_url("standby", DATABASE))
         try:
-            waited = await _wait_quiescent(conn, config.settle_timeout_s)
-            for found in (await checks.every_2xx_stored(conn, load), await checks.one_run_per_delivery(conn),
-                          await checks.runs_terminal(conn), await checks.runs_not_failed(conn),
-                          await checks.occurrences_once(conn), await checks.tasks_once(conn, agent, runtimes),
-                          await checks.pushes_acknowledged(conn, agent, made.http_agent_id),
-                          await checks.no_dead_leases(conn, []),
-                          await _schedules_fired(conn, made.schedule_triggers)):
-                report.violations += found
-            db = await checks.figures(conn)
-        finally:
-            await conn.close()
-        runtimes.stopping = True
-        await background[1]
-        back = await listening
-    await agent.stop()
+            background = [asyncio.create_task(load.run(client)), asyncio.create_task(runtimes.run())]
+            running += background
+            # On a machine so loaded that the scheduler is not up by then, the kill waits for it and the occurrence
+            # falls due before the kill (the figure shows it), which proves less.
+            await _listening(pair, roles["scheduler"], config.lead_s + 30)
+            await asyncio.sleep(max(0.0, due - config.promote_after_s / 2 - config.stall_s - time.time()))
+            if config.stall_s > 0:
+                await asyncio.to_thread(pair.stall_replication)
+                stalled = time.monotonic()
+                await asyncio.sleep(config.stall_s)
+            killed = time.time()
+            await asyncio.to_thread(pair.kill_primary)
+            report.figures["cron occurrence due after the kill"] = f"{due - killed:+.1f} s"
+            if config.stall_s > 0:  # synchronous: none can be (no commit made after the stall is acknowledged)
+                report.lagged_2xx = sum(sent >= stalled and answered <= (pair.killed_at or 0)
+                                        for sent, answered in load.answered)
+                report.figures["2xx for requests sent while the standby lagged"] = report.lagged_2xx
+            await asyncio.sleep(config.promote_after_s)
+            await asyncio.to_thread(pair.promote)
+            listening = asyncio.create_task(_listeners_back(pair, roles))
+            running.append(listening)
+            await asyncio.sleep(config.after_promote_s)
+            load.stopping = True
+            await background[0]
+            await load.settle(config.settle_timeout_s)
+            conn = await asyncpg.connect(pair.direct_url("standby", DATABASE))
+            try:
+                waited = await _wait_quiescent(conn, config.settle_timeout_s)
+                for found in (await checks.every_2xx_stored(conn, load), await checks.one_run_per_delivery(conn),
+                              await checks.runs_terminal(conn), await checks.runs_not_failed(conn),
+                              await checks.occurrences_once(conn), await checks.tasks_once(conn, agent, runtimes),
+                              await checks.pushes_acknowledged(conn, agent, made.http_agent_id),
+                              await checks.no_dead_leases(conn, []),
+                              await _schedules_fired(conn, made.schedule_triggers)):
+                    report.violations += found
+                db = await checks.figures(conn)
+            finally:
+                await conn.close()
+            runtimes.stopping = True
+            await background[1]
+            back = await listening
+        finally:  # a run that failed half-way leaves no sender behind the closed client
+            load.stopping = runtimes.stopping = True
+            running = [t for t in (*running, *load.tasks) if not t.done()]
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+            await agent.stop()
     if load.unanswered:
         report.violations.append(f"{len(load.unanswered)} events never got a 2xx")
     report.figures |= _figures(pair, load, agent, runtimes, db, waited, back, config)
@@ -314,8 +324,7 @@ async def _experiment(pair: Replicas, roles: dict[str, Proc], api_key: str, conf
 
 
 def _figures(pair: Replicas, load: WebhookLoad, agent: HttpAgent, runtimes: PullRuntimes, db: dict[str, Any],
-             waited: float,
-             back: dict[str, float | None], config: FailoverConfig) -> dict[str, Any]:
+             waited: float, back: dict[str, float | None], config: FailoverConfig) -> dict[str, Any]:
     assert pair.killed_at is not None and pair.promoted_at is not None
     after_kill = [answered for sent, answered in load.answered if sent >= pair.killed_at]
     first = min(after_kill, default=None)
