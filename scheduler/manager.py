@@ -34,6 +34,10 @@ from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
 
+#: Longest pause between two failed ticks (the database out of reach): a scheduler is back at work at most
+#: this long after the database (a promoted standby, after a failover) accepts connections again.
+FAILED_TICK_RETRY_MAX_S = 2.0
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """How a scheduler runs; the defaults are the settings' defaults.
@@ -116,7 +120,7 @@ class Scheduler:
                     failures = 0
                 except database.DATABASE_ERRORS as exc:
                     failures += 1
-                    delay = min(self.max_tick, 0.5 * 2 ** min(failures, 6))
+                    delay = min(self.max_tick, FAILED_TICK_RETRY_MAX_S, 0.5 * 2 ** min(failures, 6))
                     log.warning("scheduler tick failed; retrying", extra={"error": str(exc), "in_s": delay})
                 if delay > 0:
                     with contextlib.suppress(TimeoutError):

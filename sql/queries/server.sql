@@ -20,3 +20,15 @@ SELECT coalesce($1::timestamptz, now());
 -- two batch statements, 0.7 ms warm).
 SELECT $1::uuid[], $2::text[], $3::timestamptz[], $4::jsonb[], $5::bigint[], $6::bytea[], $7::integer[],
        $8::boolean[], $9::double precision[];
+
+-- name: server_durability
+-- What an acknowledged commit survives, read once at start by every process (hookgate/durability.py): this
+-- session's synchronous_commit, the server's synchronous_standby_names, whether it is a standby, the standbys
+-- attached in sync or quorum state now, and how many attached standbys this role may not see the state of
+-- (pg_stat_replication shows it only to superusers and members of pg_read_all_stats).
+SELECT current_setting('synchronous_commit') AS synchronous_commit,
+       current_setting('synchronous_standby_names') AS standby_names,
+       pg_is_in_recovery() AS in_recovery,
+       coalesce((SELECT array_agg(application_name ORDER BY application_name)
+                 FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')), '{}') AS sync_standbys,
+       (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL) AS hidden;

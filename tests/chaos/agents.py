@@ -32,6 +32,7 @@ class HttpAgent:
 
     secret: str = ""
     slow_s: float = 1.0
+    misbehave: bool = True  # False: every push is answered 200 at once (the failover run's agent)
     rng: random.Random = field(default_factory=random.Random)
     acked: Counter[str] = field(default_factory=Counter)  # task id -> 2xx answers given
     runs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # run id -> task ids pushed
@@ -98,7 +99,7 @@ class HttpAgent:
         if self.down == "503":
             self.answered_503 += 1
             return web.json_response({"error": "down for maintenance"}, status=503)
-        roll = self.rng.random()
+        roll = self.rng.random() if self.misbehave else 1.0
         if roll < 0.08:
             return web.json_response({"error": "boom"}, status=500)
         if roll < 0.14:

@@ -13,13 +13,17 @@ import threading
 class TcpProxy:
     """Forward ``127.0.0.1:<port>`` to ``target`` (host or unix socket dir, port).
 
-    ``cut()`` drops every open connection; ``block()`` refuses new ones until unblocked.
+    ``cut()`` drops every open connection; ``block()`` refuses new ones until unblocked; ``freeze()`` forwards
+    nothing either way and answers no new connection, closing nothing (a server whose machine vanished);
+    ``freeze(answers_only=True)`` still forwards what clients send, but none of the server's answers.
     """
 
     def __init__(self, target_host: str, target_port: int, listen_port: int = 0) -> None:
         self.target = (target_host, target_port)
         self.listen_port = listen_port
         self.blocked = False
+        self.frozen = False
+        self.answers_frozen = False
         self._writers: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="tcp-proxy")
@@ -40,6 +44,14 @@ class TcpProxy:
         if self.blocked:
             writer.close()
             return
+        if self.frozen:  # accepted and never answered, until cut or stopped
+            self._writers.add(writer)
+            with contextlib.suppress(ConnectionError, OSError):
+                while await reader.read(65536):
+                    pass
+            self._writers.discard(writer)
+            writer.close()
+            return
         try:
             host, port = self.target
             if host.startswith("/"):  # a PostgreSQL unix socket directory
@@ -50,13 +62,14 @@ class TcpProxy:
             writer.close()
             return
         self._writers |= {writer, up_writer}
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer, answers=True))
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, answers: bool = False) -> None:
         try:
             while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
+                if not self.frozen and not (answers and self.answers_frozen):
+                    writer.write(data)
+                    await writer.drain()
         except (ConnectionError, OSError):
             pass
         finally:
@@ -83,6 +96,14 @@ class TcpProxy:
     def block(self, blocked: bool = True) -> None:
         """Refuse (close at once) new connections while ``blocked``; existing ones are unaffected."""
         self.blocked = blocked
+
+    def freeze(self, frozen: bool = True, *, answers_only: bool = False) -> None:
+        """While ``frozen``, drop what either side sends and leave new connections unanswered; nothing is closed.
+
+        With ``answers_only`` only the server's answers are dropped: a statement still runs (and commits), and
+        its client never hears of it.
+        """
+        self.frozen, self.answers_frozen = (False, frozen) if answers_only else (frozen, False)
 
     def stop(self) -> None:
         """Close everything, finish the connection tasks (none is destroyed pending) and stop the thread."""
