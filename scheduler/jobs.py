@@ -10,7 +10,9 @@ finds and reuses the run), applies the overlap policy, and wakes workers with NO
 
 from __future__ import annotations
 
+import json
 import logging
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -23,7 +25,7 @@ from hookgate import metrics
 from hookgate.database import Conn
 from scheduler.cron import InvalidSchedule, Schedule, latest_only
 from scheduler.execution import hold, succeed_in
-from scheduler.spec import Batch, CustomPlans, JobRun, JobSpec, Plan
+from scheduler.spec import Batch, CustomPlans, JobRun, JobSpec, Plan, SchedulerError
 from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
@@ -98,6 +100,13 @@ def plan_trigger(row: asyncpg.Record, now: datetime) -> tuple[datetime | None, d
     return None, schedule.next_after(now)
 
 
+@dataclass(frozen=True)
+class DuePlan(Plan):
+    """A plan of a due trigger, with the trigger as the planner read it (locked): the fresh path fires from it."""
+
+    row: asyncpg.Record = field(compare=False, repr=False)
+
+
 async def plan_due(conn: Conn, now: datetime, limit: int) -> list[Plan]:
     """The custom planner: lock up to ``limit`` due triggers and plan them.
 
@@ -112,7 +121,7 @@ async def plan_due(conn: Conn, now: datetime, limit: int) -> list[Plan]:
     for row in rows:
         plan, again = plan_trigger(row, now)
         if plan is not None:
-            plans.append(Plan(str(row["id"]), plan))
+            plans.append(DuePlan(str(row["id"]), plan, row))
         ids.append(row["id"])
         revisit.append(again)
         fired.append(plan)
@@ -174,26 +183,37 @@ async def _admit_all(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> dict
     return results
 
 
+def overlap_outcome(policy: str, active_runs: int | None) -> tuple[str, str] | None:
+    """What the overlap policy makes of a newly admitted pending run: ``(reason_code, reason)``, or None.
+
+    ``previous_run_active``: the trigger has too many unfinished runs, the new one is skipped. ``buffered``:
+    under ``buffer_one``, a new run behind one unfinished run waits (still pending); the run worker
+    dispatches it once that run ends. The trigger is single-flight in the scheduler, so no other admission
+    for it runs meanwhile.
+    """
+    limit = _ACTIVE_LIMIT.get(policy)
+    if limit is None or active_runs is None:
+        return None
+    if active_runs >= limit:
+        return "previous_run_active", f"a previous run of this trigger is still active (overlap policy {policy})"
+    if policy == "buffer_one" and active_runs >= 1:
+        return "buffered", "waits for the active run of this trigger to end (overlap policy buffer_one)"
+    return None
+
+
 async def _apply_overlap(
     conn: Conn, todo: Todo, found: dict[JobRun, admission.Admission]
 ) -> dict[UUID, tuple[str, str]]:
-    """Apply the overlap policy to newly admitted pending runs; returns the new ``(status, reason_code)`` of each.
-
-    A trigger with too many unfinished runs gets the new one skipped; under ``buffer_one`` a new run behind
-    one unfinished run waits instead (``reason_code = buffered``): the run worker dispatches it once that
-    run ends. The trigger is single-flight in the scheduler, so no other admission for it runs meanwhile.
-    """
-    overlapping, buffered = [], []
+    """Apply the overlap policy to newly admitted pending runs; returns the new ``(status, reason_code)`` of each."""
+    overlapping: list[tuple[UUID, str]] = []
+    buffered: list[tuple[UUID, str]] = []
     for run, state in todo:
-        adm, policy = found[run], state["overlap_policy"]
-        limit = _ACTIVE_LIMIT.get(policy)
-        if not adm.created or adm.status != "pending" or limit is None:
+        adm = found[run]
+        if not adm.created or adm.status != "pending":
             continue
-        if state["active_runs"] >= limit:
-            why = f"a previous run of this trigger is still active (overlap policy {policy})"
-            overlapping.append((adm.run_id, why))
-        elif policy == "buffer_one" and state["active_runs"] >= 1:
-            buffered.append((adm.run_id, "waits for the active run of this trigger to end (overlap policy buffer_one)"))
+        outcome = overlap_outcome(state["overlap_policy"], state["active_runs"])
+        if outcome is not None:
+            (overlapping if outcome[0] == "previous_run_active" else buffered).append((adm.run_id, outcome[1]))
     rows = await conn.fetchmany(Q.run_skip_overlap, overlapping) if overlapping else []
     rows += await conn.fetchmany(Q.run_buffer, buffered) if buffered else []
     return {row["id"]: (row["status"], row["reason_code"]) for row in rows}
@@ -212,13 +232,97 @@ async def dispatch(batch: Batch, *, heartbeat_timeout_s: float) -> None:
         await succeed_in(conn, runs, await batch.clock.now())
 
 
-async def dispatch_fresh(conn: Conn, batch: Batch, *, heartbeat_timeout_s: float) -> None:
-    """The transactional handler: fresh occurrences, handled in the transaction that planned and claims them.
+class FireRefused(SchedulerError):
+    """The fire statement could not fire its whole batch as planned: the attempt must roll back."""
+
+
+async def dispatch_fresh(
+    conn: Conn, batch: Batch, *, heartbeat_timeout_s: float
+) -> list[asyncpg.Record] | None:
+    """The transactional handler: fresh occurrences, fired in the transaction that planned them.
 
     The planner locked their triggers and set ``last_fired_at`` and ``next_fire_at`` in this transaction,
     from the schedule as it is now, so the handler's own trigger rewrite would change nothing: it is left out.
+    With the planner's rows at hand, the whole batch is one statement (``trigger_fire``): claims, runs and
+    wake-ups; returns its claim rows. Raises :class:`FireRefused` (the attempt rolls back, and its plans are
+    claimed the ordinary way) unless every occurrence was claimed and every run inserted as decided.
     """
-    await _handle(conn, batch.runs, heartbeat_timeout_s, mark_fired=False)
+    due = [p for p in batch.plans if isinstance(p, DuePlan)]
+    if batch.claim is None or len(due) != len(batch.runs):
+        await _handle(conn, batch.runs, heartbeat_timeout_s, mark_fired=False)
+        return None
+    return await _fire(conn, batch, [p.row for p in due], heartbeat_timeout_s)
+
+
+#: The columns of a no-op occurrence in trigger_fire's run arrays (status, reason code, reason, workspace, rule
+#: version, accountable): it inserts no run.
+_NO_RUN: tuple[None, ...] = (None,) * 6
+
+
+async def _fire(
+    conn: Conn, batch: Batch, states: list[asyncpg.Record], heartbeat_timeout_s: float
+) -> list[asyncpg.Record]:
+    """Decide every occurrence of the batch (a no-op, or its run's status), then fire them in one statement."""
+    assert batch.claim is not None
+    runs = batch.runs
+    todo: Todo = []
+    for run, state in zip(runs, states, strict=True):
+        reason = _noop_reason(state, run)
+        if reason is not None:
+            run.result = {"noop": True, "reason": reason}
+        else:
+            todo.append((run, state))
+    decided = await _decide(conn, todo, heartbeat_timeout_s)
+    columns: list[tuple[Any, ...]] = []
+    for run in runs:
+        found = decided.get(run)
+        if found is None:
+            columns.append(_NO_RUN)
+        else:
+            decision, outcome = found
+            columns.append((*outcome, decision.workspace_id, decision.rule_version_id, decision.accountable_id))
+    status, code, why, workspace, version, accountable = (list(c) for c in zip(*columns, strict=True))
+    noop = [json.dumps(r.result) if r not in decided else None for r in runs]
+    spec = batch.spec
+    rows = await conn.fetch(
+        Q.trigger_fire, spec.name, batch.claim.runner_id, batch.now, spec.stale_timeout.total_seconds(),
+        batch.claim.lock_key, await batch.clock.now(), spec.max_attempts,
+        [UUID(r.scope_id) for r in runs], [r.plan_time for r in runs], [r.plan_time.isoformat() for r in runs],
+        [s["autopilot_status"] for s in states], noop, status, code, why, workspace, version, accountable)
+    made, wanted, changed = (rows[0]["made"], rows[0]["wanted"], rows[0]["changed"]) if rows else (0, len(todo), 0)
+    if len(rows) != len(runs) or made != wanted or changed:
+        raise FireRefused(f"of {len(runs)} occurrence(s), {len(rows)} claimed, {made} of {wanted} run(s) inserted, "
+                          f"{changed} with their autopilot changed since they were planned")
+    return rows
+
+
+async def _decide(
+    conn: Conn, todo: Todo, heartbeat_timeout_s: float
+) -> dict[JobRun, tuple[admission.Decision, tuple[str, str | None, str | None]]]:
+    """The admission gate's decision for each occurrence to fire, and its run's ``(status, reason_code, reason)``.
+
+    A run the gate refuses is ``skipped`` with the gate's reason; one it admits is ``pending``, then the
+    overlap policy may skip it or make it wait (``overlap_outcome``), as ``_admit_all`` does.
+    """
+    if not todo:
+        return {}
+    requests = [admission.Request(state["autopilot_id"], "schedule", {}, state["id"], planned_at=run.plan_time)
+                for run, state in todo]
+    facts = await admission.read_facts(conn, requests, heartbeat_timeout_s)
+    decided = {}
+    for (run, state), fact in zip(todo, facts, strict=True):
+        if fact is None:
+            raise admission.AdmissionError(f"autopilot {state['autopilot_id']} does not exist")
+        decision = admission.Decision.of(fact, "schedule")
+        outcome: tuple[str, str | None, str | None] = ("pending", None, None)
+        if decision.reason_code is not None:
+            outcome = ("skipped", decision.reason_code, decision.reason)
+        else:
+            overlap = overlap_outcome(state["overlap_policy"], state["active_runs"])
+            if overlap is not None:
+                outcome = ("skipped" if overlap[0] == "previous_run_active" else "pending", *overlap)
+        decided[run] = (decision, outcome)
+    return decided
 
 
 async def _handle(conn: Conn, runs: list[JobRun], heartbeat_timeout_s: float, *, mark_fired: bool) -> None:
@@ -271,8 +375,8 @@ def autopilot_schedule_job(batch_size: int = 100, *, heartbeat_timeout_s: float)
     async def handler(batch: Batch) -> None:
         await dispatch(batch, heartbeat_timeout_s=heartbeat_timeout_s)
 
-    async def in_transaction(conn: Conn, batch: Batch) -> None:
-        await dispatch_fresh(conn, batch, heartbeat_timeout_s=heartbeat_timeout_s)
+    async def in_transaction(conn: Conn, batch: Batch) -> list[asyncpg.Record] | None:
+        return await dispatch_fresh(conn, batch, heartbeat_timeout_s=heartbeat_timeout_s)
 
     return JobSpec(
         name=SCHEDULE_JOB, handler=handler, catch_up=CustomPlans(plans=plan_due, next_due=next_due),

@@ -68,33 +68,13 @@ ON CONFLICT DO NOTHING
 RETURNING id, scope_id, plan_time, attempt, max_attempts, lease_token;
 
 -- name: cron_claim_done
--- A transactional job's fresh plans, claimed already finished: its handler's writes were made in this same
--- transaction, so the row is written once, as SUCCESS, and commits with them (or not at all). The winner
--- rule is cron_claim's: a plan another scheduler holds conflicts and is skipped (one it is inserting right
--- now: the unique key waits for that transaction, then conflicts), so a caller that gets fewer rows than
--- plans must roll its handler's writes back. $1 = job, $2 = scope kind, $3/$4 = scopes and plans,
--- $5 = max attempts, $6 = runner id, $7 = claim time, $8 = stale timeout (s), $9 = single flight (the
--- scope must have no newer plan and no occurrence in flight: the flight index cannot see a row that is not
--- RUNNING), $10 = the runner's liveness key, $11 = finish time, $12 = results (JSON text).
-INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status, attempt, max_attempts,
-                                 runner_id, lease_token, heartbeat_at, stale_after, started_at, single_flight,
-                                 runner_lock, finished_at, duration_ms, result)
-SELECT $1, $2, p.scope_id, p.plan_time, 'SUCCESS', 1, $5, $6, gen_random_uuid(), $7,
-       $7::timestamptz + make_interval(secs => $8), $7, $9, $10, $11,
-       greatest(0, (extract(epoch FROM $11::timestamptz - $7::timestamptz) * 1000)::integer), p.result::jsonb
-FROM unnest($3::text[], $4::timestamptz[], $12::text[]) AS p(scope_id, plan_time, result)
--- Two probes, each by its own index (the unique key's range; the flight index), never a scan of the scope's
--- whole history.
-WHERE NOT ($9 AND (EXISTS (SELECT 1 FROM sys_cron_executions n
-                           WHERE n.job_name = $1 AND n.scope_kind = $2 AND n.scope_id = p.scope_id
-                             AND n.plan_time > p.plan_time)
-                   OR EXISTS (SELECT 1 FROM sys_cron_executions f
-                              WHERE f.job_name = $1 AND f.scope_kind = $2 AND f.scope_id = p.scope_id
-                                AND f.single_flight
-                                AND (f.status = 'RUNNING' OR (f.status = 'FAILED' AND f.next_retry_at IS NOT NULL)))))
-ORDER BY p.scope_id, p.plan_time
-ON CONFLICT DO NOTHING
-RETURNING id, scope_id, plan_time, lease_token;
+-- A transactional job's fresh plans, claimed already finished, by hookgate_cron_claim_done (the rule is
+-- there: SUCCESS rows written once, a plan another scheduler holds conflicts and is skipped, so a caller that
+-- gets fewer rows than plans must roll its handler's writes back). $1 = job, $2 = scope kind, $3/$4 = scopes
+-- and plans, $5 = max attempts, $6 = runner id, $7 = claim time, $8 = stale timeout (s), $9 = single flight,
+-- $10 = the runner's liveness key, $11 = finish time, $12 = results (JSON text).
+SELECT id, scope_id, plan_time, lease_token
+FROM hookgate_cron_claim_done($1, $2, $3::text[], $4::timestamptz[], $5, $6, $7, $8, $9, $10, $11, $12::text[]);
 
 -- name: cron_attempt_limits
 -- For the rest of a transactional attempt (a savepoint: rolled back with it), bound its lock waits by $1
