@@ -53,6 +53,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=12.0, help="seconds between start and the first boundary")
     parser.add_argument("--concurrency", type=int, default=4, help="HOOKGATE_SCHEDULER_CONCURRENCY per process")
     parser.add_argument("--pool-min", type=int, default=8, help="HOOKGATE_POOL_MIN_SIZE: connections kept warm")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="HOOKGATE_SCHEDULER_CLAIM_BATCH: occurrences fired per statement (default: the setting's)")
     parser.add_argument("--tail", type=float, default=None,
                         help="seconds measured after the last boundary (default: 8, or triggers / 5000 if more)")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
@@ -161,6 +163,8 @@ def start_schedulers(dsn: str, args: argparse.Namespace, log_dir: Path) -> list[
     env = {**os.environ, "HOOKGATE_DATABASE_URL": dsn, "HOOKGATE_SECRET_KEY": SECRET,
            "HOOKGATE_LOG_LEVEL": "warning", "PYTHONPATH": str(ROOT),
            "HOOKGATE_SCHEDULER_CONCURRENCY": str(args.concurrency), "HOOKGATE_POOL_MIN_SIZE": str(args.pool_min)}
+    if args.batch is not None:
+        env["HOOKGATE_SCHEDULER_CLAIM_BATCH"] = str(args.batch)
     procs = []
     for i in range(args.schedulers):
         with (log_dir / f"scheduler-{i}.log").open("wb") as log:
@@ -253,7 +257,7 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
     visible = [seen["notified"][str(r["id"])] - r["planned_at"].timestamp() for r in runs
                if str(r["id"]) in seen["notified"]]
     print(f"triggers={args.triggers} schedulers={args.schedulers} concurrency={args.concurrency} "
-          f"pool_min={args.pool_min} occurrences={len(boundaries)} "
+          f"pool_min={args.pool_min} batch={args.batch or 'default'} occurrences={len(boundaries)} "
           f"({', '.join(b.strftime('%H:%M') for b in boundaries)})")
     print(f"runs={len(runs)} expected={expected} executions={executions} "
           f"fired exactly once={once} ({100 * once / max(1, expected):.2f} %)")

@@ -254,15 +254,19 @@ async def dispatch_fresh(
     return await _fire(conn, batch, [p.row for p in due], heartbeat_timeout_s)
 
 
-#: The columns of a no-op occurrence in trigger_fire's run arrays (status, reason code, reason, workspace, rule
-#: version, accountable): it inserts no run.
-_NO_RUN: tuple[None, ...] = (None,) * 6
+#: A verdict of trigger_fire: the autopilot status seen, a no-op's result (JSON text) or the run's status, reason
+#: code and reason, its workspace, rule version and accountable member.
+Outcome = tuple[str, str | None, str | None, str | None, str | None, UUID | None, UUID | None, UUID | None]
 
 
 async def _fire(
     conn: Conn, batch: Batch, states: list[asyncpg.Record], heartbeat_timeout_s: float
 ) -> list[asyncpg.Record]:
-    """Decide every occurrence of the batch (a no-op, or its run's status), then fire them in one statement."""
+    """Decide every occurrence of the batch (a no-op, or its run's status), then fire them in one statement.
+
+    The occurrences of one autopilot and publisher share one gate decision, so the work per occurrence is
+    its plan, its overlap check and its elements of three arrays; the database does the rest, set-based.
+    """
     assert batch.claim is not None
     runs = batch.runs
     todo: Todo = []
@@ -272,23 +276,25 @@ async def _fire(
             run.result = {"noop": True, "reason": reason}
         else:
             todo.append((run, state))
-    decided = await _decide(conn, todo, heartbeat_timeout_s)
-    columns: list[tuple[Any, ...]] = []
-    for run in runs:
-        found = decided.get(run)
-        if found is None:
-            columns.append(_NO_RUN)
+    decisions = await _decide(conn, todo, heartbeat_timeout_s)
+    outcomes: dict[Outcome, int] = {}
+    index: list[int] = []
+    for run, state in zip(runs, states, strict=True):
+        if run.result is not None:
+            outcome: Outcome = (state["autopilot_status"], json.dumps(run.result), None, None, None, None, None, None)
         else:
-            decision, outcome = found
-            columns.append((*outcome, decision.workspace_id, decision.rule_version_id, decision.accountable_id))
-    status, code, why, workspace, version, accountable = (list(c) for c in zip(*columns, strict=True))
-    noop = [json.dumps(r.result) if r not in decided else None for r in runs]
+            decision = decisions[(state["autopilot_id"], state["published_by_id"])]
+            status, code, why = _run_status(decision, state)
+            outcome = (state["autopilot_status"], None, status, code, why, decision.workspace_id,
+                       decision.rule_version_id, decision.accountable_id)
+        index.append(outcomes.setdefault(outcome, len(outcomes) + 1))
+    plans = sorted({r.plan_time for r in runs})
     spec = batch.spec
     rows = await conn.fetch(
         Q.trigger_fire, spec.name, batch.claim.runner_id, batch.now, spec.stale_timeout.total_seconds(),
         batch.claim.lock_key, await batch.clock.now(), spec.max_attempts,
-        [UUID(r.scope_id) for r in runs], [r.plan_time for r in runs], [r.plan_time.isoformat() for r in runs],
-        [s["autopilot_status"] for s in states], noop, status, code, why, workspace, version, accountable)
+        [UUID(r.scope_id) for r in runs], [r.plan_time for r in runs], index,
+        *(list(column) for column in zip(*outcomes, strict=True)), plans, [p.isoformat() for p in plans])
     made, wanted, changed = (rows[0]["made"], rows[0]["wanted"], rows[0]["changed"]) if rows else (0, len(todo), 0)
     if len(rows) != len(runs) or made != wanted or changed:
         raise FireRefused(f"of {len(runs)} occurrence(s), {len(rows)} claimed, {made} of {wanted} run(s) inserted, "
@@ -296,32 +302,36 @@ async def _fire(
     return rows
 
 
+def _run_status(decision: admission.Decision, state: asyncpg.Record) -> tuple[str, str | None, str | None]:
+    """A new run's ``(status, reason_code, reason)``: the gate's refusal, else what the overlap policy makes of it."""
+    if decision.reason_code is not None:
+        return "skipped", decision.reason_code, decision.reason
+    overlap = overlap_outcome(state["overlap_policy"], state["active_runs"])
+    if overlap is None:
+        return "pending", None, None
+    return ("skipped" if overlap[0] == "previous_run_active" else "pending"), *overlap
+
+
 async def _decide(
     conn: Conn, todo: Todo, heartbeat_timeout_s: float
-) -> dict[JobRun, tuple[admission.Decision, tuple[str, str | None, str | None]]]:
-    """The admission gate's decision for each occurrence to fire, and its run's ``(status, reason_code, reason)``.
+) -> dict[tuple[UUID, UUID | None], admission.Decision]:
+    """The admission gate's decision per ``(autopilot, trigger publisher)`` of the occurrences to fire.
 
-    A run the gate refuses is ``skipped`` with the gate's reason; one it admits is ``pending``, then the
-    overlap policy may skip it or make it wait (``overlap_outcome``), as ``_admit_all`` does.
+    Its facts are one statement for the batch, one row per pair: the planner locked each trigger, live and
+    enabled, so what the gate reads of a trigger (its state and its publisher) is the same for all of a pair.
     """
-    if not todo:
+    pairs: dict[tuple[UUID, UUID | None], asyncpg.Record] = {}
+    for _, state in todo:
+        pairs.setdefault((state["autopilot_id"], state["published_by_id"]), state)
+    if not pairs:
         return {}
-    requests = [admission.Request(state["autopilot_id"], "schedule", {}, state["id"], planned_at=run.plan_time)
-                for run, state in todo]
+    requests = [admission.Request(state["autopilot_id"], "schedule", {}, state["id"]) for state in pairs.values()]
     facts = await admission.read_facts(conn, requests, heartbeat_timeout_s)
     decided = {}
-    for (run, state), fact in zip(todo, facts, strict=True):
+    for pair, fact in zip(pairs, facts, strict=True):
         if fact is None:
-            raise admission.AdmissionError(f"autopilot {state['autopilot_id']} does not exist")
-        decision = admission.Decision.of(fact, "schedule")
-        outcome: tuple[str, str | None, str | None] = ("pending", None, None)
-        if decision.reason_code is not None:
-            outcome = ("skipped", decision.reason_code, decision.reason)
-        else:
-            overlap = overlap_outcome(state["overlap_policy"], state["active_runs"])
-            if overlap is not None:
-                outcome = ("skipped" if overlap[0] == "previous_run_active" else "pending", *overlap)
-        decided[run] = (decision, outcome)
+            raise admission.AdmissionError(f"autopilot {pair[0]} does not exist")
+        decided[pair] = admission.Decision.of(fact, "schedule")
     return decided
 
 

@@ -41,7 +41,7 @@ RETURNING id;
 -- only its autopilot can change before the fire statement, which checks that again).
 WITH due AS (
     SELECT t.id, t.autopilot_id, t.kind, t.enabled, (t.deleted_at IS NOT NULL) AS deleted, t.cron, t.timezone,
-           t.overlap_policy, t.next_fire_at, t.last_fired_at, t.created_at
+           t.overlap_policy, t.published_by_id, t.next_fire_at, t.last_fired_at, t.created_at
     FROM autopilot_trigger t
     WHERE t.kind = 'schedule' AND t.enabled AND t.deleted_at IS NULL AND t.next_fire_at <= $1
     ORDER BY t.next_fire_at
@@ -70,27 +70,33 @@ LEFT JOIN LATERAL (SELECT e.status, e.next_retry_at, e.stale_after FROM sys_cron
 -- name: trigger_fire
 -- Fire a batch of schedule occurrences in ONE statement, inside the transaction whose planner locked their
 -- triggers and moved their next_fire_at: claim each occurrence (hookgate_cron_claim_done: the execution row
--- inserted already SUCCESS by INSERT ... ON CONFLICT DO NOTHING on its unique key, with single flight), insert
--- the runs the handler decided (its admission gate and overlap policy: $13..$18), and wake the workers for
--- the pending ones (NOTIFY hookgate_runs, payload = run id). Parallel arrays, one element per occurrence, in
--- (scope, plan) order: $8 = trigger ids, $9 = plan times, $10 = plan times as the payload writes them (ISO
--- 8601), $11 = the autopilot status the handler saw (the occurrence fires only if it still holds: an
--- autopilot paused since then makes the statement report it, and the caller rolls back), $12 = a no-op's
--- result (JSON text; NULL: a run is inserted), $13 = run statuses ('pending' or 'skipped'), $14 = reason
--- codes, $15 = reasons, $16 = workspaces, $17 = rule versions, $18 = accountable members. The claim: $1 = job,
--- $2 = runner id, $3 = claim time, $4 = stale timeout (s), $5 = liveness key, $6 = finish time, $7 = max
--- attempts. Returns one row per occurrence claimed (id, scope_id, plan_time,
--- lease_token) with, on each, how many runs were inserted (made), wanted, and how many occurrences found
--- their autopilot changed (changed): the caller rolls the batch back unless every occurrence was claimed,
--- every run inserted (none existed: a retry would reuse it) and nothing changed.
-WITH x AS MATERIALIZED (
-    SELECT p.*, t.autopilot_id, t.cron, t.timezone,
-           CASE WHEN p.noop IS NULL THEN hookgate_uuid7() END AS run_id,
-           a.status IS DISTINCT FROM p.seen_status AS changed
-    FROM unnest($8::uuid[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
-                $15::text[], $16::uuid[], $17::uuid[], $18::uuid[])
-         WITH ORDINALITY AS p(trigger_id, plan_time, planned_iso, seen_status, noop, status, reason_code, reason,
-                              workspace_id, rule_version_id, accountable_id, n)
+-- inserted already SUCCESS by INSERT ... ON CONFLICT DO NOTHING on its unique key, single flight), insert the
+-- runs the handler decided (admission gate and overlap policy), and wake the workers for the pending ones
+-- (NOTIFY hookgate_runs, payload = run id). Per occurrence, in (scope, plan) order: $8 = trigger ids,
+-- $9 = plan times, $10 = its outcome (a 1-based index into the outcome arrays). Per outcome (few: occurrences
+-- that share an autopilot, a publisher and a verdict share one): $11 = the autopilot status the handler saw
+-- (an occurrence fires only if it still holds: if its autopilot changed since, the statement reports it and
+-- the caller rolls back), $12 = a no-op's result (JSON text; NULL: insert a run), $13 = run status
+-- ('pending' or 'skipped'), $14 = reason code, $15 = reason, $16 = workspace, $17 = rule version,
+-- $18 = accountable member. $19/$20 = each distinct plan time and its text in the run's payload (ISO 8601).
+-- The claim: $1 = job, $2 = runner id, $3 = claim time, $4 = stale timeout (s), $5 = liveness key,
+-- $6 = finish time, $7 = max attempts. Returns one row per occurrence claimed (id, scope_id, plan_time,
+-- lease_token), each with how many runs were inserted (made) and wanted, and how many occurrences found their
+-- autopilot changed (changed): the caller rolls the batch back unless every occurrence was claimed, every
+-- run inserted (none existed before: a retry would reuse it) and nothing changed.
+WITH o AS (
+    SELECT * FROM unnest($11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::uuid[],
+                         $17::uuid[], $18::uuid[])
+        WITH ORDINALITY AS o(seen_status, noop, status, reason_code, reason, workspace_id, rule_version_id,
+                             accountable_id, k)
+), x AS MATERIALIZED (
+    SELECT p.n, p.trigger_id, p.plan_time, o.noop, o.status, o.reason_code, o.reason, o.workspace_id,
+           o.rule_version_id, o.accountable_id, iso.text AS planned_iso, t.autopilot_id, t.cron, t.timezone,
+           CASE WHEN o.noop IS NULL THEN hookgate_uuid7() END AS run_id,
+           a.status IS DISTINCT FROM o.seen_status AS changed
+    FROM unnest($8::uuid[], $9::timestamptz[], $10::integer[]) WITH ORDINALITY AS p(trigger_id, plan_time, k, n)
+    JOIN o ON o.k = p.k
+    JOIN unnest($19::timestamptz[], $20::text[]) AS iso(plan_time, text) ON iso.plan_time = p.plan_time
     JOIN autopilot_trigger t ON t.id = p.trigger_id
     LEFT JOIN autopilot a ON a.id = t.autopilot_id
 ), made AS (
