@@ -57,6 +57,9 @@ def parse_args() -> argparse.Namespace:
                         help="HOOKGATE_SCHEDULER_CLAIM_BATCH: occurrences fired per statement (default: the setting's)")
     parser.add_argument("--tail", type=float, default=None,
                         help="seconds measured after the last boundary (default: 8, or triggers / 5000 if more)")
+    parser.add_argument("--statements", type=int, default=0,
+                        help="print the N statements the database spent most time in over the measured window "
+                             "(needs pg_stat_statements in shared_preload_libraries of --server)")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
     args = parser.parse_args()
     if args.tail is None:
@@ -130,6 +133,8 @@ async def create_world(dsn: str, triggers: int, first: datetime) -> None:
     conn = await database.connect(dsn)
     try:
         await migrations.migrate(conn)
+        with contextlib.suppress(asyncpg.PostgresError):  # only where the server preloads it (--statements)
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         boot = await workspaces.bootstrap(conn, "bench")
         keyring = crypto.Keyring([base64.b64decode(SECRET)])
         agent = await agents.create_http_agent(conn, keyring, workspace_id=boot.workspace_id,
@@ -211,12 +216,15 @@ async def measure(dsn: str, args: argparse.Namespace, boundaries: list[datetime]
     watched = [psutil.Process(p.pid) for p in procs]
     try:
         await asyncio.sleep(max(0.0, boundaries[0].timestamp() - time.time() - 2))
+        if args.statements:
+            await listener.execute("SELECT pg_stat_statements_reset()")
         cpu0, wall0, pg0 = cpu_seconds(watched), time.time(), await backend_cpu(listener)
         load0 = os.getloadavg()
         await asyncio.sleep(max(0.0, boundaries[-1].timestamp() - time.time() + args.tail))
         cpu1, wall1, pg1 = cpu_seconds(watched), time.time(), await backend_cpu(listener)
         load1 = os.getloadavg()
         rss = [peak_rss_mb(p.pid) for p in procs]
+        statements = await top_statements(listener, args.statements) if args.statements else []
         for p in procs:
             assert p.poll() is None, (log_dir / "scheduler-0.log").read_text()
     finally:
@@ -227,7 +235,17 @@ async def measure(dsn: str, args: argparse.Namespace, boundaries: list[datetime]
                 p.wait(20)
         await listener.close()
     return {"notified": notified, "cpu": [b - a for a, b in zip(cpu0, cpu1, strict=True)], "wall": wall1 - wall0,
-            "pg_cpu": sum(t - pg0.get(pid, 0.0) for pid, t in pg1.items()), "rss": rss, "load": (load0, load1)}
+            "pg_cpu": sum(t - pg0.get(pid, 0.0) for pid, t in pg1.items()), "rss": rss, "load": (load0, load1),
+            "statements": statements}
+
+
+async def top_statements(conn: asyncpg.Connection, limit: int) -> list[asyncpg.Record]:
+    """The statements of this database by total execution time (nested ones, in functions and triggers, too)."""
+    return await conn.fetch(
+        r"""SELECT toplevel, calls, rows, total_exec_time / 1000 AS seconds, total_plan_time / 1000 AS plan_seconds,
+                  regexp_replace(query, '\s+', ' ', 'g') AS query
+           FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+           ORDER BY total_exec_time DESC LIMIT $1""", limit)
 
 
 async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime], seen: dict[str, Any]) -> None:
@@ -281,6 +299,12 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
           f"{floor['raw']:.3f} s ({args.triggers / floor['raw']:,.0f} rows/s); the herd's writes as 3 bare set-based "
           f"statements {herd:.3f} s (runs {floor['runs']:.3f} + executions {floor['executions']:.3f} + "
           f"trigger updates {floor['triggers']:.3f}; {args.triggers / herd:,.0f} occurrences/s)")
+    if seen["statements"]:
+        print("statements by execution time over the window (pg_stat_statements; nested ones are also inside "
+              "their caller's time):")
+        for row in seen["statements"]:
+            print(f"  {row['seconds']:7.2f} s exec {row['plan_seconds']:5.2f} s plan {row['calls']:7d} calls "
+                  f"{row['rows']:8d} rows {'top ' if row['toplevel'] else 'nest'} {row['query'][:150]}")
     print("claims per runner: " + ", ".join(f"{r['runner_id']}={r['count']}" for r in runners))
     for boundary in boundaries:
         one = [(r["created_at"] - r["planned_at"]).total_seconds() for r in runs if r["planned_at"] == boundary]
