@@ -6,6 +6,7 @@ flight, never a newer one while an older one waits for its retry), and picks the
 ``(last plan, now]`` unless it is more than 5 minutes late. Its handler re-checks the trigger, admits
 the run through the admission gate (idempotent on ``(trigger_id, planned_at)``: a retry after a crash
 finds and reuses the run), applies the overlap policy, and wakes workers with NOTIFY ``hookgate_runs``.
+Fresh occurrences are decided the same way for a whole batch and fired by one statement (``trigger_fire``).
 """
 
 from __future__ import annotations

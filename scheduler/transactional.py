@@ -1,9 +1,10 @@
 """Transactional jobs: fresh plans claimed, handled and recorded SUCCESS in one transaction per batch.
 
 For a job with ``JobSpec(transactional=fn)``: plan up to ``batch_size``, then, in a savepoint with a short
-lock timeout, ``fn(conn, batch)`` and the execution rows inserted already SUCCESS (``cron_claim_done``); one
-commit makes the claim, the handler's writes and the SUCCESS visible together. If the attempt fails, the
-savepoint rolls back and the same plans are claimed RUNNING in the same transaction for the ordinary handler.
+lock timeout, ``fn(conn, batch)`` and the execution rows inserted already SUCCESS (``cron_claim_done``, or the
+handler's own statement through the same ``hookgate_cron_claim_done``); one commit makes the claim, the
+handler's writes and the SUCCESS visible together. If the attempt fails, the savepoint rolls back and the same
+plans are claimed RUNNING in the same transaction for the ordinary handler.
 """
 
 from __future__ import annotations
