@@ -6,9 +6,10 @@ SELECT clock_timestamp() AS now;
 -- Mark RUNNING rows of job $1 whose holder stopped heartbeating (stale_after < $2 = now) FAILED
 -- 'stale_timeout'. With stale re-entry ($3) and attempts left they are due for a retry at once.
 -- Rows locked by a live holder's transaction are skipped, so a sweep never waits on a runner. The candidates
--- are found first (a materialized CTE, by the partial stale index), then updated by key, so that no plan can
--- scan the whole table per candidate or per row: written as "UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP
--- LOCKED)", a sweep ran for minutes in nested scans under a herd of 100,000 occurrences a minute.
+-- are found first (a materialized CTE, by the partial stale index), then updated by key: whatever the plan,
+-- the work follows the candidates (normally none), never the rows of the table. Written as "UPDATE … WHERE
+-- id IN (SELECT … FOR UPDATE SKIP LOCKED)", a sweep ran for minutes in nested scans under a herd of 100,000
+-- occurrences a minute.
 WITH stale AS MATERIALIZED (
     SELECT c.id FROM sys_cron_executions c
     WHERE c.job_name = $1 AND c.status = 'RUNNING' AND c.stale_after < $2
