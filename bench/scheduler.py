@@ -1,12 +1,16 @@
 """Benchmark: N schedule triggers firing every minute against several ``hookgate scheduler`` processes.
 
 Prints fire lag (run ``created_at`` − ``planned_at``, and the moment the run's NOTIFY reached a listener,
-i.e. when it was committed and visible), duplicates, missed occurrences and the schedulers' CPU.
+i.e. when it was committed and visible), how many occurrences fired exactly once, duplicates, missed
+occurrences, each scheduler's CPU and peak RSS, the CPU of the database backends, and the same-run
+baselines: a raw INSERT rate and the herd's own writes done by bare set-based statements.
 
     /work/venv/bin/python bench/scheduler.py --server postgresql://postgres@127.0.0.1:5432/postgres
+    /work/venv/bin/python bench/scheduler.py --triggers 100000
 
-It creates (and drops) its own database on that server. Runtime: until the ``--minutes``-th minute
-boundary after a warm-up of at least ``--warmup`` seconds (about 1.5 to 3 minutes with the defaults).
+It creates (and drops) its own database on that server, and a clone of it for the baseline (the clone
+is dropped before the schedulers start). Runtime: until the ``--minutes``-th minute boundary after a
+warm-up of at least ``--warmup`` seconds (about 1.5 to 3 minutes with the defaults).
 """
 
 from __future__ import annotations
@@ -49,8 +53,79 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=12.0, help="seconds between start and the first boundary")
     parser.add_argument("--concurrency", type=int, default=4, help="HOOKGATE_SCHEDULER_CONCURRENCY per process")
     parser.add_argument("--pool-min", type=int, default=8, help="HOOKGATE_POOL_MIN_SIZE: connections kept warm")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="HOOKGATE_SCHEDULER_CLAIM_BATCH: occurrences fired per statement (default: the setting's)")
+    parser.add_argument("--tail", type=float, default=None,
+                        help="seconds measured after the last boundary (default: 8, or triggers / 5000 if more)")
+    parser.add_argument("--statements", type=int, default=0,
+                        help="print the N statements the database spent most time in over the measured window "
+                             "(needs pg_stat_statements in shared_preload_libraries of --server)")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.tail is None:
+        args.tail = max(8.0, args.triggers / 5000)
+    return args
+
+
+async def baseline(server: str, name: str, triggers: int) -> dict[str, float]:
+    """Seconds the bare database takes for the herd's writes, on a clone of the bench database.
+
+    ``raw``: ``triggers`` narrow rows into a temporary table (the machine's speed today). ``runs``,
+    ``executions``, ``triggers``: one run, one SUCCESS execution row and one trigger update per trigger, each
+    as ONE set-based statement on one connection (the least PostgreSQL can do for a herd of this size: every
+    index, foreign key and trigger of the real tables, no round trips). Each is rolled back.
+    """
+    clone = f"{name}_floor"
+    admin = await asyncpg.connect(server)
+    try:
+        await admin.execute(f'CREATE DATABASE "{clone}" TEMPLATE "{name}" STRATEGY FILE_COPY')
+        conn = await asyncpg.connect(with_database(server, clone))
+        try:
+            return await _floor(conn, triggers)
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{clone}" WITH (FORCE)')
+        await admin.close()
+
+
+async def _floor(conn: asyncpg.Connection, triggers: int) -> dict[str, float]:
+    statements = {
+        "raw": ("CREATE TEMPORARY TABLE floor_raw (a uuid, b timestamptz, c text)",
+                "INSERT INTO floor_raw SELECT gen_random_uuid(), now(), 'x' FROM generate_series(1, $1::int)",
+                (triggers,)),
+        "runs": (None, """INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, source, status,
+                                                    rule_version_id, planned_at, payload, accountable_id)
+                          SELECT t.workspace_id, t.autopilot_id, t.id, 'schedule', 'pending', v.id, t.next_fire_at,
+                                 jsonb_build_object('event', 'schedule.fired',
+                                                    'payload', jsonb_build_object('trigger_id', t.id)),
+                                 t.published_by_id
+                          FROM autopilot_trigger t JOIN autopilot_rule_version v ON v.autopilot_id = t.autopilot_id
+                          ORDER BY t.id""", ()),
+        "executions": (None, """INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status,
+                                    attempt, max_attempts, runner_id, lease_token, heartbeat_at, stale_after,
+                                    started_at, single_flight, runner_lock, finished_at, duration_ms, result)
+                                SELECT $1, 'trigger', t.id::text, t.next_fire_at, 'SUCCESS', 1, 3, 'floor',
+                                       gen_random_uuid(), now(), now(), now(), true, 1, now(), 0,
+                                       jsonb_build_object('run_id', t.id)
+                                FROM autopilot_trigger t ORDER BY t.id
+                                ON CONFLICT DO NOTHING""", (JOB,)),
+        "triggers": (None, """UPDATE autopilot_trigger SET last_fired_at = next_fire_at,
+                                     next_fire_at = next_fire_at + interval '1 minute'""", ()),
+    }
+    seconds = {}
+    for label, (before, statement, args) in statements.items():
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            if before:
+                await conn.execute(before)
+            started = time.perf_counter()
+            await conn.execute(statement, *args)
+            seconds[label] = time.perf_counter() - started
+        finally:
+            await transaction.rollback()
+    return seconds
 
 
 async def create_world(dsn: str, triggers: int, first: datetime) -> None:
@@ -58,6 +133,8 @@ async def create_world(dsn: str, triggers: int, first: datetime) -> None:
     conn = await database.connect(dsn)
     try:
         await migrations.migrate(conn)
+        with contextlib.suppress(asyncpg.PostgresError):  # only where the server preloads it (--statements)
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         boot = await workspaces.bootstrap(conn, "bench")
         keyring = crypto.Keyring([base64.b64decode(SECRET)])
         agent = await agents.create_http_agent(conn, keyring, workspace_id=boot.workspace_id,
@@ -77,10 +154,22 @@ async def create_world(dsn: str, triggers: int, first: datetime) -> None:
         await conn.close()
 
 
+async def set_first(dsn: str, first: datetime) -> None:
+    """Make every trigger due at ``first`` (after the baseline, so that the clone's work does not eat the warm-up)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("UPDATE autopilot_trigger SET next_fire_at = $1 WHERE kind = 'schedule'", first)
+        await conn.execute("VACUUM ANALYZE autopilot_trigger")
+    finally:
+        await conn.close()
+
+
 def start_schedulers(dsn: str, args: argparse.Namespace, log_dir: Path) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "HOOKGATE_DATABASE_URL": dsn, "HOOKGATE_SECRET_KEY": SECRET,
            "HOOKGATE_LOG_LEVEL": "warning", "PYTHONPATH": str(ROOT),
            "HOOKGATE_SCHEDULER_CONCURRENCY": str(args.concurrency), "HOOKGATE_POOL_MIN_SIZE": str(args.pool_min)}
+    if args.batch is not None:
+        env["HOOKGATE_SCHEDULER_CLAIM_BATCH"] = str(args.batch)
     procs = []
     for i in range(args.schedulers):
         with (log_dir / f"scheduler-{i}.log").open("wb") as log:
@@ -91,6 +180,25 @@ def start_schedulers(dsn: str, args: argparse.Namespace, log_dir: Path) -> list[
 
 def cpu_seconds(procs: list[psutil.Process]) -> list[float]:
     return [p.cpu_times().user + p.cpu_times().system for p in procs]
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set (``VmHWM``), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def backend_cpu(conn: asyncpg.Connection) -> dict[int, float]:
+    """CPU seconds (user + system) of every backend connected to this database, by pid (same host only)."""
+    pids = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+    found = {}
+    for row in pids:
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(row["pid"]).cpu_times()
+            found[row["pid"]] = times.user + times.system
+    return found
 
 
 def pct(values: list[float], q: float) -> float:
@@ -108,9 +216,15 @@ async def measure(dsn: str, args: argparse.Namespace, boundaries: list[datetime]
     watched = [psutil.Process(p.pid) for p in procs]
     try:
         await asyncio.sleep(max(0.0, boundaries[0].timestamp() - time.time() - 2))
-        cpu0, wall0 = cpu_seconds(watched), time.time()
-        await asyncio.sleep(max(0.0, boundaries[-1].timestamp() - time.time() + 8))
-        cpu1, wall1 = cpu_seconds(watched), time.time()
+        if args.statements:
+            await listener.execute("SELECT pg_stat_statements_reset()")
+        cpu0, wall0, pg0 = cpu_seconds(watched), time.time(), await backend_cpu(listener)
+        load0 = os.getloadavg()
+        await asyncio.sleep(max(0.0, boundaries[-1].timestamp() - time.time() + args.tail))
+        cpu1, wall1, pg1 = cpu_seconds(watched), time.time(), await backend_cpu(listener)
+        load1 = os.getloadavg()
+        rss = [peak_rss_mb(p.pid) for p in procs]
+        statements = await top_statements(listener, args.statements) if args.statements else []
         for p in procs:
             assert p.poll() is None, (log_dir / "scheduler-0.log").read_text()
     finally:
@@ -120,7 +234,18 @@ async def measure(dsn: str, args: argparse.Namespace, boundaries: list[datetime]
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(20)
         await listener.close()
-    return {"notified": notified, "cpu": [b - a for a, b in zip(cpu0, cpu1, strict=True)], "wall": wall1 - wall0}
+    return {"notified": notified, "cpu": [b - a for a, b in zip(cpu0, cpu1, strict=True)], "wall": wall1 - wall0,
+            "pg_cpu": sum(t - pg0.get(pid, 0.0) for pid, t in pg1.items()), "rss": rss, "load": (load0, load1),
+            "statements": statements}
+
+
+async def top_statements(conn: asyncpg.Connection, limit: int) -> list[asyncpg.Record]:
+    """The statements of this database by total execution time (nested ones, in functions and triggers, too)."""
+    return await conn.fetch(
+        r"""SELECT toplevel, calls, rows, total_exec_time / 1000 AS seconds, total_plan_time / 1000 AS plan_seconds,
+                  regexp_replace(query, '\s+', ' ', 'g') AS query
+           FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+           ORDER BY total_exec_time DESC LIMIT $1""", limit)
 
 
 async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime], seen: dict[str, Any]) -> None:
@@ -130,6 +255,16 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
                                 "WHERE planned_at = ANY($1::timestamptz[])", boundaries)
         executions = await conn.fetchval("SELECT count(*) FROM sys_cron_executions WHERE job_name = $1 "
                                          "AND plan_time = ANY($2::timestamptz[])", JOB, boundaries)
+        # An occurrence fired exactly once: one run, and one execution row, SUCCESS at its first attempt.
+        once = await conn.fetchval(
+            """SELECT count(*) FROM (
+                   SELECT r.trigger_id, r.planned_at FROM autopilot_run r
+                   WHERE r.planned_at = ANY($2::timestamptz[])
+                   GROUP BY r.trigger_id, r.planned_at HAVING count(*) = 1) one
+               WHERE (SELECT count(*) FROM sys_cron_executions e
+                      WHERE e.job_name = $1 AND e.scope_kind = 'trigger' AND e.scope_id = one.trigger_id::text
+                        AND e.plan_time = one.planned_at AND e.status = 'SUCCESS' AND e.attempt = 1) = 1""",
+            JOB, boundaries)
         runners = await conn.fetch("SELECT runner_id, count(*) FROM sys_cron_executions WHERE job_name = $1 "
                                    "GROUP BY runner_id ORDER BY runner_id", JOB)
     finally:
@@ -140,9 +275,10 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
     visible = [seen["notified"][str(r["id"])] - r["planned_at"].timestamp() for r in runs
                if str(r["id"]) in seen["notified"]]
     print(f"triggers={args.triggers} schedulers={args.schedulers} concurrency={args.concurrency} "
-          f"pool_min={args.pool_min} occurrences={len(boundaries)} "
+          f"pool_min={args.pool_min} batch={args.batch or 'default'} occurrences={len(boundaries)} "
           f"({', '.join(b.strftime('%H:%M') for b in boundaries)})")
-    print(f"runs={len(runs)} expected={expected} executions={executions}")
+    print(f"runs={len(runs)} expected={expected} executions={executions} "
+          f"fired exactly once={once} ({100 * once / max(1, expected):.2f} %)")
     print(f"duplicates={len(runs) - len(distinct) + max(0, executions - len(distinct))} "
           f"missed={expected - len(distinct)}")
     print(f"fire lag created_at-planned_at (s): p50={pct(lag, .5):.3f} p99={pct(lag, .99):.3f} max={max(lag):.3f}")
@@ -153,13 +289,31 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
     print(f"scheduler CPU over {seen['wall']:.0f} s: " + ", ".join(f"{c:.2f} s" for c in cpu)
           + f" (total {sum(cpu):.2f} s, {100 * sum(cpu) / seen['wall']:.1f} % of one core; "
           f"{sum(cpu) / max(1, len(runs)) * 1e3:.3f} ms per run)")
+    wall = seen["wall"]
+    print(f"PostgreSQL backends of the bench database: {seen['pg_cpu']:.2f} s CPU over {wall:.0f} s "
+          f"({seen['pg_cpu'] / max(1, len(runs)) * 1e3:.3f} ms per run)")
+    print("scheduler peak RSS (VmHWM): " + ", ".join(f"{mb:.1f} MB" for mb in seen["rss"]))
+    floor = seen["floor"]
+    herd = floor["runs"] + floor["executions"] + floor["triggers"]
+    print(f"baseline (same run, one connection, rolled back): raw INSERT of {args.triggers} narrow rows "
+          f"{floor['raw']:.3f} s ({args.triggers / floor['raw']:,.0f} rows/s); the herd's writes as 3 bare set-based "
+          f"statements {herd:.3f} s (runs {floor['runs']:.3f} + executions {floor['executions']:.3f} + "
+          f"trigger updates {floor['triggers']:.3f}; {args.triggers / herd:,.0f} occurrences/s)")
+    if seen["statements"]:
+        print("statements by execution time over the window (pg_stat_statements; nested ones are also inside "
+              "their caller's time):")
+        for row in seen["statements"]:
+            print(f"  {row['seconds']:7.2f} s exec {row['plan_seconds']:5.2f} s plan {row['calls']:7d} calls "
+                  f"{row['rows']:8d} rows {'top ' if row['toplevel'] else 'nest'} {row['query'][:150]}")
     print("claims per runner: " + ", ".join(f"{r['runner_id']}={r['count']}" for r in runners))
     for boundary in boundaries:
         one = [(r["created_at"] - r["planned_at"]).total_seconds() for r in runs if r["planned_at"] == boundary]
         if one:
             print(f"  {boundary:%H:%M}: runs={len(one)} min={min(one):.3f} p50={pct(one, .5):.3f} "
                   f"p99={pct(one, .99):.3f} max={max(one):.3f} mean={statistics.fmean(one):.3f}")
-    print(f"host: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    (l0, l1) = seen["load"]
+    print(f"host: {os.cpu_count()} CPUs, load average (1/5/15 min) at the first boundary "
+          f"{' '.join(f'{x:.2f}' for x in l0)}, at the end {' '.join(f'{x:.2f}' for x in l1)}")
 
 
 async def main() -> None:
@@ -171,13 +325,15 @@ async def main() -> None:
     log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / name
     log_dir.mkdir(exist_ok=True)
     try:
+        setup_started = time.monotonic()
+        await create_world(dsn, args.triggers, datetime(2000, 1, 1, tzinfo=UTC))
+        floor = await baseline(args.server, name, args.triggers)
         now = datetime.now(UTC)
         first = (now + timedelta(seconds=args.warmup + 60)).replace(second=0, microsecond=0)
         boundaries = [first + timedelta(minutes=i) for i in range(args.minutes)]
-        setup_started = time.monotonic()
-        await create_world(dsn, args.triggers, first)
+        await set_first(dsn, first)
         print(f"setup {time.monotonic() - setup_started:.1f} s; first occurrence {first:%H:%M:%S} UTC")
-        seen = await measure(dsn, args, boundaries, log_dir)
+        seen = await measure(dsn, args, boundaries, log_dir) | {"floor": floor}
         await report(dsn, args, boundaries, seen)
     finally:
         if not args.keep:

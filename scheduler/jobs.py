@@ -6,11 +6,14 @@ flight, never a newer one while an older one waits for its retry), and picks the
 ``(last plan, now]`` unless it is more than 5 minutes late. Its handler re-checks the trigger, admits
 the run through the admission gate (idempotent on ``(trigger_id, planned_at)``: a retry after a crash
 finds and reuses the run), applies the overlap policy, and wakes workers with NOTIFY ``hookgate_runs``.
+Fresh occurrences are decided the same way for a whole batch and fired by one statement (``trigger_fire``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -23,7 +26,7 @@ from hookgate import metrics
 from hookgate.database import Conn
 from scheduler.cron import InvalidSchedule, Schedule, latest_only
 from scheduler.execution import hold, succeed_in
-from scheduler.spec import Batch, CustomPlans, JobRun, JobSpec, Plan
+from scheduler.spec import Batch, CustomPlans, JobRun, JobSpec, Plan, SchedulerError
 from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
@@ -98,6 +101,13 @@ def plan_trigger(row: asyncpg.Record, now: datetime) -> tuple[datetime | None, d
     return None, schedule.next_after(now)
 
 
+@dataclass(frozen=True)
+class DuePlan(Plan):
+    """A plan of a due trigger, with the trigger as the planner read it (locked): the fresh path fires from it."""
+
+    row: asyncpg.Record = field(compare=False, repr=False)
+
+
 async def plan_due(conn: Conn, now: datetime, limit: int) -> list[Plan]:
     """The custom planner: lock up to ``limit`` due triggers and plan them.
 
@@ -112,7 +122,7 @@ async def plan_due(conn: Conn, now: datetime, limit: int) -> list[Plan]:
     for row in rows:
         plan, again = plan_trigger(row, now)
         if plan is not None:
-            plans.append(Plan(str(row["id"]), plan))
+            plans.append(DuePlan(str(row["id"]), plan, row))
         ids.append(row["id"])
         revisit.append(again)
         fired.append(plan)
@@ -174,26 +184,37 @@ async def _admit_all(conn: Conn, todo: Todo, heartbeat_timeout_s: float) -> dict
     return results
 
 
+def overlap_outcome(policy: str, active_runs: int | None) -> tuple[str, str] | None:
+    """What the overlap policy makes of a newly admitted pending run: ``(reason_code, reason)``, or None.
+
+    ``previous_run_active``: the trigger has too many unfinished runs, the new one is skipped. ``buffered``:
+    under ``buffer_one``, a new run behind one unfinished run waits (still pending); the run worker
+    dispatches it once that run ends. The trigger is single-flight in the scheduler, so no other admission
+    for it runs meanwhile.
+    """
+    limit = _ACTIVE_LIMIT.get(policy)
+    if limit is None or active_runs is None:
+        return None
+    if active_runs >= limit:
+        return "previous_run_active", f"a previous run of this trigger is still active (overlap policy {policy})"
+    if policy == "buffer_one" and active_runs >= 1:
+        return "buffered", "waits for the active run of this trigger to end (overlap policy buffer_one)"
+    return None
+
+
 async def _apply_overlap(
     conn: Conn, todo: Todo, found: dict[JobRun, admission.Admission]
 ) -> dict[UUID, tuple[str, str]]:
-    """Apply the overlap policy to newly admitted pending runs; returns the new ``(status, reason_code)`` of each.
-
-    A trigger with too many unfinished runs gets the new one skipped; under ``buffer_one`` a new run behind
-    one unfinished run waits instead (``reason_code = buffered``): the run worker dispatches it once that
-    run ends. The trigger is single-flight in the scheduler, so no other admission for it runs meanwhile.
-    """
-    overlapping, buffered = [], []
+    """Apply the overlap policy to newly admitted pending runs; returns the new ``(status, reason_code)`` of each."""
+    overlapping: list[tuple[UUID, str]] = []
+    buffered: list[tuple[UUID, str]] = []
     for run, state in todo:
-        adm, policy = found[run], state["overlap_policy"]
-        limit = _ACTIVE_LIMIT.get(policy)
-        if not adm.created or adm.status != "pending" or limit is None:
+        adm = found[run]
+        if not adm.created or adm.status != "pending":
             continue
-        if state["active_runs"] >= limit:
-            why = f"a previous run of this trigger is still active (overlap policy {policy})"
-            overlapping.append((adm.run_id, why))
-        elif policy == "buffer_one" and state["active_runs"] >= 1:
-            buffered.append((adm.run_id, "waits for the active run of this trigger to end (overlap policy buffer_one)"))
+        outcome = overlap_outcome(state["overlap_policy"], state["active_runs"])
+        if outcome is not None:
+            (overlapping if outcome[0] == "previous_run_active" else buffered).append((adm.run_id, outcome[1]))
     rows = await conn.fetchmany(Q.run_skip_overlap, overlapping) if overlapping else []
     rows += await conn.fetchmany(Q.run_buffer, buffered) if buffered else []
     return {row["id"]: (row["status"], row["reason_code"]) for row in rows}
@@ -212,13 +233,107 @@ async def dispatch(batch: Batch, *, heartbeat_timeout_s: float) -> None:
         await succeed_in(conn, runs, await batch.clock.now())
 
 
-async def dispatch_fresh(conn: Conn, batch: Batch, *, heartbeat_timeout_s: float) -> None:
-    """The transactional handler: fresh occurrences, handled in the transaction that planned and claims them.
+class FireRefused(SchedulerError):
+    """The fire statement could not fire its whole batch as planned: the attempt must roll back."""
+
+
+async def dispatch_fresh(
+    conn: Conn, batch: Batch, *, heartbeat_timeout_s: float
+) -> list[asyncpg.Record] | None:
+    """The transactional handler: fresh occurrences, fired in the transaction that planned them.
 
     The planner locked their triggers and set ``last_fired_at`` and ``next_fire_at`` in this transaction,
     from the schedule as it is now, so the handler's own trigger rewrite would change nothing: it is left out.
+    With the planner's rows at hand, the whole batch is one statement (``trigger_fire``): claims, runs and
+    wake-ups; returns its claim rows. Raises :class:`FireRefused` (the attempt rolls back, and its plans are
+    claimed the ordinary way) unless every occurrence was claimed and every run inserted as decided.
     """
-    await _handle(conn, batch.runs, heartbeat_timeout_s, mark_fired=False)
+    due = [p for p in batch.plans if isinstance(p, DuePlan)]
+    if batch.claim is None or len(due) != len(batch.runs):
+        await _handle(conn, batch.runs, heartbeat_timeout_s, mark_fired=False)
+        return None
+    return await _fire(conn, batch, [p.row for p in due], heartbeat_timeout_s)
+
+
+#: A verdict of trigger_fire: the autopilot status seen, a no-op's result (JSON text) or the run's status, reason
+#: code and reason, its workspace, rule version and accountable member.
+Outcome = tuple[str, str | None, str | None, str | None, str | None, UUID | None, UUID | None, UUID | None]
+
+
+async def _fire(
+    conn: Conn, batch: Batch, states: list[asyncpg.Record], heartbeat_timeout_s: float
+) -> list[asyncpg.Record]:
+    """Decide every occurrence of the batch (a no-op, or its run's status), then fire them in one statement.
+
+    The occurrences of one autopilot and publisher share one gate decision, so the work per occurrence is
+    its plan, its overlap check and its elements of three arrays; the database does the rest, set-based.
+    """
+    assert batch.claim is not None
+    runs = batch.runs
+    todo: Todo = []
+    for run, state in zip(runs, states, strict=True):
+        reason = _noop_reason(state, run)
+        if reason is not None:
+            run.result = {"noop": True, "reason": reason}
+        else:
+            todo.append((run, state))
+    decisions = await _decide(conn, todo, heartbeat_timeout_s)
+    outcomes: dict[Outcome, int] = {}
+    index: list[int] = []
+    for run, state in zip(runs, states, strict=True):
+        if run.result is not None:
+            outcome: Outcome = (state["autopilot_status"], json.dumps(run.result), None, None, None, None, None, None)
+        else:
+            decision = decisions[(state["autopilot_id"], state["published_by_id"])]
+            status, code, why = _run_status(decision, state)
+            outcome = (state["autopilot_status"], None, status, code, why, decision.workspace_id,
+                       decision.rule_version_id, decision.accountable_id)
+        index.append(outcomes.setdefault(outcome, len(outcomes) + 1))
+    plans = sorted({r.plan_time for r in runs})
+    spec = batch.spec
+    rows = await conn.fetch(
+        Q.trigger_fire, spec.name, batch.claim.runner_id, batch.now, spec.stale_timeout.total_seconds(),
+        batch.claim.lock_key, await batch.clock.now(), spec.max_attempts,
+        [UUID(r.scope_id) for r in runs], [r.plan_time for r in runs], index,
+        *(list(column) for column in zip(*outcomes, strict=True)), plans, [p.isoformat() for p in plans])
+    made, wanted, changed = (rows[0]["made"], rows[0]["wanted"], rows[0]["changed"]) if rows else (0, len(todo), 0)
+    if len(rows) != len(runs) or made != wanted or changed:
+        raise FireRefused(f"of {len(runs)} occurrence(s), {len(rows)} claimed, {made} of {wanted} run(s) inserted, "
+                          f"{changed} with their autopilot changed since they were planned")
+    return rows
+
+
+def _run_status(decision: admission.Decision, state: asyncpg.Record) -> tuple[str, str | None, str | None]:
+    """A new run's ``(status, reason_code, reason)``: the gate's refusal, else what the overlap policy makes of it."""
+    if decision.reason_code is not None:
+        return "skipped", decision.reason_code, decision.reason
+    overlap = overlap_outcome(state["overlap_policy"], state["active_runs"])
+    if overlap is None:
+        return "pending", None, None
+    return ("skipped" if overlap[0] == "previous_run_active" else "pending"), *overlap
+
+
+async def _decide(
+    conn: Conn, todo: Todo, heartbeat_timeout_s: float
+) -> dict[tuple[UUID, UUID | None], admission.Decision]:
+    """The admission gate's decision per ``(autopilot, trigger publisher)`` of the occurrences to fire.
+
+    Its facts are one statement for the batch, one row per pair: the planner locked each trigger, live and
+    enabled, so what the gate reads of a trigger (its state and its publisher) is the same for all of a pair.
+    """
+    pairs: dict[tuple[UUID, UUID | None], asyncpg.Record] = {}
+    for _, state in todo:
+        pairs.setdefault((state["autopilot_id"], state["published_by_id"]), state)
+    if not pairs:
+        return {}
+    requests = [admission.Request(state["autopilot_id"], "schedule", {}, state["id"]) for state in pairs.values()]
+    facts = await admission.read_facts(conn, requests, heartbeat_timeout_s)
+    decided = {}
+    for pair, fact in zip(pairs, facts, strict=True):
+        if fact is None:
+            raise admission.AdmissionError(f"autopilot {pair[0]} does not exist")
+        decided[pair] = admission.Decision.of(fact, "schedule")
+    return decided
 
 
 async def _handle(conn: Conn, runs: list[JobRun], heartbeat_timeout_s: float, *, mark_fired: bool) -> None:
@@ -271,8 +386,8 @@ def autopilot_schedule_job(batch_size: int = 100, *, heartbeat_timeout_s: float)
     async def handler(batch: Batch) -> None:
         await dispatch(batch, heartbeat_timeout_s=heartbeat_timeout_s)
 
-    async def in_transaction(conn: Conn, batch: Batch) -> None:
-        await dispatch_fresh(conn, batch, heartbeat_timeout_s=heartbeat_timeout_s)
+    async def in_transaction(conn: Conn, batch: Batch) -> list[asyncpg.Record] | None:
+        return await dispatch_fresh(conn, batch, heartbeat_timeout_s=heartbeat_timeout_s)
 
     return JobSpec(
         name=SCHEDULE_JOB, handler=handler, catch_up=CustomPlans(plans=plan_due, next_due=next_due),

@@ -15,8 +15,9 @@ from scheduler.spec import JobSpec
 
 
 def default_jobs(settings: Settings) -> list[JobSpec]:
-    """Every job the scheduler runs: autopilot schedules and the maintenance jobs."""
-    return [autopilot_schedule_job(heartbeat_timeout_s=settings.heartbeat_timeout_s), *maintenance.jobs(settings)]
+    """Every job the scheduler runs: autopilot schedules (a batch per statement) and the maintenance jobs."""
+    schedules = autopilot_schedule_job(settings.scheduler_claim_batch, heartbeat_timeout_s=settings.heartbeat_timeout_s)
+    return [schedules, *maintenance.jobs(settings)]
 
 
 def scheduler_for(ctx: Context, jobs: list[JobSpec] | None = None) -> Scheduler:

@@ -149,6 +149,15 @@ class JobRun:
                    row["lease_token"], now)
 
 
+@dataclass(frozen=True)
+class Claim:
+    """Who claims a transactional attempt's plans, for a handler that claims them in its own statement."""
+
+    runner_id: str
+    #: The runner's liveness key (``scheduler.liveness``), written into each execution row.
+    lock_key: int
+
+
 @dataclass
 class Batch:
     """Claimed executions of one job handed to its handler together (one, for most jobs)."""
@@ -159,6 +168,10 @@ class Batch:
     #: The claim time; ``clock.now()`` gives the scheduler's current time (the database clock, or injected).
     now: datetime
     clock: Clock
+    #: A transactional attempt only: the planner's plans, one per run in the same order (a planner may hand
+    #: its handler what it read with them), and who claims them.
+    plans: Sequence[Plan] = ()
+    claim: Claim | None = None
 
 
 #: Called after runs were recorded FAILED (same connection), e.g. to make their scopes due again.
@@ -170,10 +183,13 @@ Handler = Callable[[Batch], Awaitable[None]]
 
 #: A transactional handler does all of a batch's work on ``conn``, inside the transaction that plans and
 #: claims the batch, and sets ``run.result`` per run; the manager then records the executions SUCCESS in
-#: that same transaction. Only for work that is purely writes to this database: nothing outside it may
-#: happen, since the transaction can still roll back (then the plans are claimed the ordinary way and
-#: handed to ``handler``). ``run.id`` is not known yet while it runs.
-TransactionalHandler = Callable[[Conn, Batch], Awaitable[None]]
+#: that same transaction (``cron_claim_done``). Only for work that is purely writes to this database: nothing
+#: outside it may happen, since the transaction can still roll back (then the plans are claimed the ordinary
+#: way and handed to ``handler``). ``run.id`` is not known yet while it runs. A handler may instead claim the
+#: plans itself, in the statement that does its work, through ``hookgate_cron_claim_done`` (the same rule,
+#: with ``batch.claim``), and return the claim rows (``id, scope_id, plan_time, lease_token``); None: the
+#: manager claims them.
+TransactionalHandler = Callable[[Conn, Batch], Awaitable[list[asyncpg.Record] | None]]
 
 
 def _positive(name: str, value: timedelta) -> None:

@@ -1,9 +1,10 @@
 """Transactional jobs: fresh plans claimed, handled and recorded SUCCESS in one transaction per batch.
 
 For a job with ``JobSpec(transactional=fn)``: plan up to ``batch_size``, then, in a savepoint with a short
-lock timeout, ``fn(conn, batch)`` and the execution rows inserted already SUCCESS (``cron_claim_done``); one
-commit makes the claim, the handler's writes and the SUCCESS visible together. If the attempt fails, the
-savepoint rolls back and the same plans are claimed RUNNING in the same transaction for the ordinary handler.
+lock timeout, ``fn(conn, batch)`` and the execution rows inserted already SUCCESS (``cron_claim_done``, or the
+handler's own statement through the same ``hookgate_cron_claim_done``); one commit makes the claim, the
+handler's writes and the SUCCESS visible together. If the attempt fails, the savepoint rolls back and the same
+plans are claimed RUNNING in the same transaction for the ordinary handler.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from hookgate import metrics
 from hookgate.database import Conn
 from scheduler.claims import Claimer, plan
 from scheduler.execution import ms, results_json
-from scheduler.spec import Batch, CustomPlans, JobRun, JobSpec, Plan, SchedulerError
+from scheduler.spec import Batch, Claim, CustomPlans, JobRun, JobSpec, Plan, SchedulerError
 from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
@@ -96,12 +97,13 @@ async def _attempt(claimer: Claimer, conn: Conn, spec: JobSpec, plans: list[Plan
     """
     assert spec.transactional is not None
     runs = [JobRun(0, spec.name, p.scope_id, p.plan_time, 1, spec.max_attempts, _NO_LEASE, at) for p in plans]
-    batch = Batch(spec, runs, claimer.pool, at, claimer.clock)
+    batch = Batch(spec, runs, claimer.pool, at, claimer.clock, plans=plans,
+                  claim=Claim(claimer.runner_id, claimer.lock_key))
     try:
         async with conn.transaction():
             await conn.execute(Q.cron_attempt_limits, ms(ATTEMPT_LOCK_TIMEOUT), ms(spec.run_timeout))
-            await spec.transactional(conn, batch)
-            rows = await conn.fetch(
+            claimed = await spec.transactional(conn, batch)
+            rows = claimed if claimed is not None else await conn.fetch(
                 Q.cron_claim_done, spec.name, spec.scope_kind, [r.scope_id for r in runs],
                 [r.plan_time for r in runs], spec.max_attempts, claimer.runner_id, at,
                 spec.stale_timeout.total_seconds(), spec.single_flight, claimer.lock_key,

@@ -36,9 +36,12 @@ RETURNING id;
 -- The schedule triggers due at $1 (now), at most $2, locked (SKIP LOCKED: two schedulers split the due
 -- set instead of both planning it), read in index order from autopilot_trigger_due_idx without a sort,
 -- so a tick costs the number of due triggers, not all triggers. For each: the newest plan claimed by job
--- $3 and its flight slot (a RUNNING execution, or a FAILED one waiting for its retry), if taken.
+-- $3 and its flight slot (a RUNNING execution, or a FAILED one waiting for its retry), if taken; and what
+-- the handler re-checks at fire time, with the columns of trigger_schedule_state (the trigger is locked, so
+-- only its autopilot can change before the fire statement, which checks that again).
 WITH due AS (
-    SELECT t.id, t.cron, t.timezone, t.next_fire_at, t.last_fired_at, t.created_at
+    SELECT t.id, t.autopilot_id, t.kind, t.enabled, (t.deleted_at IS NOT NULL) AS deleted, t.cron, t.timezone,
+           t.overlap_policy, t.published_by_id, t.next_fire_at, t.last_fired_at, t.created_at
     FROM autopilot_trigger t
     WHERE t.kind = 'schedule' AND t.enabled AND t.deleted_at IS NULL AND t.next_fire_at <= $1
     ORDER BY t.next_fire_at
@@ -47,8 +50,14 @@ WITH due AS (
 )
 SELECT due.*, last.plan_time AS last_plan,
        flight.status AS flight_status, flight.next_retry_at AS flight_retry_at,
-       flight.stale_after AS flight_stale_after
+       flight.stale_after AS flight_stale_after,
+       a.status AS autopilot_status,
+       CASE WHEN due.overlap_policy IS DISTINCT FROM 'allow' THEN
+           (SELECT count(*) FROM autopilot_run r
+            WHERE r.trigger_id = due.id AND r.status IN ('pending', 'issue_created', 'queued', 'running'))
+       END AS active_runs
 FROM due
+JOIN autopilot a ON a.id = due.autopilot_id
 LEFT JOIN LATERAL (SELECT e.plan_time FROM sys_cron_executions e
                    WHERE e.job_name = $3 AND e.scope_kind = 'trigger' AND e.scope_id = due.id::text
                    ORDER BY e.plan_time DESC LIMIT 1) last ON true
@@ -57,6 +66,74 @@ LEFT JOIN LATERAL (SELECT e.status, e.next_retry_at, e.stale_after FROM sys_cron
                      AND e.single_flight
                      AND (e.status = 'RUNNING' OR (e.status = 'FAILED' AND e.next_retry_at IS NOT NULL))
                    LIMIT 1) flight ON true;
+
+-- name: trigger_fire
+-- Fire a batch of schedule occurrences in ONE statement, inside the transaction whose planner locked their
+-- triggers and moved their next_fire_at: claim each occurrence (hookgate_cron_claim_done: the execution row
+-- inserted already SUCCESS by INSERT ... ON CONFLICT DO NOTHING on its unique key, single flight), insert the
+-- runs the handler decided (admission gate and overlap policy), and wake the workers for the pending ones
+-- (NOTIFY hookgate_runs, payload = run id). Per occurrence, in (scope, plan) order: $8 = trigger ids,
+-- $9 = plan times, $10 = its outcome (a 1-based index into the outcome arrays). Per outcome (few: occurrences
+-- that share an autopilot, a publisher and a verdict share one): $11 = the autopilot status the handler saw
+-- (an occurrence fires only if it still holds: if its autopilot changed since, the statement reports it and
+-- the caller rolls back), $12 = a no-op's result (JSON text; NULL: insert a run), $13 = run status
+-- ('pending' or 'skipped'), $14 = reason code, $15 = reason, $16 = workspace, $17 = rule version,
+-- $18 = accountable member. $19/$20 = each distinct plan time and its text in the run's payload (ISO 8601).
+-- The claim: $1 = job, $2 = runner id, $3 = claim time, $4 = stale timeout (s), $5 = liveness key,
+-- $6 = finish time, $7 = max attempts. Returns one row per occurrence claimed (id, scope_id, plan_time,
+-- lease_token), each with how many runs were inserted (made) and wanted, and how many occurrences found their
+-- autopilot changed (changed): the caller rolls the batch back unless every occurrence was claimed, every
+-- run inserted (none existed before: a retry would reuse it) and nothing changed.
+WITH o AS (
+    SELECT * FROM unnest($11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::uuid[],
+                         $17::uuid[], $18::uuid[])
+        WITH ORDINALITY AS o(seen_status, noop, status, reason_code, reason, workspace_id, rule_version_id,
+                             accountable_id, k)
+), x AS MATERIALIZED (
+    SELECT p.n, p.trigger_id, p.plan_time, o.noop, o.status, o.reason_code, o.reason, o.workspace_id,
+           o.rule_version_id, o.accountable_id, iso.text AS planned_iso, t.autopilot_id, t.cron, t.timezone,
+           CASE WHEN o.noop IS NULL THEN hookgate_uuid7() END AS run_id,
+           a.status IS DISTINCT FROM o.seen_status AS changed
+    FROM unnest($8::uuid[], $9::timestamptz[], $10::integer[]) WITH ORDINALITY AS p(trigger_id, plan_time, k, n)
+    JOIN o ON o.k = p.k
+    JOIN unnest($19::timestamptz[], $20::text[]) AS iso(plan_time, text) ON iso.plan_time = p.plan_time
+    JOIN autopilot_trigger t ON t.id = p.trigger_id
+    LEFT JOIN autopilot a ON a.id = t.autopilot_id
+), made AS (
+    INSERT INTO autopilot_run (id, workspace_id, autopilot_id, trigger_id, source, status, rule_version_id,
+                               planned_at, payload, accountable_id, reason_code, reason, finished_at)
+    SELECT x.run_id, x.workspace_id, x.autopilot_id, x.trigger_id, 'schedule', x.status, x.rule_version_id,
+           x.plan_time,
+           jsonb_build_object('event', 'schedule.fired',
+                              'payload', jsonb_build_object('trigger_id', x.trigger_id::text,
+                                                            'planned_at', x.planned_iso, 'cron', x.cron,
+                                                            'timezone', x.timezone)),
+           x.accountable_id, x.reason_code, x.reason, CASE WHEN x.status = 'skipped' THEN now() END
+    FROM x
+    WHERE x.run_id IS NOT NULL AND NOT x.changed
+    ORDER BY x.trigger_id, x.plan_time
+    ON CONFLICT DO NOTHING
+    RETURNING id, status
+), claimed AS (
+    SELECT c.*
+    FROM hookgate_cron_claim_done(
+        $1, 'trigger',
+        (SELECT array_agg(x.trigger_id::text ORDER BY x.n) FROM x),
+        (SELECT array_agg(x.plan_time ORDER BY x.n) FROM x),
+        $7, $2, $3, $4, true, $5, $6,
+        (SELECT array_agg(coalesce(x.noop,
+                                   jsonb_build_object('run_id', x.run_id, 'status', x.status,
+                                                      'reason_code', x.reason_code, 'reused', false)::text)
+                          ORDER BY x.n) FROM x)) c
+), woken AS (
+    SELECT pg_notify('hookgate_runs', made.id::text) FROM made WHERE made.status = 'pending'
+)
+SELECT c.id, c.scope_id, c.plan_time, c.lease_token,
+       (SELECT count(*) FROM made) AS made,
+       (SELECT count(*) FROM x WHERE x.run_id IS NOT NULL) AS wanted,
+       (SELECT count(*) FROM x WHERE x.changed) AS changed,
+       (SELECT count(*) FROM woken) AS woken
+FROM claimed c;
 
 -- name: trigger_defer
 -- Move the next evaluation of schedule triggers $1 to times $2 (the occurrence after the one claimed now,

@@ -5,15 +5,23 @@ SELECT clock_timestamp() AS now;
 -- name: cron_sweep_stale
 -- Mark RUNNING rows of job $1 whose holder stopped heartbeating (stale_after < $2 = now) FAILED
 -- 'stale_timeout'. With stale re-entry ($3) and attempts left they are due for a retry at once.
--- Rows locked by a live holder's transaction are skipped, so a sweep never waits on a runner.
+-- Rows locked by a live holder's transaction are skipped, so a sweep never waits on a runner. The candidates
+-- are found first (a materialized CTE, by the partial stale index), then updated by key: whatever the plan,
+-- the work follows the candidates (normally none), never the rows of the table. Written as "UPDATE … WHERE
+-- id IN (SELECT … FOR UPDATE SKIP LOCKED)", a sweep ran for minutes in nested scans under a herd of 100,000
+-- occurrences a minute.
+WITH stale AS MATERIALIZED (
+    SELECT c.id FROM sys_cron_executions c
+    WHERE c.job_name = $1 AND c.status = 'RUNNING' AND c.stale_after < $2
+    FOR UPDATE SKIP LOCKED
+)
 UPDATE sys_cron_executions e
 SET status = 'FAILED', error_code = 'stale_timeout',
     error_message = 'the runner stopped heartbeating before stale_after',
     finished_at = $2, duration_ms = greatest(0, (extract(epoch FROM $2::timestamptz - e.started_at) * 1000)::integer),
     next_retry_at = CASE WHEN $3 AND e.attempt < e.max_attempts THEN $2 END
-WHERE e.id IN (SELECT c.id FROM sys_cron_executions c
-               WHERE c.job_name = $1 AND c.status = 'RUNNING' AND c.stale_after < $2
-               FOR UPDATE SKIP LOCKED)
+FROM stale
+WHERE e.id = stale.id
 RETURNING e.id, e.scope_id, e.plan_time, e.attempt;
 
 -- name: cron_sweep_gone
@@ -32,19 +40,19 @@ WITH held AS MATERIALIZED (
     FROM pg_locks l
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $4::integer::oid
       AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+), gone AS MATERIALIZED (  -- found first, then updated by key (see cron_sweep_stale)
+    SELECT c.id FROM sys_cron_executions c
+    WHERE c.job_name = ANY($1::text[]) AND c.status = 'RUNNING'
+      AND (c.runner_lock IS NULL OR NOT EXISTS (SELECT 1 FROM held WHERE held.objid = c.runner_lock::oid))
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE sys_cron_executions e
 SET status = 'FAILED', error_code = 'runner_gone',
     error_message = 'the runner''s database session ended (its liveness lock is gone) before it finished',
     finished_at = $3, duration_ms = greatest(0, (extract(epoch FROM $3::timestamptz - e.started_at) * 1000)::integer),
     next_retry_at = CASE WHEN j.reentry AND e.attempt < e.max_attempts THEN $3 END
-FROM unnest($1::text[], $2::boolean[]) AS j(job_name, reentry)
-WHERE e.job_name = j.job_name
-  AND e.id IN (SELECT c.id FROM sys_cron_executions c
-               WHERE c.job_name = ANY($1::text[]) AND c.status = 'RUNNING'
-                 AND (c.runner_lock IS NULL
-                      OR NOT EXISTS (SELECT 1 FROM held WHERE held.objid = c.runner_lock::oid))
-               FOR UPDATE SKIP LOCKED)
+FROM gone, unnest($1::text[], $2::boolean[]) AS j(job_name, reentry)
+WHERE e.id = gone.id AND e.job_name = j.job_name
 RETURNING e.id, e.job_name, e.scope_id, e.plan_time, e.attempt, e.runner_id;
 
 -- name: cron_claim
@@ -68,33 +76,13 @@ ON CONFLICT DO NOTHING
 RETURNING id, scope_id, plan_time, attempt, max_attempts, lease_token;
 
 -- name: cron_claim_done
--- A transactional job's fresh plans, claimed already finished: its handler's writes were made in this same
--- transaction, so the row is written once, as SUCCESS, and commits with them (or not at all). The winner
--- rule is cron_claim's: a plan another scheduler holds conflicts and is skipped (one it is inserting right
--- now: the unique key waits for that transaction, then conflicts), so a caller that gets fewer rows than
--- plans must roll its handler's writes back. $1 = job, $2 = scope kind, $3/$4 = scopes and plans,
--- $5 = max attempts, $6 = runner id, $7 = claim time, $8 = stale timeout (s), $9 = single flight (the
--- scope must have no newer plan and no occurrence in flight: the flight index cannot see a row that is not
--- RUNNING), $10 = the runner's liveness key, $11 = finish time, $12 = results (JSON text).
-INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status, attempt, max_attempts,
-                                 runner_id, lease_token, heartbeat_at, stale_after, started_at, single_flight,
-                                 runner_lock, finished_at, duration_ms, result)
-SELECT $1, $2, p.scope_id, p.plan_time, 'SUCCESS', 1, $5, $6, gen_random_uuid(), $7,
-       $7::timestamptz + make_interval(secs => $8), $7, $9, $10, $11,
-       greatest(0, (extract(epoch FROM $11::timestamptz - $7::timestamptz) * 1000)::integer), p.result::jsonb
-FROM unnest($3::text[], $4::timestamptz[], $12::text[]) AS p(scope_id, plan_time, result)
--- Two probes, each by its own index (the unique key's range; the flight index), never a scan of the scope's
--- whole history.
-WHERE NOT ($9 AND (EXISTS (SELECT 1 FROM sys_cron_executions n
-                           WHERE n.job_name = $1 AND n.scope_kind = $2 AND n.scope_id = p.scope_id
-                             AND n.plan_time > p.plan_time)
-                   OR EXISTS (SELECT 1 FROM sys_cron_executions f
-                              WHERE f.job_name = $1 AND f.scope_kind = $2 AND f.scope_id = p.scope_id
-                                AND f.single_flight
-                                AND (f.status = 'RUNNING' OR (f.status = 'FAILED' AND f.next_retry_at IS NOT NULL)))))
-ORDER BY p.scope_id, p.plan_time
-ON CONFLICT DO NOTHING
-RETURNING id, scope_id, plan_time, lease_token;
+-- A transactional job's fresh plans, claimed already finished, by hookgate_cron_claim_done (the rule is
+-- there: SUCCESS rows written once, a plan another scheduler holds conflicts and is skipped, so a caller that
+-- gets fewer rows than plans must roll its handler's writes back). $1 = job, $2 = scope kind, $3/$4 = scopes
+-- and plans, $5 = max attempts, $6 = runner id, $7 = claim time, $8 = stale timeout (s), $9 = single flight,
+-- $10 = the runner's liveness key, $11 = finish time, $12 = results (JSON text).
+SELECT id, scope_id, plan_time, lease_token
+FROM hookgate_cron_claim_done($1, $2, $3::text[], $4::timestamptz[], $5, $6, $7, $8, $9, $10, $11, $12::text[]);
 
 -- name: cron_attempt_limits
 -- For the rest of a transactional attempt (a savepoint: rolled back with it), bound its lock waits by $1
@@ -107,18 +95,20 @@ SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2,
 -- (next_retry_at <= $2 = now), or, with stale re-entry ($5), a RUNNING row past stale_after; only while
 -- attempt < max_attempts. The lease token rotates, so the previous holder's writes no longer match.
 -- $3 = runner id, $4 = stale timeout (s), $7 = the runner's liveness lock key.
+WITH due AS MATERIALIZED (  -- found first, then updated by key (see cron_sweep_stale)
+    SELECT c.id FROM sys_cron_executions c
+    WHERE c.job_name = $1 AND c.attempt < c.max_attempts
+      AND ((c.status = 'FAILED' AND c.next_retry_at <= $2) OR ($5 AND c.status = 'RUNNING' AND c.stale_after < $2))
+    ORDER BY coalesce(c.next_retry_at, c.stale_after), c.id
+    LIMIT $6
+    FOR UPDATE SKIP LOCKED
+)
 UPDATE sys_cron_executions e
 SET status = 'RUNNING', attempt = e.attempt + 1, lease_token = gen_random_uuid(), runner_id = $3, runner_lock = $7,
     heartbeat_at = $2, stale_after = $2::timestamptz + make_interval(secs => $4), started_at = $2,
     finished_at = NULL, duration_ms = NULL, next_retry_at = NULL, result = NULL
-WHERE e.id IN (SELECT c.id FROM sys_cron_executions c
-               WHERE c.job_name = $1 AND c.attempt < c.max_attempts
-                 AND ((c.status = 'FAILED' AND c.next_retry_at <= $2)
-                      OR ($5 AND c.status = 'RUNNING' AND c.stale_after < $2))
-               ORDER BY coalesce(c.next_retry_at, c.stale_after), c.id
-               LIMIT $6
-               FOR UPDATE SKIP LOCKED)
-  AND e.attempt < e.max_attempts
+FROM due
+WHERE e.id = due.id AND e.attempt < e.max_attempts
   AND ((e.status = 'FAILED' AND e.next_retry_at <= $2) OR ($5 AND e.status = 'RUNNING' AND e.stale_after < $2))
 RETURNING e.id, e.scope_id, e.plan_time, e.attempt, e.max_attempts, e.lease_token;
 
