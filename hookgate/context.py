@@ -90,12 +90,8 @@ async def open_context(settings: Settings, *, migrate: bool = True, **pool_args:
     """Resolve the database (embedded or configured), migrate if asked, open the pool; close on exit."""
     keyring = keyring_for(settings)
     async with open_database(settings, migrate=migrate) as dsn:
-        # Every pooled connection carries the agents' concurrency bound for the slot rule (hookgate_slots_take).
-        server_settings = {database.AGENT_CAP_SETTING: str(settings.agent_max_concurrency),
-                           **pool_args.pop("server_settings", {})}
         pool = await database.create_pool(
-            dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size, server_settings=server_settings,
-            **pool_args
+            dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size, **pool_args
         )
         try:
             yield Context(settings=settings, dsn=dsn, pool=pool, keyring=keyring)

@@ -109,11 +109,6 @@ def _jsonb_loads(data: bytes) -> Any:
 _JSONB_VERSION = b"\x01"
 
 
-#: The session setting (sent when a pooled connection opens, no round trip) that bounds every agent's concurrency
-#: in the slot rule: ``HOOKGATE_AGENT_MAX_CONCURRENCY``.
-AGENT_CAP_SETTING = "hookgate.agent_max_concurrency"
-
-
 async def init_connection(conn: Conn) -> None:
     """JSON codecs for json/jsonb on every connection, and the array types of the batched statements learnt.
 
