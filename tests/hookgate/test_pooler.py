@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
@@ -126,7 +127,7 @@ def read_only_bouncer(server_url: str, empty_db: str) -> Iterator[PgBouncer]:
 
     Whatever goes through it cannot write: migrations that ran through the pool would fail.
     """
-    name = empty_db.rsplit("/", 1)[-1]
+    name = urlsplit(empty_db).path.lstrip("/")
     bouncer = PgBouncer.start(server_url, databases={
         "hg_read_only": f"dbname={name} connect_query='SET default_transaction_read_only = on'"})
     try:
