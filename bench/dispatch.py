@@ -287,12 +287,14 @@ async def main(args: argparse.Namespace) -> None:
             "e2e_p99_ms": round(pct(e2e, 0.99), 2), "e2e_max_ms": round(max(e2e), 2),
         }, indent=2))
     finally:
-        for proc in [*workers, agent_proc]:
-            proc.terminate()
-        for proc in [*workers, agent_proc]:
-            proc.wait(30)
-        if bouncer is not None:
-            bouncer.stop()
+        try:
+            for proc in [*workers, agent_proc]:
+                proc.terminate()
+            for proc in [*workers, agent_proc]:
+                proc.wait(30)
+        finally:
+            if bouncer is not None:
+                bouncer.stop()
 
 
 if __name__ == "__main__":
