@@ -125,7 +125,8 @@ async def empty_db(server_url: str) -> AsyncIterator[str]:
 def read_only_bouncer(server_url: str, empty_db: str) -> Iterator[PgBouncer]:
     """A PgBouncer whose entry ``hg_read_only`` is ``empty_db`` with every server connection read-only.
 
-    Whatever goes through it cannot write: migrations that ran through the pool would fail.
+    Whatever goes through it cannot write: migrations that ran through the pool would fail. Its URL
+    (:func:`_read_only_url`) accepts such a server, as Hookgate would not by default (it asks for read-write).
     """
     name = urlsplit(empty_db).path.lstrip("/")
     bouncer = PgBouncer.start(server_url, databases={
@@ -134,6 +135,10 @@ def read_only_bouncer(server_url: str, empty_db: str) -> Iterator[PgBouncer]:
         yield bouncer
     finally:
         bouncer.stop()
+
+
+def _read_only_url(bouncer: PgBouncer) -> str:
+    return bouncer.named("hg_read_only") + "?target_session_attrs=any"
 
 
 async def _applied(dsn: str) -> int:
@@ -145,7 +150,7 @@ async def _applied(dsn: str) -> int:
 
 
 async def test_the_roles_migrate_on_the_direct_url(empty_db, read_only_bouncer):
-    pooled = read_only_bouncer.named("hg_read_only")
+    pooled = _read_only_url(read_only_bouncer)
     probe = await asyncpg.connect(pooled, statement_cache_size=0)
     try:
         with pytest.raises(asyncpg.ReadOnlySQLTransactionError):  # the pool's URL cannot migrate anything
@@ -160,7 +165,7 @@ async def test_the_roles_migrate_on_the_direct_url(empty_db, read_only_bouncer):
 
 
 async def test_hookgate_migrate_runs_on_the_direct_url(empty_db, read_only_bouncer):
-    env = {"HOOKGATE_DATABASE_URL": read_only_bouncer.named("hg_read_only"),
+    env = {"HOOKGATE_DATABASE_URL": _read_only_url(read_only_bouncer),
            "HOOKGATE_DIRECT_DATABASE_URL": empty_db, "HOOKGATE_SECRET_KEY": TEST_SECRET_KEY}
     out = await asyncio.to_thread(hookgate, "migrate", env=env)
     assert out.returncode == 0, out.stderr
