@@ -35,6 +35,8 @@ class ClaimFor:
     holder: str
     push_timeout_cap_s: float = 60.0
     push_lease_margin_s: float = 30.0
+    #: No agent's concurrency cap above this (``HOOKGATE_AGENT_MAX_CONCURRENCY``; None: each agent's own).
+    agent_cap: int | None = None
 
 
 @dataclass(frozen=True)
@@ -144,5 +146,5 @@ async def _claim_now(
         return None
     lease = tasks.push_lease_s(run["timeout_s"], claim.push_timeout_cap_s, claim.push_lease_margin_s)
     won = await tasks.claim(conn, agent_id=run["agent_id"], task_id=task_id, lease_s=lease,
-                            holder=claim.holder, actor_type="worker")
+                            holder=claim.holder, actor_type="worker", cap=claim.agent_cap)
     return won[0] if won else None

@@ -124,10 +124,13 @@ def push_lease_s(timeout_s: float, cap_s: float, margin_s: float) -> float:
 
 async def claim(
     conn: Conn, *, agent_id: UUID, lease_s: float, holder: str, actor_type: str, limit: int = 1,
-    task_id: UUID | None = None, now: datetime | None = None,
+    task_id: UUID | None = None, now: datetime | None = None, cap: int | None = None,
 ) -> list[Claimed]:
-    """Claim up to ``limit`` due tasks of an agent within its concurrency cap (or only ``task_id``)."""
-    rows = await conn.fetch(Q.task_claim, agent_id, task_id, limit, lease_s, holder, actor_type, now)
+    """Claim up to ``limit`` due tasks of an agent within its concurrency cap (or only ``task_id``).
+
+    ``cap``: no agent's cap above it (``HOOKGATE_AGENT_MAX_CONCURRENCY``; None: each agent's own).
+    """
+    rows = await conn.fetch(Q.task_claim, agent_id, task_id, limit, lease_s, holder, actor_type, now, cap)
     metrics.CLAIMS.labels("tasks").inc(len(rows))
     return [Claimed.from_row(r) for r in rows]
 

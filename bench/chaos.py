@@ -4,6 +4,7 @@ One command (loopback only, bounded by ``--events`` / ``--rate``; embedded Postg
 default)::
 
     python bench/chaos.py [--events 2000] [--rate 40] [--server-url postgresql://…] [--seed N] [--agent-outage 18]
+                          [--pooler]
     python bench/chaos.py --scenario failover [--async] [--rate 40] [--lead 18] [--stall 1] [--promote-after 1]
                           [--after 5]
 
@@ -47,6 +48,8 @@ def main() -> int:
     parser.add_argument("--quiescence-timeout", type=float, default=300.0, help="seconds to wait for the backlog")
     parser.add_argument("--agent-outage", type=float, default=18.0, help="seconds the HTTP agent is down (0: never)")
     parser.add_argument("--agent-outage-at", type=float, default=0.6, help="share of the load after which it goes down")
+    parser.add_argument("--pooler", action="store_true",
+                        help="the roles' pools through a real PgBouncer in transaction mode (Debian's pgbouncer)")
     failover = parser.add_argument_group("failover")
     failover.add_argument("--async", dest="asynchronous", action="store_true",
                           help="asynchronous streaming replication (acknowledged commits can be lost)")
@@ -65,7 +68,7 @@ def main() -> int:
     config = Config(events=args.events, rate=args.rate, workers=args.workers, schedules=args.schedules,
                     server_url=args.server_url, restart_postgres=not args.no_postgres_restart, seed=args.seed,
                     quiescence_timeout_s=args.quiescence_timeout, agent_outage_s=args.agent_outage,
-                    agent_outage_at=args.agent_outage_at)
+                    agent_outage_at=args.agent_outage_at, pooler=args.pooler)
     report = run_chaos(config)
     print(report.table())
     return 0 if report.ok else 1

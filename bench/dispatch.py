@@ -2,7 +2,7 @@
 
 One command (PostgreSQL server URL in ``HOOKGATE_BENCH_SERVER_URL``, default the local trust-auth server)::
 
-    python bench/dispatch.py [--runs 20000] [--workers 2] [--rate 200] [--seconds 10]
+    python bench/dispatch.py [--runs 20000] [--workers 2] [--rate 200] [--seconds 10] [--pooler]
 
 1. **baseline**: a bare ``FOR UPDATE SKIP LOCKED`` claim + complete loop over a one-table queue (jobs/s).
 2. **drain**: ``--runs`` queued deliveries with admitted runs (what ingress stores) are drained by
@@ -11,7 +11,9 @@ One command (PostgreSQL server URL in ``HOOKGATE_BENCH_SERVER_URL``, default the
    7-12), measured from just before that transaction to the agent's receipt of the push (p50/p99).
 4. **end to end**: ``POST /hooks/{token}`` to a real ``hookgate gateway`` process every ``1/--rate`` s,
    measured from just before the POST to the agent's receipt of the signed push (p50/p99).
-The agent is a separate minimal HTTP server process (``bench/agent.py``).
+The agent is a separate minimal HTTP server process (``bench/agent.py``). With ``--pooler`` the workers' and the
+gateway's pools go through a real PgBouncer in transaction mode (``tests/pooler.py``; their LISTEN straight to
+the server), so the figures show what the pooler and what it disables cost.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from hookgate import database, migrations, notify  # noqa: E402
 from hookgate.context import with_database  # noqa: E402
 from hookgate.crypto import Keyring  # noqa: E402
 from sql import Q  # noqa: E402
+from tests.pooler import PgBouncer  # noqa: E402
 from tests.processes import free_port  # noqa: E402
 
 KEY = base64.b64encode(b"b" * 32).decode()
@@ -151,8 +154,9 @@ async def wait_done(conn: Any, total: int, timeout: float = 600) -> float:
         await asyncio.sleep(0.05)  # the count is a table scan; 50 ms is fine against a multi-second drain
 
 
-def start_gateway(url: str, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
+def start_gateway(url: str, port: int, direct: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_DIRECT_DATABASE_URL": direct,
+           "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
            "HOOKGATE_IP_REQUEST_CAP": "1000000", "PYTHONPATH": str(ROOT), **AGENT_ALLOW}
     return subprocess.Popen([sys.executable, "-m", "hookgate.cli", "gateway", "--port", str(port)], cwd=ROOT, env=env)
 
@@ -182,8 +186,9 @@ async def end_to_end(conn: Any, port: int, token: str, rate: float, seconds: flo
     await wait_done(conn, total_before + count)
 
 
-def start_workers(url: str, count: int) -> list[subprocess.Popen[bytes]]:
-    env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
+def start_workers(url: str, count: int, direct: str) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_DIRECT_DATABASE_URL": direct,
+           "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
            "HOOKGATE_DELIVERY_CONCURRENCY": "8", "HOOKGATE_DELIVERY_BATCH": "32", "PYTHONPATH": str(ROOT),
            **AGENT_ALLOW}
     return [subprocess.Popen([sys.executable, "-m", "hookgate.cli", "worker"], cwd=ROOT, env=env)
@@ -238,20 +243,24 @@ async def main(args: argparse.Namespace) -> None:
     port = free_port()
     agent_proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "agent.py"), str(port)])
     workers: list[subprocess.Popen[bytes]] = []
+    bouncer = PgBouncer.start(server, pool_size=20) if args.pooler else None
+    pooled = bouncer.url(url) if bouncer is not None else url
     try:
         base_rate = await baseline(url, args.runs)
         conn = await database.connect(url)
         ap, trigger, token = await world(conn, f"http://127.0.0.1:{port}/agent")
-        workers = start_workers(url, args.workers)
+        workers = start_workers(pooled, args.workers, url)
         gateway_port = free_port()
-        workers.append(start_gateway(url, gateway_port))
+        workers.append(start_gateway(pooled, gateway_port, url))
         await wait_listeners(conn, args.workers)
         drainers = [w.pid for w in workers[:args.workers]]
         await insert(conn, ap, trigger, args.runs, None)
-        start, cpu0 = time.perf_counter(), cpu_s(drainers)
+        bouncer_pids = [bouncer.proc.pid] if bouncer is not None and bouncer.proc is not None else []
+        start, cpu0, bouncer0 = time.perf_counter(), cpu_s(drainers), cpu_s(bouncer_pids)
         db0 = {pid: cpu_s([pid]) for pid in await backends(conn)}
         end = await wait_done(conn, args.runs)
         drain, drain_cpu = args.runs / (end - start), cpu_s(drainers) - cpu0
+        bouncer_cpu = cpu_s(bouncer_pids) - bouncer0
         # Sessions opened during the drain started from zero.
         db_cpu = sum(cpu_s([pid]) - db0.get(pid, 0.0) for pid in await backends(conn))
         async with httpx.AsyncClient() as http:
@@ -265,10 +274,12 @@ async def main(args: argparse.Namespace) -> None:
         lat = stats["latencies_ms"]
         await conn.close()
         print(json.dumps({
+            "pooler": "pgbouncer transaction mode" if bouncer is not None else "none",
             "baseline_skip_locked_jobs_per_s": round(base_rate),
             "drain_runs_per_s": round(drain), "drain_runs": args.runs, "workers": args.workers,
             "drain_worker_cpu_ms_per_run": round(drain_cpu * 1000 / args.runs, 3),
             "drain_postgres_cpu_ms_per_run": round(db_cpu * 1000 / args.runs, 3),
+            "drain_pgbouncer_cpu_ms_per_run": round(bouncer_cpu * 1000 / args.runs, 3),
             "latency_rate_per_s": args.rate, "latency_samples": len(lat),
             "latency_p50_ms": round(statistics.median(lat), 2), "latency_p99_ms": round(pct(lat, 0.99), 2),
             "latency_max_ms": round(max(lat), 2),
@@ -276,10 +287,14 @@ async def main(args: argparse.Namespace) -> None:
             "e2e_p99_ms": round(pct(e2e, 0.99), 2), "e2e_max_ms": round(max(e2e), 2),
         }, indent=2))
     finally:
-        for proc in [*workers, agent_proc]:
-            proc.terminate()
-        for proc in [*workers, agent_proc]:
-            proc.wait(30)
+        try:
+            for proc in [*workers, agent_proc]:
+                proc.terminate()
+            for proc in [*workers, agent_proc]:
+                proc.wait(30)
+        finally:
+            if bouncer is not None:
+                bouncer.stop()
 
 
 if __name__ == "__main__":
@@ -288,4 +303,6 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=2, help="hookgate worker processes")
     parser.add_argument("--rate", type=float, default=200.0, help="steady arrivals per second (latency phase)")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency phase")
+    parser.add_argument("--pooler", action="store_true",
+                        help="the workers' and the gateway's pools through a real PgBouncer in transaction mode")
     asyncio.run(main(parser.parse_args()))

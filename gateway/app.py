@@ -28,7 +28,7 @@ def create_app(ctx: Context) -> Starlette:
     app = Starlette(routes=all_routes(), exception_handlers={**overload.HANDLERS, **errors.HANDLERS},
                     middleware=[Middleware(access.RequestContext)])
     app.state.ctx = ctx
-    app.state.claim_waits = ClaimWaits(ctx.pool, ctx.dsn, poll_s=ctx.settings.runtime_claim_poll_s,
+    app.state.claim_waits = ClaimWaits(ctx.pool, ctx.direct_dsn, poll_s=ctx.settings.runtime_claim_poll_s,
                                        acquire_timeout=ctx.settings.pool_acquire_timeout)
     return app
 

@@ -231,7 +231,7 @@ async def claim(request: Request) -> Response:
     async def attempt() -> tasks.Claimed | None:
         async with ctx.pool.acquire() as conn:
             won = await tasks.claim(conn, agent_id=agent["id"], lease_s=ctx.settings.task_lease_s,
-                                    holder=instance, actor_type="runtime")
+                                    holder=instance, actor_type="runtime", cap=ctx.settings.agent_max_concurrency)
         return won[0] if won else None
 
     async def undo(won: tasks.Claimed) -> None:

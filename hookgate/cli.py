@@ -37,6 +37,10 @@ EMBEDDED_AGENT_ALLOW = ["127.0.0.0/8", "::1/128"]
 EPILOG = """\
 environment:
   HOOKGATE_DATABASE_URL   PostgreSQL URL; unset = embedded PostgreSQL in HOOKGATE_DATA_DIR
+  HOOKGATE_DIRECT_DATABASE_URL   URL for LISTEN, locks and migrations, straight to PostgreSQL when
+                          HOOKGATE_DATABASE_URL is a PgBouncer's (default HOOKGATE_DATABASE_URL)
+  HOOKGATE_POOLER         none, transaction (HOOKGATE_DATABASE_URL is a transaction-mode pooler's)
+                          or detect (default detect)
   HOOKGATE_DATA_DIR       embedded database and generated secret key (default ./.hookgate)
   HOOKGATE_SECRET_KEY     base64 of 32 bytes encrypting secrets at rest (generated in embedded mode)
   HOOKGATE_PUBLIC_URL     base of the webhook URLs shown to admins (default http://<host>:<port>)
@@ -238,10 +242,13 @@ def _save_first_key(data_dir: Path, key: str) -> Path:
 
 async def _migrate(settings: Settings) -> None:
     async with open_context(settings, migrate=False) as ctx:
-        from hookgate import migrations
+        from hookgate import database, migrations
 
-        async with ctx.pool.acquire() as conn:
+        conn = await database.connect(ctx.direct_dsn)  # the migrations' advisory lock is a session's
+        try:
             applied = await migrations.migrate(conn)
+        finally:
+            await conn.close()
     print(json.dumps({"applied": applied}))
 
 

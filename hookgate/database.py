@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -109,22 +110,27 @@ def _jsonb_loads(data: bytes) -> Any:
 _JSONB_VERSION = b"\x01"
 
 
-#: The session setting (sent when a pooled connection opens, no round trip) that bounds every agent's concurrency
-#: in the slot rule: ``HOOKGATE_AGENT_MAX_CONCURRENCY``.
-AGENT_CAP_SETTING = "hookgate.agent_max_concurrency"
-
-
-async def init_connection(conn: Conn) -> None:
+async def init_connection(conn: Conn, *, pooled: bool = False) -> None:
     """JSON codecs for json/jsonb on every connection, and the array types of the batched statements learnt.
 
     The codecs use the binary wire format: with a text-format codec asyncpg sends a ``jsonb[]`` parameter
     as an array literal, quoting and escaping every character of every document, which was the largest
     single cost of the ingress batch statement (docs/BENCHMARKS.md).
+
+    Through a transaction-mode pooler (``pooled``) the types are learnt by running the statement (unnamed, all
+    NULL) in a transaction: ``conn.prepare`` would name it on whichever server connection the pooler lends,
+    where it stays and clashes with the same name prepared there by another process; and asyncpg's catalog
+    lookup switches ``jit`` off for its own query with a session ``set_config``, which holds on the lookup's
+    server connection only inside a transaction (else the query ran JIT-compiled elsewhere: 5 s, measured).
     """
     await conn.set_type_codec("json", encoder=_dumps, decoder=json.loads, schema="pg_catalog", format="binary")
     await conn.set_type_codec("jsonb", encoder=_jsonb_dumps, decoder=_jsonb_loads, schema="pg_catalog",
                               format="binary")
-    await conn.prepare(Q.connection_learn_types)
+    if not pooled:
+        await conn.prepare(Q.connection_learn_types)
+        return
+    async with conn.transaction():
+        await conn.fetch(Q.connection_learn_types, *[None] * 9)
 
 
 async def keep_session(conn: Conn) -> None:
@@ -149,11 +155,19 @@ def read_write(dsn: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, "target_session_attrs": "read-write"}
 
 
-async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20, **kwargs: Any) -> asyncpg.Pool:
-    """A pool whose connections speak JSON natively; statements are prepared and cached per connection."""
+async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20, pooler: bool = False,
+                      **kwargs: Any) -> asyncpg.Pool:
+    """A pool whose connections speak JSON natively; statements are prepared and cached per connection.
+
+    ``pooler``: ``dsn`` is a transaction-mode pooler's (PgBouncer), whose server connections change hands
+    between transactions: no statement cache (each statement is parsed again, unnamed, in the round trip that
+    runs it) and nothing named prepared.
+    """
+    if pooler:
+        kwargs["statement_cache_size"] = 0
     pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=init_connection, reset=keep_session,
-        max_inactive_connection_lifetime=300, **read_write(dsn, kwargs),
+        dsn, min_size=min_size, max_size=max_size, init=functools.partial(init_connection, pooled=pooler),
+        reset=keep_session, max_inactive_connection_lifetime=300, **read_write(dsn, kwargs),
     )
     assert pool is not None
     return pool
@@ -196,3 +210,21 @@ async def check_reachable(dsn: str, timeout: float = 5.0) -> None:
     except _CONNECT_ERRORS as exc:
         raise ConfigError(describe_connect_error(exc)) from None
     await conn.close()
+
+
+async def detect_pooler(dsn: str, timeout: float = 5.0) -> bool:
+    """Whether a pooler (PgBouncer, …) answers at ``dsn`` in PostgreSQL's place.
+
+    A pooler hands its clients a backend key of its own making (it cancels queries for them on whichever server
+    connection they hold), so the process id in it is not the one of the backend that runs our statements;
+    PostgreSQL's own key names its backend. The mode of the pool cannot be seen: found, it is taken to be
+    transaction mode (the one that needs care). No statement cache: nothing named is left on a server connection.
+    """
+    try:
+        conn = await asyncpg.connect(dsn, **read_write(dsn, {"timeout": timeout, "statement_cache_size": 0}))
+    except _CONNECT_ERRORS as exc:
+        raise ConfigError(describe_connect_error(exc)) from None
+    try:
+        return bool(conn.get_server_pid() != await conn.fetchval(Q.server_backend_pid, timeout=timeout))
+    finally:
+        await conn.close()

@@ -7,9 +7,9 @@ import binascii
 import ipaddress
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from hookgate import retry
@@ -44,6 +44,15 @@ class Settings(BaseSettings):
 
     database_url: SecretStr | None = Field(
         default=None, description="PostgreSQL URL; unset = embedded PostgreSQL in the data dir"
+    )
+    direct_database_url: SecretStr | None = Field(
+        default=None, description="PostgreSQL URL of what needs a real session: LISTEN, the scheduler's liveness "
+        "lock, migrations (unset = HOOKGATE_DATABASE_URL); straight to PostgreSQL when that URL is a pooler's"
+    )
+    pooler: Literal["detect", "none", "transaction"] = Field(
+        default="detect", description="What HOOKGATE_DATABASE_URL reaches: a transaction-mode pooler such as "
+        "PgBouncer (no prepared statement cache, no session state on pooled connections), none (PostgreSQL, or a "
+        "session-mode pool), or detect (a pooler answers for PostgreSQL: its backend key is not the backend's)"
     )
     data_dir: Path = Field(default=Path(".hookgate"), description="Embedded database and generated key")
     secret_key: SecretStr | None = Field(
@@ -128,7 +137,14 @@ class Settings(BaseSettings):
             object.__setattr__(self, "public_url", f"http://{host}:{self.port}")
         return self
 
-    @field_validator("database_url")
+    @field_validator("direct_database_url")
+    @classmethod
+    def _direct_needs_a_url(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if value is not None and info.data.get("database_url") is None:
+            raise ValueError("set without HOOKGATE_DATABASE_URL (the embedded PostgreSQL needs neither)")
+        return value
+
+    @field_validator("database_url", "direct_database_url")
     @classmethod
     def _check_url(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:

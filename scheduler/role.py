@@ -24,7 +24,7 @@ def scheduler_for(ctx: Context, jobs: list[JobSpec] | None = None) -> Scheduler:
     """The scheduler service over the context's pool, configured from settings."""
     s = ctx.settings
     clock = DatabaseClock(ctx.pool, offset=timedelta(seconds=s.scheduler_clock_offset_s))
-    config = SchedulerConfig(dsn=ctx.dsn, max_tick=s.scheduler_max_tick_s, concurrency=s.scheduler_concurrency,
+    config = SchedulerConfig(dsn=ctx.direct_dsn, max_tick=s.scheduler_max_tick_s, concurrency=s.scheduler_concurrency,
                              claim_batch=s.scheduler_claim_batch, clock=clock)
     return Scheduler(ctx.pool, jobs if jobs is not None else default_jobs(s), config)
 

@@ -27,12 +27,22 @@ from hookgate import database, migrations
 from hookgate.context import Context, open_context, with_database
 from hookgate.settings import Settings
 from tests import processes
+from tests.pooler import PgBouncer
 
 TEST_SECRET_KEY = base64.b64encode(b"k" * 32).decode()
 #: The suite's agents are local servers: tests opt in to pushing to loopback (tests/security/test_egress.py
 #: runs with the default, empty allow list).
 TEST_AGENT_ALLOW_CIDRS = "127.0.0.0/8,::1/128"
 _counter = itertools.count()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--pooler``: the role processes tests spawn reach the database through a real PgBouncer."""
+    parser.addoption(
+        "--pooler", action="store_true",
+        help="run the hookgate processes started by the spawn fixture with HOOKGATE_DATABASE_URL through a real "
+        "PgBouncer in transaction mode (tests/pooler.py) and HOOKGATE_DIRECT_DATABASE_URL straight to the server",
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -252,14 +262,32 @@ async def live_url(ctx: Context) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{server.port}"
 
 
+@pytest.fixture(scope="session")
+def pgbouncer(server_url: str) -> Iterator[PgBouncer]:
+    """A real PgBouncer in transaction mode in front of the suite's server (``pgbouncer.url(db_url)``)."""
+    bouncer = PgBouncer.start(server_url)
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+
+
+def pooled_env(bouncer: PgBouncer, db_url: str) -> dict[str, str]:
+    """A role's database settings behind ``bouncer``: the pool through it, what needs a session straight in."""
+    return {"HOOKGATE_DATABASE_URL": bouncer.url(db_url), "HOOKGATE_DIRECT_DATABASE_URL": db_url}
+
+
 @pytest.fixture
-def spawn(db_url: str, tmp_path: Path) -> Iterator[processes.Spawner]:
-    """Start ``hookgate`` roles as separate OS processes over this test's database; all killed after."""
-    spawner = processes.Spawner(
-        env={"HOOKGATE_DATABASE_URL": db_url, "HOOKGATE_SECRET_KEY": TEST_SECRET_KEY,
-             "HOOKGATE_PUBLIC_URL": "http://hooks.test", "HOOKGATE_AGENT_ALLOW_CIDRS": TEST_AGENT_ALLOW_CIDRS},
-        log_dir=tmp_path,
-    )
+def spawn(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[processes.Spawner]:
+    """Start ``hookgate`` roles as separate OS processes over this test's database; all killed after.
+
+    With ``--pooler`` their pools go through a real PgBouncer in transaction mode (:func:`pooled_env`).
+    """
+    env = {"HOOKGATE_DATABASE_URL": db_url, "HOOKGATE_SECRET_KEY": TEST_SECRET_KEY,
+           "HOOKGATE_PUBLIC_URL": "http://hooks.test", "HOOKGATE_AGENT_ALLOW_CIDRS": TEST_AGENT_ALLOW_CIDRS}
+    if request.config.getoption("--pooler"):
+        env |= pooled_env(request.getfixturevalue("pgbouncer"), db_url)
+    spawner = processes.Spawner(env=env, log_dir=tmp_path)
     try:
         yield spawner
     finally:

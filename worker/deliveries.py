@@ -49,7 +49,7 @@ def options_for(ctx: Context, holder: str, pusher: Pusher | None) -> dispatch.Op
     s = ctx.settings
     claim = None
     if pusher is not None and pusher.capacity() > 0:
-        claim = dispatch.ClaimFor(holder, s.push_timeout_cap_s, s.push_lease_margin_s)
+        claim = dispatch.ClaimFor(holder, s.push_timeout_cap_s, s.push_lease_margin_s, s.agent_max_concurrency)
     return dispatch.Options(s.heartbeat_timeout_s, s.retry_schedule.attempts, claim)
 
 

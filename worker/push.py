@@ -569,7 +569,8 @@ class PushWorker(PollingService):
                     continue
                 lease = tasks.push_lease_s(agent["timeout_s"], s.push_timeout_cap_s, s.push_lease_margin_s)
                 for claimed in await tasks.claim(conn, agent_id=agent["id"], limit=min(free, room, 32),
-                                                 lease_s=lease, holder=self.holder, actor_type="worker", now=now):
+                                                 lease_s=lease, holder=self.holder, actor_type="worker", now=now,
+                                                 cap=s.agent_max_concurrency):
                     self.pusher.submit(claimed)
                     started += 1
         return started

@@ -18,7 +18,7 @@ from worker.watchdog import WatchdogLoop
 def services(ctx: Context) -> list[Service]:
     """The worker role: delivery dispatch, pending-run dispatch, pushes, alerts, and the lease watchdog loop."""
     holder = f"{socket.gethostname()}:{os.getpid()}"
-    wake = NotifyListener(ctx.dsn)
+    wake = NotifyListener(ctx.direct_dsn)
     pusher = Pusher(ctx, holder=holder, wake=wake)
     return [
         wake,

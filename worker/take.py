@@ -67,6 +67,7 @@ async def take_batch(
         Q.delivery_take, limit, lease_s, cursor, fanout, now, options.task_max_attempts, options.heartbeat_timeout_s,
         claim.holder, capacity if options.claim is not None else 0, claim.push_timeout_cap_s,
         claim.push_lease_margin_s, {str(w): str(t) for w, t in (trigger_cursors or {}).items()}, *rooms,
+        claim.agent_cap,
     )
     taken = Taken(triggers={r["trigger_id"] for r in rows})
     for r in rows:

@@ -29,7 +29,8 @@
 -- ours; previous_secret_ct = the agent's previous signing secret while its rotation window lasts) or 'leased'
 -- (the delivery columns). Result type since 0014_agent_update (previous_secret_ct); p_trigger_cursors since
 -- 0020_fair_deliveries. A task records its run's autopilot (the claim's fair share) and a slot who it served
--- (since 0021_fair_claims).
+-- (since 0021_fair_claims). p_cap: no agent gets more slots than this (HOOKGATE_AGENT_MAX_CONCURRENCY, an
+-- argument since 0023_agent_cap_argument; NULL = no bound).
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -39,7 +40,7 @@ CREATE OR REPLACE FUNCTION hookgate_delivery_take(
     p_limit integer, p_lease_s double precision, p_cursor uuid, p_fanout integer, p_at timestamptz,
     p_max_attempts integer, p_heartbeat_s double precision, p_holder text, p_claims integer,
     p_lease_cap_s double precision, p_lease_margin_s double precision, p_trigger_cursors jsonb,
-    p_room_agents uuid[], p_rooms integer[], p_room_other integer)
+    p_room_agents uuid[], p_rooms integer[], p_room_other integer, p_cap integer)
 RETURNS TABLE (kind text, id uuid, lease_token uuid, workspace_id uuid, trigger_id uuid, autopilot_id uuid,
                event text, envelope jsonb, run_id uuid, dispatch_attempts integer, received_at timestamptz,
                rate_limit_per_minute integer, claimed boolean, task_id uuid, agent_id uuid, payload jsonb,
@@ -225,7 +226,7 @@ BEGIN
                   ORDER BY y.n LIMIT greatest(p_claims, 0)) u
             GROUP BY u.agent_id
         LOOP
-            v_free := hookgate_slots_take(v_agent, cardinality(v_at_n));
+            v_free := hookgate_slots_take(v_agent, cardinality(v_at_n), p_cap);
             FOR i IN 1 .. coalesce(cardinality(v_free), 0) LOOP
                 v_slots[v_at_n[i]] := v_free[i];
                 v_tokens[v_at_n[i]] := gen_random_uuid();

@@ -9,14 +9,14 @@
 -- (hookgate_slots_settle). An unhealthy agent (agent_health, since 0016_delivery_reliability: its circuit is
 -- open) gets no slot, except one for a probe once its next probe is due; each probe doubles the interval
 -- (up to its longest) and sets the next probe that far on. The cap is the agent's max_concurrency, at most
--- the session's hookgate.agent_max_concurrency (HOOKGATE_AGENT_MAX_CONCURRENCY, set on every pooled connection
--- since 0021_fair_claims; unset = no bound): a row above it counts as a lowered cap.
+-- p_cap (HOOKGATE_AGENT_MAX_CONCURRENCY, passed down by the claims since 0023_agent_cap_argument, before that a
+-- session setting; NULL = no bound): a row above it counts as a lowered cap.
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
 -- signature (see sql/README.md).
 
-CREATE OR REPLACE FUNCTION hookgate_slots_take(p_agent uuid, p_want integer)
+CREATE OR REPLACE FUNCTION hookgate_slots_take(p_agent uuid, p_want integer, p_cap integer)
 RETURNS integer[]
 LANGUAGE plpgsql
 -- Key plans only: every statement here reads rows by primary key or by an index prefix, so nested loops over
@@ -32,8 +32,7 @@ DECLARE
     off   integer;
     free  integer[];
 BEGIN
-    SELECT least(max_concurrency, coalesce(nullif(current_setting('hookgate.agent_max_concurrency', true), '')::integer,
-                                          max_concurrency))
+    SELECT least(max_concurrency, coalesce(p_cap, max_concurrency))
     INTO cap FROM agent WHERE id = p_agent AND archived_at IS NULL;
     IF NOT FOUND OR coalesce(p_want, 0) <= 0 THEN
         RETURN '{}';
@@ -77,8 +76,7 @@ BEGIN
     END IF;
     -- Fresh snapshot: which of the slots we now hold are still free, and under the cap (a lower one may have
     -- been set since it was read)?
-    SELECT least(max_concurrency, coalesce(nullif(current_setting('hookgate.agent_max_concurrency', true), '')::integer,
-                                          max_concurrency))
+    SELECT least(max_concurrency, coalesce(p_cap, max_concurrency))
     INTO cap FROM agent WHERE id = p_agent;
     SELECT array_agg(sl.slot ORDER BY sl.slot) INTO free FROM agent_slot sl
     WHERE sl.agent_id = p_agent AND sl.slot = ANY (free) AND sl.slot < cap

@@ -1,7 +1,8 @@
 -- hookgate_task_claim: the task claim of pull runtimes and the push worker (since 0003_dispatch; its slots
 -- come from hookgate_slots_take since 0015_one_dispatch_path; fair across autopilots since 0021_fair_claims).
 -- Claim up to p_limit due queued tasks of one agent (or only p_task) within its concurrency cap, each leased
--- for p_lease_s seconds from p_at to p_holder. The slot rule is hookgate_slots_take's, the one the take uses
+-- for p_lease_s seconds from p_at to p_holder; no agent above p_cap (HOOKGATE_AGENT_MAX_CONCURRENCY, an argument
+-- since 0023_agent_cap_argument; NULL = no bound). The slot rule is hookgate_slots_take's, the one the take uses
 -- for tasks born claimed: lock free slots from a random start (SKIP LOCKED), re-check them with a fresh snapshot
 -- (READ COMMITTED: every claim committed before is seen), so two claimers can never fill one slot. Then pick
 -- as many due tasks, fairly, and give each a slot stamped with a fresh lease token, the task's autopilot and
@@ -25,7 +26,7 @@
 -- signature (see sql/README.md).
 
 CREATE OR REPLACE FUNCTION hookgate_task_claim(p_agent uuid, p_task uuid, p_limit integer, p_lease_s double precision,
-                                               p_holder text, p_at timestamptz)
+                                               p_holder text, p_at timestamptz, p_cap integer)
 RETURNS SETOF agent_task
 LANGUAGE plpgsql
 -- A claim returns a few rows (at most its limit, 32 from the push worker): without this the planner takes the
@@ -47,7 +48,7 @@ DECLARE
     want   integer;
     start  uuid := gen_random_uuid();
 BEGIN
-    free := hookgate_slots_take(p_agent, p_limit);
+    free := hookgate_slots_take(p_agent, p_limit, p_cap);
     IF cardinality(free) = 0 THEN
         RETURN;
     END IF;

@@ -18,11 +18,12 @@ SELECT id FROM agent_task WHERE idempotency_key = $1;
 -- name: task_claim
 -- Claim (P1) up to $3 due queued tasks of agent $1 (or only task $2 when set) within the agent's concurrency
 -- cap (P3), leasing each for $4 seconds to holder $5; the run moves to running and each claim is audited
--- (actor type $6). $7 = clock override (nullable). Returns the claimed tasks with their lease tokens and what
+-- (actor type $6). $7 = clock override (nullable). $8 = the bound of every agent's cap
+-- (HOOKGATE_AGENT_MAX_CONCURRENCY; NULL = none). Returns the claimed tasks with their lease tokens and what
 -- a holder needs to do them (the autopilot; for http agents where and how to push, with the previous signing
 -- secret while a rotation's window lasts), saving a round trip.
 WITH claimed AS (
-    SELECT * FROM hookgate_task_claim($1, $2, $3, $4, $5, coalesce($7::timestamptz, now()))
+    SELECT * FROM hookgate_task_claim($1, $2, $3, $4, $5, coalesce($7::timestamptz, now()), $8)
 ), started AS (
     UPDATE autopilot_run r SET status = 'running', updated_at = now()
     FROM claimed c

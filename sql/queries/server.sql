@@ -2,6 +2,10 @@
 -- The cheapest round trip: is the database there?
 SELECT 1;
 
+-- name: server_backend_pid
+-- The process id of the backend running this statement (a pooler's clients are told another one).
+SELECT pg_backend_pid();
+
 -- name: notify_send
 -- Wake listeners (a hint only: every listener also polls). $1 = channel, $2 = payload (an id).
 -- Channels: hookgate_deliveries (queued delivery), hookgate_runs (pending run without a delivery),

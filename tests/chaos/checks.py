@@ -130,6 +130,15 @@ def secrets_not_logged(logs: Iterable[Path], secrets: Iterable[str]) -> list[str
             for name, text in texts.items() if secret in text]
 
 
+def no_prepared_statement_errors(logs: Iterable[Path]) -> list[str]:
+    """No process met a prepared statement it had not made, or one made twice (a pooler's classic breakage)."""
+    found = []
+    for log in logs:
+        lines = [line for line in log.read_text(errors="replace").splitlines() if "prepared statement" in line]
+        found += [f"{log.name}: {line[:200]}" for line in lines[:3]]
+    return found
+
+
 async def figures(conn: asyncpg.Connection) -> dict[str, Any]:
     """Counts for the summary table."""
     row = await conn.fetchrow("""

@@ -1,7 +1,9 @@
 """The processes under test: one PostgreSQL, a TCP proxy in front of it, and hookgate role processes behind it.
 
 Every role reaches the database through the proxy, so the chaos run can cut connections; the checks use a
-direct DSN. With the embedded PostgreSQL (default) the server itself can be restarted.
+direct DSN. With the embedded PostgreSQL (default) the server itself can be restarted. With ``pooler`` the
+roles' pools go through a real PgBouncer in transaction mode in front of the proxy (``tests/pooler.py``), their
+LISTEN, liveness locks and migrations through the proxy alone (``HOOKGATE_DIRECT_DATABASE_URL``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import asyncpg
 
 from hookgate.embedded import EmbeddedPostgres
 from tests.chaos.proxy import TcpProxy
+from tests.pooler import PgBouncer
 from tests.processes import ROOT, Proc, Spawner, free_port
 
 SECRET_KEY = base64.b64encode(b"chaos-secret-key-of-32-bytes-ok!").decode()
@@ -119,21 +122,27 @@ class Cluster:
     dsn: str = ""
     proxy: TcpProxy | None = None
     spawner: Spawner | None = None
+    pooler: bool = False
+    bouncer: PgBouncer | None = None
 
     @classmethod
-    def create(cls, server_url: str | None) -> Cluster:
-        """A fresh temp work dir and database."""
+    def create(cls, server_url: str | None, *, pooler: bool = False) -> Cluster:
+        """A fresh temp work dir and database; with ``pooler``, a PgBouncer in front of the proxy."""
         work = Path(tempfile.mkdtemp(prefix="hookgate-chaos-"))
-        return cls(Database(server_url, work), work)
+        return cls(Database(server_url, work), work, pooler=pooler)
 
     def start(self, gateways: int, workers: int, schedulers: int) -> None:
         """Database, migrations, proxy, then every role process (gateways ready)."""
         self.dsn = self.db.start()
         self.proxy = TcpProxy(*self.db.target())
         port = self.proxy.start()
+        proxied = f"postgresql://postgres@127.0.0.1:{port}/{self.db.name}"
         # The chaos agents are local servers: loopback is allowed explicitly, as an operator would.
         env = {**FAST_RECOVERY, "HOOKGATE_SECRET_KEY": SECRET_KEY, "HOOKGATE_AGENT_ALLOW_CIDRS": "127.0.0.0/8,::1/128",
-               "HOOKGATE_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/{self.db.name}"}
+               "HOOKGATE_DATABASE_URL": proxied}
+        if self.pooler:
+            self.bouncer = PgBouncer.start(proxied)
+            env |= {"HOOKGATE_DATABASE_URL": self.bouncer.url(proxied), "HOOKGATE_DIRECT_DATABASE_URL": proxied}
         self.spawner = Spawner(env, self.work)
         self.cli("migrate")
         for _ in range(gateways):
@@ -197,6 +206,8 @@ class Cluster:
                 proc.signal(signal.SIGKILL)
         if self.spawner is not None:
             self.spawner.kill_all()
+        if self.bouncer is not None:
+            self.bouncer.stop()
         if self.proxy is not None:
             self.proxy.stop()
         self.db.close()

@@ -113,7 +113,8 @@ class Faults:
                 kill.held = max(kill.held, held)
                 if held == 0:
                     kill.recovered_s = time.monotonic() - kill.at
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError):
+            # InternalClientError: the FATAL a stopping server sends to an idle session, found by the next query.
             if conn is not None:
                 conn.terminate()
             return None  # the database is restarting

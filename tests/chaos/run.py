@@ -42,6 +42,7 @@ class Config:
     agent_outage_at: float = 0.6  # ... from this share of the load's planned duration
     server_url: str | None = None
     seed: int | None = None
+    pooler: bool = False  # the roles' pools through a real PgBouncer in transaction mode (tests/pooler.py)
 
 
 @dataclass
@@ -74,7 +75,7 @@ class Report:
 
 def run_chaos(config: Config) -> Report:
     """Run one chaos experiment end to end (blocking)."""
-    cluster = Cluster.create(config.server_url)
+    cluster = Cluster.create(config.server_url, pooler=config.pooler)
     report = None
     try:
         cluster.start(config.gateways, config.workers, config.schedulers)
@@ -113,6 +114,7 @@ async def _experiment(cluster: Cluster, config: Config) -> Report:
     report = await _settle_and_check(cluster, config, agent, runtimes, load, faults, outage, made.http_agent_id)
     report.violations += [f"the agent outage's driver or watcher crashed: {e!r}" for e in crashed]
     report.violations += checks.secrets_not_logged(cluster.work.glob("proc-*.log"), made.secrets)
+    report.violations += checks.no_prepared_statement_errors(cluster.work.glob("proc-*.log"))
     runtimes.stopping = True
     background[2].cancel()
     with contextlib.suppress(asyncio.CancelledError):

@@ -57,12 +57,14 @@ DEFINITIONS = f"""
 # Functions whose file was changed on purpose after the migrations that made them, so their definition no longer
 # equals the migrations' (their signature still does).
 CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
-    # a lowered concurrency cap stays strict; an unhealthy agent gets probe slots only; HOOKGATE_AGENT_MAX_CONCURRENCY
+    # a lowered concurrency cap stays strict; an unhealthy agent gets probe slots only; HOOKGATE_AGENT_MAX_CONCURRENCY;
+    # 0023_agent_cap_argument made it with a placeholder body
     "hookgate_slots_take",
-    # 0020_fair_deliveries made it with a placeholder body: its definition is the file's
+    # 0020_fair_deliveries and 0023_agent_cap_argument made it with a placeholder body: its definition is the file's
     "hookgate_delivery_take",
     # takes its slots from hookgate_slots_take (one slot rule); stamps attempt_started_at; fair across autopilots;
-    # plans with key lookups only, expects a few rows, locks its candidates by key
+    # plans with key lookups only, expects a few rows, locks its candidates by key; 0023_agent_cap_argument made it
+    # with a placeholder body
     "hookgate_task_claim",
 })
 
@@ -141,7 +143,7 @@ async def test_a_stale_function_is_brought_back_by_the_migrator_when_its_checksu
     # By hand: another body for one function, the settings of another dropped; both recorded as older files.
     await conn.execute("CREATE OR REPLACE FUNCTION hookgate_uuid7() RETURNS uuid LANGUAGE sql "
                        "AS $$ SELECT '00000000-0000-0000-0000-000000000000'::uuid $$")
-    await conn.execute("ALTER FUNCTION hookgate_slots_take(uuid, integer) RESET ALL")
+    await conn.execute("ALTER FUNCTION hookgate_slots_take(uuid, integer, integer) RESET ALL")
     await conn.execute("UPDATE hookgate_functions SET checksum = 'older' "
                        "WHERE name IN ('hookgate_uuid7', 'hookgate_slots_take')")
     assert await conn.fetchval("SELECT hookgate_uuid7()::text") == "00000000-0000-0000-0000-000000000000"
@@ -156,7 +158,7 @@ async def test_a_stale_function_is_brought_back_by_the_migrator_when_its_checksu
 async def test_a_function_file_missing_from_the_records_is_applied(conn):
     await conn.execute("ALTER FUNCTION hookgate_delivery_take(integer, double precision, uuid, integer, timestamptz,"
                        " integer, double precision, text, integer, double precision, double precision, jsonb,"
-                       " uuid[], integer[], integer) RESET ALL")
+                       " uuid[], integer[], integer, integer) RESET ALL")
     await conn.execute("DELETE FROM hookgate_functions WHERE name = 'hookgate_delivery_take'")
     assert await migrations.migrate(conn) == ["functions/hookgate_delivery_take.sql"]
     config = await conn.fetchval("SELECT proconfig FROM pg_proc WHERE proname = 'hookgate_delivery_take'")

@@ -1,4 +1,4 @@
-"""Settings from the environment: the retry schedule, and the task settings it replaced stop the process."""
+"""Settings from the environment: the retry schedule, the task settings it replaced, the database URLs."""
 
 from __future__ import annotations
 
@@ -38,3 +38,27 @@ def test_a_good_push_retry_schedule_is_read(monkeypatch):
     monkeypatch.setenv("HOOKGATE_PUSH_RETRY_SCHEDULE", "10s, 2m,1h")
     schedule = load_settings().retry_schedule
     assert (schedule.delays, schedule.attempts) == ((10, 120, 3600), 4)
+
+
+def test_the_direct_url_defaults_to_the_database_url_and_the_pooler_to_detection(monkeypatch):
+    monkeypatch.setenv("HOOKGATE_DATABASE_URL", "postgresql://hookgate@pgbouncer:6432/hookgate")
+    settings = load_settings()
+    assert settings.direct_database_url is None and settings.pooler == "detect"
+    monkeypatch.setenv("HOOKGATE_DIRECT_DATABASE_URL", "postgresql://hookgate@db:5432/hookgate")
+    monkeypatch.setenv("HOOKGATE_POOLER", "transaction")
+    settings = load_settings()
+    assert settings.direct_database_url is not None and settings.pooler == "transaction"
+    assert settings.direct_database_url.get_secret_value() == "postgresql://hookgate@db:5432/hookgate"
+
+
+@pytest.mark.parametrize(("env", "needle"), [
+    ({"HOOKGATE_DIRECT_DATABASE_URL": "postgresql://db/hookgate"}, "HOOKGATE_DIRECT_DATABASE_URL: "),
+    ({"HOOKGATE_DATABASE_URL": "postgresql://db/h", "HOOKGATE_DIRECT_DATABASE_URL": "mysql://db/h"},
+     "HOOKGATE_DIRECT_DATABASE_URL: "),
+    ({"HOOKGATE_DATABASE_URL": "postgresql://db/h", "HOOKGATE_POOLER": "session"}, "HOOKGATE_POOLER: "),
+])
+def test_a_direct_url_without_a_database_url_or_an_unknown_pooler_is_a_config_error(monkeypatch, env, needle):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=f"^{needle}"):
+        load_settings()

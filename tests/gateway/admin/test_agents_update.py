@@ -386,5 +386,6 @@ async def test_an_agent_above_the_bound_is_held_to_it_when_claiming(ctx, conn):
         "INSERT INTO agent_task (workspace_id, agent_id, idempotency_key) "
         "SELECT $1, $2, gen_random_uuid()::text FROM generate_series(1, $3)",
         w.workspace_id, agent.row["id"], ctx.settings.agent_max_concurrency + 5)
-    won = await tasks.claim(conn, agent_id=agent.row["id"], limit=1000, lease_s=60, holder="h", actor_type="runtime")
+    won = await tasks.claim(conn, agent_id=agent.row["id"], limit=1000, lease_s=60, holder="h", actor_type="runtime",
+                            cap=ctx.settings.agent_max_concurrency)
     assert len(won) == ctx.settings.agent_max_concurrency
