@@ -46,6 +46,11 @@ class DeliveryNotifier:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._flush())
 
+    async def settled(self) -> None:
+        """Wait until every announcement so far has been sent (a listener may hear one before ``sent`` counts it)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+
     async def _flush(self) -> None:
         delay = self._last + self.interval - time.monotonic()
         if delay > 0:
