@@ -49,6 +49,16 @@ class Proc:
         """Wait for exit; returns the exit code."""
         return self.popen.wait(timeout)
 
+    def wait_logged(self, text: str, timeout: float = 30) -> None:
+        """Poll the output until it holds ``text`` (a role without HTTP says it runs only in its log)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"process exited early:\n{self.output()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{text!r} not logged within {timeout}s:\n{self.output()}")
+            time.sleep(0.05)
+
     def wait_ready(self, timeout: float = 30) -> None:
         """Poll /readyz until 200 (gateway roles only)."""
         deadline = time.monotonic() + timeout

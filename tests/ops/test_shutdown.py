@@ -60,6 +60,8 @@ async def test_sigterm_of_worker_and_gateway_under_load_loses_no_accepted_delive
     gateway = spawn.start("gateway", gateway=True, extra_env=FAST_STOP)
     worker = spawn.start("worker", extra_env=FAST_STOP)
     await asyncio.to_thread(gateway.wait_ready)
+    # The line a role logs once its signal handlers are set (a SIGTERM before it takes Python's default action).
+    await asyncio.to_thread(worker.wait_logged, "durability:")
     accepted: list[str] = []
     stop_worker, stop_gateway = asyncio.Event(), asyncio.Event()
     load = asyncio.create_task(_load(gateway.url, token, 150, accepted, {40: stop_worker, 110: stop_gateway}))
