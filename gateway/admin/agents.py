@@ -251,17 +251,13 @@ async def list_agents(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/agents/{agent_id}", summary="Get an agent", response=AgentOut)
 async def get_agent(call: Call) -> AgentOut:
     """One agent."""
-    row = await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, call.path["agent_id"])
-    if row is None:
-        raise auth.not_found("agent")
+    row = auth.found(await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, call.path["agent_id"]), "agent")
     return agent_out(row)
 
 
 async def _changeable_agent(call: Call, action: str) -> asyncpg.Record:
     """The agent, if the caller owns it or is a workspace owner/admin: 404 for another workspace's, else 403."""
-    row = await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, call.path["agent_id"])
-    if row is None:
-        raise auth.not_found("agent")
+    row = auth.found(await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, call.path["agent_id"]), "agent")
     if row["owner_id"] != call.principal.member_id:
         auth.require_admin(call.principal, f"{action} other members' agents")
     return row
@@ -367,7 +363,5 @@ async def list_squads(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/squads/{squad_id}", summary="Get a squad", response=SquadOut)
 async def get_squad(call: Call) -> SquadOut:
     """One squad."""
-    row = await call.conn.fetchrow(Q.squad_get, call.principal.workspace_id, call.path["squad_id"])
-    if row is None:
-        raise auth.not_found("squad")
+    row = auth.found(await call.conn.fetchrow(Q.squad_get, call.principal.workspace_id, call.path["squad_id"]), "squad")
     return squad_out(row)

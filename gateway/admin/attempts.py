@@ -70,9 +70,7 @@ async def may_read_answers(call: Call, task: asyncpg.Record) -> bool:
 async def list_attempts(call: Call) -> dict[str, Any]:
     """Every attempt of a task, oldest first: outcome, timing, HTTP status, error (and, for writers, the answer)."""
     q: PageQuery = call.query
-    task = await call.conn.fetchrow(Q.task_get, call.principal.workspace_id, call.path["task_id"])
-    if task is None:
-        raise auth.not_found("task")
+    task = auth.found(await call.conn.fetchrow(Q.task_get, call.principal.workspace_id, call.path["task_id"]), "task")
     full = await may_read_answers(call, task)
     rows = await call.conn.fetch(Q.attempt_list, call.principal.workspace_id, task["id"], pagination.uuid_after(q),
                                  q.limit + 1)

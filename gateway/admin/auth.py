@@ -66,12 +66,16 @@ def not_found(kind: str) -> ApiError:
     return ApiError(404, "not_found", f"no such {kind}")
 
 
+def found(row: asyncpg.Record | None, kind: str) -> asyncpg.Record:
+    """``row`` as a lookup scoped to the caller's workspace returned it, or that one 404 if it found none."""
+    if row is None:
+        raise not_found(kind)
+    return row
+
+
 async def autopilot_of(conn: Conn, principal: Principal, autopilot_id: UUID) -> asyncpg.Record:
     """The caller's workspace's autopilot, or 404."""
-    row = await conn.fetchrow(Q.autopilot_get, principal.workspace_id, autopilot_id)
-    if row is None:
-        raise not_found("autopilot")
-    return row
+    return found(await conn.fetchrow(Q.autopilot_get, principal.workspace_id, autopilot_id), "autopilot")
 
 
 async def can_write(conn: Conn, principal: Principal, autopilot: asyncpg.Record) -> bool:

@@ -126,9 +126,8 @@ async def list_channels(call: Call) -> dict[str, Any]:
 async def get_channel(call: Call) -> ChannelOut:
     """Owners and admins: one channel."""
     _admin(call)
-    row = await call.conn.fetchrow(Q.channel_get, call.principal.workspace_id, call.path["channel_id"])
-    if row is None:
-        raise auth.not_found("channel")
+    row = auth.found(await call.conn.fetchrow(Q.channel_get, call.principal.workspace_id, call.path["channel_id"]),
+                     "channel")
     return channel_out(row)
 
 

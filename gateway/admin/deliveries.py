@@ -159,9 +159,7 @@ async def list_deliveries(call: Call) -> dict[str, Any]:
 
 async def _delivery(call: Call) -> asyncpg.Record:
     row = await call.conn.fetchrow(Q.delivery_get, call.principal.workspace_id, call.path["delivery_id"])
-    if row is None:
-        raise auth.not_found("delivery")
-    return row
+    return auth.found(row, "delivery")
 
 
 @api.add("GET", "/v1/deliveries/{delivery_id}", summary="Get a delivery", response=DeliveryDetail)
@@ -212,9 +210,8 @@ async def _bulk_writer(call: Call, body: BulkReplayIn) -> UUID | None:
     """
     named = []
     if body.trigger_id is not None:
-        trigger = await call.conn.fetchrow(Q.trigger_get, call.principal.workspace_id, body.trigger_id)
-        if trigger is None:
-            raise auth.not_found("trigger")
+        trigger = auth.found(await call.conn.fetchrow(Q.trigger_get, call.principal.workspace_id, body.trigger_id),
+                             "trigger")
         named.append(trigger["autopilot_id"])
     if body.autopilot_id is not None:
         named.append(body.autopilot_id)

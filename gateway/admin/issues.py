@@ -132,9 +132,7 @@ async def list_issues(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/issues/{issue_id}", summary="Get an issue", response=IssueOut)
 async def get_issue(call: Call) -> IssueOut:
     """One issue."""
-    row = await call.conn.fetchrow(Q.issue_get, call.principal.workspace_id, call.path["issue_id"])
-    if row is None:
-        raise auth.not_found("issue")
+    row = auth.found(await call.conn.fetchrow(Q.issue_get, call.principal.workspace_id, call.path["issue_id"]), "issue")
     return issue_out(row)
 
 
@@ -142,9 +140,7 @@ async def get_issue(call: Call) -> IssueOut:
 async def update_issue(call: Call) -> IssueOut:
     """Writers of the issue's autopilot (any member for an issue without one). done/cancelled end its run."""
     body: IssuePatch = call.body
-    row = await call.conn.fetchrow(Q.issue_get, call.principal.workspace_id, call.path["issue_id"])
-    if row is None:
-        raise auth.not_found("issue")
+    row = auth.found(await call.conn.fetchrow(Q.issue_get, call.principal.workspace_id, call.path["issue_id"]), "issue")
     if row["autopilot_id"] is not None:
         autopilot = await auth.autopilot_of(call.conn, call.principal, row["autopilot_id"])
         await auth.require_writer(call.conn, call.principal, autopilot)
@@ -168,7 +164,5 @@ async def list_tasks(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/tasks/{task_id}", summary="Get a task", response=TaskOut)
 async def get_task(call: Call) -> TaskOut:
     """One agent task."""
-    row = await call.conn.fetchrow(Q.task_get, call.principal.workspace_id, call.path["task_id"])
-    if row is None:
-        raise auth.not_found("task")
+    row = auth.found(await call.conn.fetchrow(Q.task_get, call.principal.workspace_id, call.path["task_id"]), "task")
     return task_out(row)

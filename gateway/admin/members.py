@@ -153,9 +153,8 @@ async def list_members(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/members/{member_id}", summary="Get a member", response=MemberOut)
 async def get_member(call: Call) -> MemberOut:
     """One member of the workspace."""
-    row = await call.conn.fetchrow(Q.member_get, call.principal.workspace_id, call.path["member_id"])
-    if row is None:
-        raise auth.not_found("member")
+    row = auth.found(await call.conn.fetchrow(Q.member_get, call.principal.workspace_id, call.path["member_id"]),
+                     "member")
     return member_out(row)
 
 
@@ -179,9 +178,7 @@ async def update_member(call: Call) -> MemberOut:
 async def create_key(call: Call) -> NewKey:
     """A new key for yourself, or (owners, admins) for a member up to your own role, shown once."""
     member_id = call.path["member_id"]
-    row = await call.conn.fetchrow(Q.member_get, call.principal.workspace_id, member_id)
-    if row is None:
-        raise auth.not_found("member")
+    row = auth.found(await call.conn.fetchrow(Q.member_get, call.principal.workspace_id, member_id), "member")
     auth.require_keys_of(call.principal, member_id, row["role"])
     async with call.conn.transaction():
         key_id, key = await workspaces.issue_key(call.conn, call.principal.workspace_id, member_id,
@@ -206,9 +203,7 @@ async def list_keys(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/keys/{key_id}", summary="Get an API key", response=KeyOut)
 async def get_key(call: Call) -> KeyOut:
     """One key's metadata: your own, or (owners, admins) a member's up to your own role."""
-    row = await call.conn.fetchrow(Q.api_key_get, call.principal.workspace_id, call.path["key_id"])
-    if row is None:
-        raise auth.not_found("key")
+    row = auth.found(await call.conn.fetchrow(Q.api_key_get, call.principal.workspace_id, call.path["key_id"]), "key")
     auth.require_keys_of(call.principal, row["member_id"], row["member_role"])
     return key_out(row)
 

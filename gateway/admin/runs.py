@@ -228,9 +228,7 @@ async def get_run(call: Call) -> RunDetail:
 
     The attempt's response headers and body excerpt are shown to writers of the autopilot only.
     """
-    row = await call.conn.fetchrow(Q.run_chain, call.principal.workspace_id, call.path["run_id"])
-    if row is None:
-        raise auth.not_found("run")
+    row = auth.found(await call.conn.fetchrow(Q.run_chain, call.principal.workspace_id, call.path["run_id"]), "run")
     latest = None
     if row["task_id"] is not None and (attempt := await call.conn.fetchrow(Q.attempt_latest, row["task_id"])):
         autopilot = await auth.autopilot_of(call.conn, call.principal, row["autopilot_id"])
@@ -243,9 +241,7 @@ async def get_run(call: Call) -> RunDetail:
 async def cancel_run(call: Call) -> RunOut:
     """Writers of the run's autopilot. Its queued and running tasks are cancelled too; a holder is told."""
     body: CancelIn = call.body
-    run = await call.conn.fetchrow(Q.run_get, call.principal.workspace_id, call.path["run_id"])
-    if run is None:
-        raise auth.not_found("run")
+    run = auth.found(await call.conn.fetchrow(Q.run_get, call.principal.workspace_id, call.path["run_id"]), "run")
     autopilot = await auth.autopilot_of(call.conn, call.principal, run["autopilot_id"])
     await auth.require_writer(call.conn, call.principal, autopilot)
     async with call.conn.transaction():
@@ -269,9 +265,7 @@ async def retry_run(call: Call) -> Reply:
     ``agent_archived`` when the autopilot's assignee resolves to no usable agent now; 409
     ``autopilot_archived`` for an archived autopilot.
     """
-    run = await call.conn.fetchrow(Q.run_get, call.principal.workspace_id, call.path["run_id"])
-    if run is None:
-        raise auth.not_found("run")
+    run = auth.found(await call.conn.fetchrow(Q.run_get, call.principal.workspace_id, call.path["run_id"]), "run")
     autopilot = await auth.autopilot_of(call.conn, call.principal, run["autopilot_id"])
     await auth.require_writer(call.conn, call.principal, autopilot)
     return await call.once(lambda: _retry(call, run["id"], autopilot))

@@ -172,9 +172,8 @@ def trigger_out(call: Call, row: asyncpg.Record, writer: bool, token: str | None
 
 async def _trigger(call: Call) -> tuple[asyncpg.Record, asyncpg.Record]:
     """The caller's workspace's live trigger and its autopilot, or 404."""
-    row = await call.conn.fetchrow(Q.trigger_get, call.principal.workspace_id, call.path["trigger_id"])
-    if row is None:
-        raise auth.not_found("trigger")
+    row = auth.found(await call.conn.fetchrow(Q.trigger_get, call.principal.workspace_id, call.path["trigger_id"]),
+                     "trigger")
     return row, await auth.autopilot_of(call.conn, call.principal, row["autopilot_id"])
 
 
