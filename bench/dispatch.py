@@ -38,10 +38,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autopilot import agents, rules, workspaces  # noqa: E402
-from hookgate import database, migrations, notify  # noqa: E402
-from hookgate.context import with_database  # noqa: E402
+from hookgate import database, notify  # noqa: E402
 from hookgate.crypto import Keyring  # noqa: E402
 from sql import Q  # noqa: E402
+from tests import databases  # noqa: E402
 from tests.pooler import PgBouncer  # noqa: E402
 from tests.processes import free_port  # noqa: E402
 
@@ -49,23 +49,6 @@ KEY = base64.b64encode(b"b" * 32).decode()
 #: The bench agent is a local process: loopback is allowed explicitly, as an operator would.
 AGENT_ALLOW = {"HOOKGATE_AGENT_ALLOW_CIDRS": "127.0.0.0/8,::1/128"}
 DB = "hookgate_bench_dispatch"
-
-
-async def empty_database(server: str, name: str) -> str:
-    """Drop and create database ``name`` on ``server``; its URL."""
-    admin = await asyncpg.connect(server)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    return with_database(server, name)
-
-
-async def fresh_database(server: str) -> str:
-    url = await empty_database(server, DB)
-    conn = await database.connect(url)
-    await migrations.migrate(conn)
-    await conn.close()
-    return url
 
 
 async def world(conn: Any, agent_url: str) -> tuple[Any, Any, str]:
@@ -239,7 +222,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def main(args: argparse.Namespace) -> None:
     server = os.environ.get("HOOKGATE_BENCH_SERVER_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    url = await fresh_database(server)
+    url = await databases.create(server, DB, migrated=True)
     port = free_port()
     agent_proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "agent.py"), str(port)])
     workers: list[subprocess.Popen[bytes]] = []

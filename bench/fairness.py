@@ -35,34 +35,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import asyncpg
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hookgate import database, migrations
-from hookgate.context import with_database
+from tests import databases
 from tests.fairness.scenarios import Config, Phase, Report, run, targets
 
 KEY = base64.b64encode(b"f" * 32).decode()
 DB = "hookgate_bench_fairness"
-
-
-async def _create(server: str) -> str:
-    admin = await asyncpg.connect(server)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    await admin.execute(f'CREATE DATABASE "{DB}"')
-    await admin.close()
-    url = with_database(server, DB)
-    conn = await database.connect(url)
-    await migrations.migrate(conn)
-    await conn.close()
-    return url
-
-
-async def _drop(server: str) -> None:
-    admin = await asyncpg.connect(server)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    await admin.close()
 
 
 def _bench_line(subject: str, loaded: Phase, base: Phase) -> str:
@@ -98,7 +77,7 @@ async def main(args: argparse.Namespace) -> int:
                  hang_runs=args.hang_runs, hang_s=args.hang_s, hang_concurrency=args.hang_concurrency,
                  b_rate=args.b_rate, hang_measure_s=args.measure_s, baseline_s=args.baseline_s,
                  workers=args.workers)
-    url = await _create(server)
+    url = await databases.create(server, DB, migrated=True)
     try:
         with tempfile.TemporaryDirectory(prefix="hookgate-fairness-") as logs:
             try:
@@ -108,7 +87,7 @@ async def main(args: argparse.Namespace) -> int:
                     print(f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
                 raise
     finally:
-        await _drop(server)
+        await databases.drop(server, DB)
     return 0 if _print(report, cfg) else 1
 
 

@@ -64,12 +64,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def with_database(dsn: str, name: str) -> str:
-    from hookgate.context import with_database as swap
-
-    return swap(dsn, name)
-
-
 # -- the baseline server (run as a subprocess of this script) ------------------------------------------
 
 
@@ -103,17 +97,13 @@ def serve_baseline(dsn: str, port: int, pool_max: int) -> None:
 async def prepare(server: str, name: str) -> tuple[str, str]:
     """Create and migrate the scratch database and one github webhook trigger; returns (dsn, token)."""
     from autopilot import agents, rules, workspaces
-    from hookgate import database, migrations
+    from hookgate import database
     from hookgate.context import open_context
     from hookgate.settings import Settings
+    from tests import databases
 
-    admin = await asyncpg.connect(server)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    dsn = with_database(server, name)
+    dsn = await databases.create(server, name, migrated=True)
     conn = await database.connect(dsn)
-    await migrations.migrate(conn)
     await conn.execute(BASELINE_TABLE)
     await conn.close()
     settings = Settings(database_url=dsn, secret_key=SECRET_KEY)  # type: ignore[arg-type]
@@ -437,6 +427,8 @@ class Server:
 async def run(args: argparse.Namespace) -> int:
     import uvloop  # noqa: F401  (the servers use it through uvicorn; so does this client)
 
+    from tests import databases
+
     server = os.environ.get("HOOKGATE_DATABASE_URL", DEFAULT_SERVER)
     name = f"hookgate_bench_{os.getpid()}"
     dsn, token = await prepare(server, name)
@@ -537,9 +529,7 @@ async def run(args: argparse.Namespace) -> int:
                     proc.wait(10)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-        admin = await asyncpg.connect(server)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+        await databases.drop(server, name)
 
 
 def main() -> None:

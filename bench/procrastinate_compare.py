@@ -133,9 +133,10 @@ def run_receiver(dsn: str, port: int) -> None:
 
 async def prepare(server: str) -> str:
     import asyncpg
-    from dispatch import empty_database
 
-    dsn = await empty_database(server, DB)
+    from tests import databases
+
+    dsn = await databases.create(server, DB)
     app = make_app(dsn)
     async with app.open_async():
         await app.schema_manager.apply_schema_async()

@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from autopilot import agents, rules, workspaces  # noqa: E402
 from hookgate import crypto, database, migrations, notify  # noqa: E402
 from hookgate.context import with_database  # noqa: E402
+from tests import databases  # noqa: E402
 
 SECRET = base64.b64encode(b"b" * 32).decode()
 JOB = "autopilot_schedule_dispatch"
@@ -319,9 +320,7 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
 async def main() -> None:
     args = parse_args()
     name = f"hg_bench_{os.getpid()}"
-    admin = await asyncpg.connect(args.server)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = with_database(args.server, name)
+    dsn = await databases.create(args.server, name)
     log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / name
     log_dir.mkdir(exist_ok=True)
     try:
@@ -337,8 +336,7 @@ async def main() -> None:
         await report(dsn, args, boundaries, seen)
     finally:
         if not args.keep:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+            await databases.drop(args.server, name)
 
 
 if __name__ == "__main__":

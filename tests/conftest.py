@@ -23,10 +23,9 @@ import pytest
 
 from gateway.app import create_app, shutdown
 from gateway.server import HttpServer
-from hookgate import database, migrations
 from hookgate.context import Context, open_context, with_database
 from hookgate.settings import Settings
-from tests import processes
+from tests import databases, processes
 from tests.pooler import PgBouncer
 
 TEST_SECRET_KEY = base64.b64encode(b"k" * 32).decode()
@@ -98,20 +97,8 @@ async def _without_fsync(url: str) -> None:
 @pytest.fixture(scope="session")
 async def template_url(server_url: str) -> AsyncIterator[str]:
     """A migrated template database, created once per session."""
-    name = f"hg_tpl_{os.getpid()}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        conn = await database.connect(with_database(server_url, name))
-        try:
-            await migrations.migrate(conn)
-        finally:
-            await conn.close()
-        yield with_database(server_url, name)
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with databases.scratch(server_url, f"hg_tpl_{os.getpid()}", migrated=True) as url:
+        yield url
 
 
 class DatabaseSupply:

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import asyncpg
-
 from hookgate.embedded import EmbeddedPostgres
+from tests import databases
 from tests.chaos.proxy import TcpProxy
 from tests.pooler import PgBouncer
 from tests.processes import ROOT, Proc, Spawner, free_port
@@ -66,9 +65,7 @@ class Database:
         if self.embedded is not None:
             self.embedded.start()
             return self.embedded.ensure_database(self.name)
-        asyncio.run(_create_database(self.server_url, self.name))
-        parts = urlsplit(self.server_url)
-        return parts._replace(path=f"/{self.name}").geturl()
+        return asyncio.run(databases.create(self.server_url, self.name))
 
     def target(self) -> tuple[str, int]:
         """Where the proxy forwards: a unix socket dir (embedded) or host and port."""
@@ -93,23 +90,7 @@ class Database:
     def drop(self) -> None:
         """Drop the run's database on an external server (after :meth:`close`)."""
         if self.embedded is None:
-            asyncio.run(_drop_database(self.server_url, self.name))
-
-
-async def _drop_database(server_url: str, name: str) -> None:
-    conn = await asyncpg.connect(server_url)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
-
-
-async def _create_database(server_url: str, name: str) -> None:
-    conn = await asyncpg.connect(server_url)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
+            asyncio.run(databases.drop(self.server_url, self.name))
 
 
 @dataclass

@@ -1,7 +1,6 @@
-import asyncpg
-
 from gateway.app import create_app
 from hookgate.context import open_context
+from tests import databases
 from tests.conftest import make_settings
 
 
@@ -14,22 +13,14 @@ async def test_healthz_and_readyz_answer_on_a_migrated_database(client):
 async def test_readyz_is_503_while_migrations_are_pending(server_url, db_url):
     import httpx
 
-    from hookgate.context import with_database
-
-    admin = await asyncpg.connect(server_url)
-    await admin.execute('DROP DATABASE IF EXISTS "hg_unmigrated" WITH (FORCE)')
-    await admin.execute('CREATE DATABASE "hg_unmigrated"')
-    try:
-        settings = make_settings(with_database(server_url, "hg_unmigrated"))
+    async with databases.scratch(server_url, "hg_unmigrated") as url:
+        settings = make_settings(url)
         async with open_context(settings, migrate=False) as ctx:
             transport = httpx.ASGITransport(app=create_app(ctx))
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
                 answer = await http.get("/readyz")
         assert answer.status_code == 503
         assert answer.json()["error"] == "migrations_pending"
-    finally:
-        await admin.execute('DROP DATABASE IF EXISTS "hg_unmigrated" WITH (FORCE)')
-        await admin.close()
 
 
 async def test_readyz_is_503_while_a_function_file_is_not_applied(client, conn):

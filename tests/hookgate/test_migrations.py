@@ -1,11 +1,11 @@
 import asyncio
 import re
 
-import asyncpg
 import pytest
 
 from hookgate import database, migrations
 from sql import migration_files
+from tests import databases
 
 
 def test_migration_files_are_numbered_without_gaps_and_named_snake_case():
@@ -32,25 +32,8 @@ EXPECTED_INDEXES = {
 }
 
 
-async def _fresh(server_url: str, name: str) -> str:
-    from hookgate.context import with_database
-
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    return with_database(server_url, name)
-
-
-async def _drop(server_url: str, name: str) -> None:
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.close()
-
-
 async def test_applying_all_migrations_to_an_empty_database_gives_the_expected_schema(server_url):
-    url = await _fresh(server_url, "hg_mig_empty")
-    try:
+    async with databases.scratch(server_url, "hg_mig_empty") as url:
         conn = await database.connect(url)
         assert await migrations.pending(conn) == migrations.shipped()
         applied = await migrations.migrate(conn)
@@ -67,13 +50,10 @@ async def test_applying_all_migrations_to_an_empty_database_gives_the_expected_s
         assert await migrations.migrate(conn) == []
         assert await migrations.pending(conn) == []
         await conn.close()
-    finally:
-        await _drop(server_url, "hg_mig_empty")
 
 
 async def test_two_migrators_at_once_apply_each_migration_and_function_file_once(server_url):
-    url = await _fresh(server_url, "hg_mig_race")
-    try:
+    async with databases.scratch(server_url, "hg_mig_race") as url:
         conns = [await database.connect(url) for _ in range(4)]
         results = await asyncio.gather(*(migrations.migrate(c) for c in conns))
         applied = [name for result in results for name in result]
@@ -84,8 +64,6 @@ async def test_two_migrators_at_once_apply_each_migration_and_function_file_once
         assert await conns[0].fetchval("SELECT count(*) FROM hookgate_functions") == len(files)
         for c in conns:
             await c.close()
-    finally:
-        await _drop(server_url, "hg_mig_race")
 
 
 async def test_an_edited_applied_migration_is_refused(conn):

@@ -20,10 +20,10 @@ import pytest
 from autopilot import admission, dispatch
 from gateway.app import create_app, shutdown
 from hookgate import database, migrations
-from hookgate.context import open_context, with_database
+from hookgate.context import open_context
 from hookgate.settings import ConfigError
 from sql import Q
-from tests import factories
+from tests import databases, factories
 from tests.acceptance.test_cli import hookgate
 from tests.conftest import TEST_SECRET_KEY, make_settings
 from tests.pooler import PgBouncer
@@ -110,15 +110,8 @@ async def test_runtime_claims_through_pgbouncer_are_held_to_the_agent_cap_and_wo
 @pytest.fixture
 async def empty_db(server_url: str) -> AsyncIterator[str]:
     """A database with nothing in it (not cloned from the migrated template); dropped afterwards."""
-    name = f"hg_pooler_{os.getpid()}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield with_database(server_url, name)
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with databases.scratch(server_url, f"hg_pooler_{os.getpid()}") as url:
+        yield url
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import asyncpg
 import pytest
 
 from hookgate import database, migrations
-from hookgate.context import with_database
 from sql import Q
+from tests import databases
 
 _FUNCTIONS = """
     FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
@@ -78,16 +78,12 @@ async def schema_of(conn: asyncpg.Connection) -> dict[str, list[tuple[object, ..
 @contextlib.asynccontextmanager
 async def scratch_database(server_url: str, name: str) -> AsyncIterator[asyncpg.Connection]:
     """An empty database for this module, dropped afterwards."""
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    conn = await database.connect(with_database(server_url, name))
-    try:
-        yield conn
-    finally:
-        await conn.close()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with databases.scratch(server_url, name) as url:
+        conn = await database.connect(url)
+        try:
+            yield conn
+        finally:
+            await conn.close()
 
 
 @pytest.fixture(scope="module")
