@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +73,18 @@ class Proc:
                 pass
             time.sleep(0.05)
         raise TimeoutError(f"not ready within {timeout}s:\n{self.output()}")
+
+
+def stop_all(procs: Iterable[Proc], timeout: float) -> None:
+    """SIGTERM every process (a graceful stop), then SIGKILL each one still running ``timeout`` s after."""
+    procs = list(procs)
+    for proc in procs:
+        proc.signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.signal(signal.SIGKILL)
 
 
 @dataclass

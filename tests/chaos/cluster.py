@@ -27,7 +27,7 @@ from hookgate.embedded import EmbeddedPostgres
 from tests import databases
 from tests.chaos.proxy import TcpProxy
 from tests.pooler import PgBouncer
-from tests.processes import ROOT, Proc, Spawner, free_port
+from tests.processes import ROOT, Proc, Spawner, free_port, stop_all
 
 SECRET_KEY = base64.b64encode(b"chaos-secret-key-of-32-bytes-ok!").decode()
 
@@ -177,14 +177,7 @@ class Cluster:
 
     def stop(self) -> None:
         """SIGTERM every role (graceful), SIGKILL stragglers, stop the proxy and the database."""
-        procs = [p for group in self.roles.values() for p in group]
-        for proc in procs:
-            proc.signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.signal(signal.SIGKILL)
+        stop_all([p for group in self.roles.values() for p in group], 30)
         if self.spawner is not None:
             self.spawner.kill_all()
         if self.bouncer is not None:

@@ -31,7 +31,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,7 +49,7 @@ from tests.chaos import checks
 from tests.chaos.agents import HttpAgent, PullRuntimes
 from tests.chaos.cluster import FAST_RECOVERY
 from tests.chaos.replicas import Replicas
-from tests.processes import ROOT, Proc, Spawner, free_port
+from tests.processes import ROOT, Proc, Spawner, free_port, stop_all
 
 SECRET_KEY = base64.b64encode(b"failover-secret-key-of-32-bytes!").decode()
 DATABASE = "hookgate"
@@ -236,7 +235,7 @@ def run_failover(config: FailoverConfig) -> FailoverReport:
                 boot = json.loads(_cli(spawner, "bootstrap", "--workspace", "failover", "--json"))
                 asyncio.run(_experiment(pair, roles, boot["api_key"], config, report, fire_at, due))
             finally:
-                _stop(roles.values())
+                stop_all(roles.values(), 20)
                 report.durability = _durability(roles)
                 report.figures |= {f"{role} logged": lines[0] if len(lines) == 1 else f"{len(lines)} durability lines"
                                    for role, lines in report.durability.items()}
@@ -398,18 +397,6 @@ async def _wait_quiescent(conn: asyncpg.Connection, timeout: float) -> float:
 def _durability(roles: dict[str, Proc]) -> dict[str, list[str]]:
     """The durability lines each role logged (one at start is expected)."""
     return {role: re.findall(r'"msg": ?"(durability: [^"]*)"', proc.output()) for role, proc in roles.items()}
-
-
-def _stop(procs: Any) -> None:
-    """SIGTERM every role, then SIGKILL what did not exit within 20 s."""
-    procs = list(procs)
-    for proc in procs:
-        proc.signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.signal(signal.SIGKILL)
 
 
 def _cli(spawner: Spawner, *args: str) -> str:
