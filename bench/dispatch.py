@@ -38,12 +38,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autopilot import agents, rules, workspaces  # noqa: E402
-from hookgate import database, notify  # noqa: E402
+from hookgate import database  # noqa: E402
 from hookgate.crypto import Keyring  # noqa: E402
-from sql import Q  # noqa: E402
 from tests import databases  # noqa: E402
+from tests.fairness.scenarios import insert_backlog, post_steady  # noqa: E402
 from tests.pooler import PgBouncer  # noqa: E402
-from tests.processes import free_port  # noqa: E402
+from tests.processes import free_port, wait_listeners  # noqa: E402
 
 KEY = base64.b64encode(b"b" * 32).decode()
 #: The bench agent is a local process: loopback is allowed explicitly, as an operator would.
@@ -94,38 +94,6 @@ async def baseline(url: str, jobs: int, workers: int = 8, batch: int = 16) -> fl
     return jobs / elapsed
 
 
-INSERT_DELIVERIES = """
-WITH d AS (
-    INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope, signature_status)
-    SELECT $1, $2, $3, 'generic', 'bench', jsonb_build_object('event', 'bench', 'payload',
-           jsonb_build_object('n', g, 't0', $5::float8)), 'valid'
-    FROM generate_series(1, $4) g
-    RETURNING id, envelope
-), r AS (
-    INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source, rule_version_id,
-                               payload, accountable_id)
-    SELECT $1, $3, $2, d.id, 'webhook', $6, d.envelope, $7 FROM d
-    RETURNING id, webhook_delivery_id
-)
-SELECT count(*) FROM r
-"""
-# A data-modifying CTE's rows are invisible to its own statement: link runs to deliveries in a second one.
-LINK_RUNS = """
-UPDATE webhook_delivery w SET run_id = r.id
-FROM autopilot_run r WHERE r.webhook_delivery_id = w.id AND w.run_id IS NULL AND w.status = 'queued'
-"""
-
-
-async def insert(conn: Any, ap: Any, trigger: Any, count: int, t0: float | None) -> None:
-    version = await conn.fetchval("SELECT id FROM autopilot_rule_version WHERE autopilot_id = $1 "
-                                  "ORDER BY version DESC LIMIT 1", ap["id"])
-    async with conn.transaction():
-        await conn.execute(INSERT_DELIVERIES, ap["workspace_id"], trigger["id"], ap["id"], count, t0, version,
-                           trigger["published_by_id"])
-        await conn.execute(LINK_RUNS)
-        await conn.execute(Q.notify_send, notify.DELIVERIES, "bench")
-
-
 async def wait_done(conn: Any, total: int, timeout: float = 600) -> float:
     deadline = time.perf_counter() + timeout
     while True:
@@ -147,6 +115,10 @@ def start_gateway(url: str, port: int, direct: str) -> subprocess.Popen[bytes]:
 async def end_to_end(conn: Any, port: int, token: str, rate: float, seconds: float, total_before: int) -> None:
     """POST webhooks at a steady rate through the real gateway; the agent measures POST -> push receipt."""
     count = int(rate * seconds)
+
+    async def more(sent: int, _elapsed: float) -> bool:
+        return sent < count
+
     async with aiohttp.ClientSession() as http:
         for _ in range(100):  # the gateway is up when it answers
             try:
@@ -156,16 +128,7 @@ async def end_to_end(conn: Any, port: int, token: str, rate: float, seconds: flo
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.1)
-        start = time.perf_counter()
-        for i in range(count):
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            body = json.dumps({"event": "bench", "n": i, "t0": time.time()})
-            async with http.post(f"http://127.0.0.1:{port}/hooks/{token}", data=body,
-                                 headers={"content-type": "application/json", "idempotency-key": f"e2e-{i}"}) as r:
-                if r.status != 200:
-                    raise RuntimeError(f"ingress answered {r.status}: {await r.text()}")
+        await post_steady(http, f"http://127.0.0.1:{port}", token, rate, more, "e2e")
     await wait_done(conn, total_before + count)
 
 
@@ -178,12 +141,6 @@ def start_workers(url: str, count: int, direct: str) -> list[subprocess.Popen[by
             for _ in range(count)]
 
 
-async def wait_listeners(conn: Any, count: int) -> None:
-    while await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                              "AND query LIKE 'LISTEN%'") < count:
-        await asyncio.sleep(0.05)
-
-
 async def latency(conn: Any, ap: Any, trigger: Any, rate: float, seconds: float, total_before: int) -> list[float]:
     count = int(rate * seconds)
     start = time.perf_counter()
@@ -191,7 +148,7 @@ async def latency(conn: Any, ap: Any, trigger: Any, rate: float, seconds: float,
         delay = start + i / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        await insert(conn, ap, trigger, 1, time.time())
+        await insert_backlog(conn, ap, trigger, 1, time.time())
     await wait_done(conn, total_before + count)
     return []
 
@@ -237,7 +194,7 @@ async def main(args: argparse.Namespace) -> None:
         workers.append(start_gateway(pooled, gateway_port, url))
         await wait_listeners(conn, args.workers)
         drainers = [w.pid for w in workers[:args.workers]]
-        await insert(conn, ap, trigger, args.runs, None)
+        await insert_backlog(conn, ap, trigger, args.runs)
         bouncer_pids = [bouncer.proc.pid] if bouncer is not None and bouncer.proc is not None else []
         start, cpu0, bouncer0 = time.perf_counter(), cpu_s(drainers), cpu_s(bouncer_pids)
         db0 = {pid: cpu_s([pid]) for pid in await backends(conn)}

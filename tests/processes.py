@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import asyncpg
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +87,16 @@ def stop_all(procs: Iterable[Proc], timeout: float) -> None:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.signal(signal.SIGKILL)
+
+
+async def wait_listeners(conn: asyncpg.Connection, count: int, timeout: float = 60) -> None:
+    """Until ``count`` sessions of ``conn``'s database LISTEN (the workers are up and can be woken)."""
+    deadline = time.monotonic() + timeout
+    while await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                              "AND query LIKE 'LISTEN%'") < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {count} workers listening after {timeout}s")
+        await asyncio.sleep(0.05)
 
 
 @dataclass

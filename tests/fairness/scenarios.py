@@ -6,9 +6,9 @@ processes (default dispatch settings), with every agent in one separate process 
 
 (a) **flood**: one workspace, one HTTP agent with ``concurrency`` slots whose pushes each take ``push_ms`` at the
     agent, and two autopilots assigned to it, each with one webhook trigger. ``flood`` deliveries of the noisy
-    trigger are inserted at once as ingress stores them (a queued delivery with its admitted run, one
-    transaction, then NOTIFY, as ``bench/dispatch.py`` does for its drain; they carry no ``t0``, so the agent
-    counts them as untimed). Meanwhile one webhook every ``1 / quiet_rate`` s is POSTed to the quiet trigger
+    trigger are inserted at once as ingress stores them (a queued delivery with its admitted run and the NOTIFY,
+    one transaction: :func:`insert_backlog`, which ``bench/dispatch.py`` drains too; they carry no ``t0``, so
+    the agent counts them as untimed). Meanwhile one webhook every ``1 / quiet_rate`` s is POSTed to the quiet trigger
     through the gateway, until the flood has reached the agent. Measured: POST -> agent receipt of each quiet
     run, and how many flood pushes were still to come at that moment.
 (b) **hang**: workspace A's agent holds every push ``hang_s`` seconds (its timeout is above that, so each push
@@ -43,7 +43,7 @@ from autopilot import agents, rules, workspaces
 from hookgate import database, notify
 from hookgate.crypto import Keyring
 from sql import Q
-from tests.processes import ROOT, Spawner, free_port
+from tests.processes import ROOT, Spawner, free_port, wait_listeners
 
 #: The agents are a local process: loopback is allowed explicitly, as an operator would.
 AGENT_ALLOW = "127.0.0.0/8,::1/128"
@@ -182,14 +182,14 @@ async def make_world(conn: Any, keyring: Keyring, agent_base: str, cfg: Config) 
 _INSERT_DELIVERIES = """
 WITH d AS (
     INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope, signature_status)
-    SELECT $1, $2, $3, 'generic', 'flood', jsonb_build_object('event', 'flood', 'payload',
-           jsonb_build_object('n', g)), 'valid'
+    SELECT $1, $2, $3, 'generic', 'backlog', jsonb_build_object('event', 'backlog', 'payload',
+           jsonb_build_object('n', g, 't0', $5::float8)), 'valid'
     FROM generate_series(1, $4) g
     RETURNING id, envelope
 )
 INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source, rule_version_id,
                            payload, accountable_id)
-SELECT $1, $3, $2, d.id, 'webhook', $5, d.envelope, $6 FROM d
+SELECT $1, $3, $2, d.id, 'webhook', $6, d.envelope, $7 FROM d
 """
 # A data-modifying CTE's rows are invisible to its own statement: link runs to deliveries in a second one.
 _LINK_RUNS = """
@@ -198,16 +198,19 @@ FROM autopilot_run r WHERE r.webhook_delivery_id = w.id AND w.run_id IS NULL AND
 """
 
 
-async def insert_backlog(conn: Any, tenant: Tenant, count: int) -> None:
-    """``count`` queued deliveries with admitted runs (what ingress stores), one commit, then the wake-up."""
-    ap = tenant.autopilot
+async def insert_backlog(conn: Any, autopilot: asyncpg.Record, trigger: asyncpg.Record, count: int,
+                         t0: float | None = None) -> None:
+    """``count`` queued deliveries with admitted runs (what ingress stores) and the wake-up, in one commit.
+
+    With ``t0`` (a ``time.time()``) in their payloads the agent times their pushes; without, it counts them untimed.
+    """
     version = await conn.fetchval("SELECT id FROM autopilot_rule_version WHERE autopilot_id = $1 "
-                                  "ORDER BY version DESC LIMIT 1", ap["id"])
+                                  "ORDER BY version DESC LIMIT 1", autopilot["id"])
     async with conn.transaction():
-        await conn.execute(_INSERT_DELIVERIES, ap["workspace_id"], tenant.trigger["id"], ap["id"], count, version,
-                           tenant.trigger["published_by_id"])
+        await conn.execute(_INSERT_DELIVERIES, autopilot["workspace_id"], trigger["id"], autopilot["id"], count, t0,
+                           version, trigger["published_by_id"])
         await conn.execute(_LINK_RUNS)
-    await conn.execute(Q.notify_send, notify.DELIVERIES, "fairness")
+        await conn.execute(Q.notify_send, notify.DELIVERIES, "backlog")
 
 
 class AgentStats:
@@ -231,9 +234,9 @@ class AgentStats:
         return int((await self.read())["labels"].get(label, {}).get(counter, 0))
 
 
-async def post_steady(http: aiohttp.ClientSession, gateway: str, tenant: Tenant, rate: float,
+async def post_steady(http: aiohttp.ClientSession, gateway: str, token: str, rate: float,
                       go_on: Callable[[int, float], Awaitable[bool]], tag: str) -> int:
-    """POST to ``tenant``'s trigger every ``1/rate`` s while ``go_on(sent, elapsed)``; returns the count sent.
+    """POST to the webhook ``token`` every ``1/rate`` s while ``go_on(sent, elapsed)``; returns the count sent.
 
     Each body carries ``t0`` (``time.time()`` just before the POST), which the agent turns into the latency.
     """
@@ -243,7 +246,7 @@ async def post_steady(http: aiohttp.ClientSession, gateway: str, tenant: Tenant,
         if delay > 0:
             await asyncio.sleep(delay)
         body = json.dumps({"event": "fair", "n": sent, "t0": time.time()})
-        async with http.post(f"{gateway}/hooks/{tenant.token}", data=body,
+        async with http.post(f"{gateway}/hooks/{token}", data=body,
                              headers={"content-type": "application/json", "idempotency-key": f"{tag}-{sent}"}) as r:
             if r.status != 200:
                 raise RuntimeError(f"ingress answered {r.status}: {await r.text()}")
@@ -274,13 +277,13 @@ async def flood_scenario(conn: Any, http: aiohttp.ClientSession, stats: AgentSta
     async def baseline_on(sent: int, elapsed: float) -> bool:
         return elapsed < until
 
-    base = Phase("quiet, unloaded", await post_steady(http, gateway, w.quiet, cfg.quiet_rate, baseline_on, "qb"))
+    base = Phase("quiet, unloaded", await post_steady(http, gateway, w.quiet.token, cfg.quiet_rate, baseline_on, "qb"))
     await collect(stats, base, "shared", None, 10)
     first = await stats.label("shared", "untimed")
     target = first + cfg.flood
     done = False
     start = time.perf_counter()
-    await insert_backlog(conn, w.noisy, cfg.flood)
+    await insert_backlog(conn, w.noisy.autopilot, w.noisy.trigger, cfg.flood)
 
     async def flooding(sent: int, elapsed: float) -> bool:
         nonlocal done
@@ -288,7 +291,7 @@ async def flood_scenario(conn: Any, http: aiohttp.ClientSession, stats: AgentSta
         return not done and elapsed < cfg.flood_timeout_s and not (cfg.quiet_max and sent >= cfg.quiet_max)
 
     loaded = Phase("quiet, during the flood",
-                   await post_steady(http, gateway, w.quiet, cfg.quiet_rate, flooding, "qf"))
+                   await post_steady(http, gateway, w.quiet.token, cfg.quiet_rate, flooding, "qf"))
     while not done and not cfg.quiet_max and time.perf_counter() - start < cfg.flood_timeout_s:
         done = await stats.label("shared", "untimed") >= target
         await asyncio.sleep(0.1)
@@ -303,9 +306,9 @@ async def hang_scenario(conn: Any, http: aiohttp.ClientSession, stats: AgentStat
     async def baseline_on(sent: int, elapsed: float) -> bool:
         return elapsed < cfg.baseline_s
 
-    base = Phase("B, unloaded", await post_steady(http, gateway, w.fast, cfg.b_rate, baseline_on, "bb"))
+    base = Phase("B, unloaded", await post_steady(http, gateway, w.fast.token, cfg.b_rate, baseline_on, "bb"))
     await collect(stats, base, "fast", None, 10)
-    await insert_backlog(conn, w.hanging, cfg.hang_runs)
+    await insert_backlog(conn, w.hanging.autopilot, w.hanging.trigger, cfg.hang_runs)
     want, deadline = min(cfg.hang_concurrency, cfg.hang_runs), time.monotonic() + min(30.0, cfg.hang_s)
     while (held := await stats.label("hang", "inflight")) < want and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
@@ -313,19 +316,9 @@ async def hang_scenario(conn: Any, http: aiohttp.ClientSession, stats: AgentStat
     async def hanging_on(sent: int, elapsed: float) -> bool:
         return elapsed < cfg.hang_measure_s
 
-    loaded = Phase("B, during A's hang", await post_steady(http, gateway, w.fast, cfg.b_rate, hanging_on, "bh"))
+    loaded = Phase("B, during A's hang", await post_steady(http, gateway, w.fast.token, cfg.b_rate, hanging_on, "bh"))
     await collect(stats, loaded, "fast", lambda t: int(t["inflight"].get("hang", 0)), 30)
     return base, loaded, held
-
-
-async def wait_listeners(conn: Any, count: int, timeout: float = 60) -> None:
-    """Until ``count`` sessions of the database LISTEN (the workers are up)."""
-    deadline = time.monotonic() + timeout
-    while await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                              "AND query LIKE 'LISTEN%'") < count:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"fewer than {count} workers listening after {timeout}s")
-        await asyncio.sleep(0.05)
 
 
 async def run(url: str, secret_key: str, cfg: Config, log_dir: Path) -> Report:

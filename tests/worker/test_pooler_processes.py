@@ -10,8 +10,8 @@ from starlette.responses import JSONResponse
 
 from tests import factories
 from tests.conftest import pooled_env
+from tests.processes import wait_listeners
 from tests.worker.conftest import wait_for
-from tests.worker.test_processes import _listeners
 
 # The fallback polls are far off: whatever moves within the test's time was woken by a notification.
 ENV = {"HOOKGATE_WORKER_POLL_S": "30", "HOOKGATE_WATCHDOG_INTERVAL_S": "30", "HOOKGATE_LOG_LEVEL": "warning",
@@ -34,7 +34,7 @@ async def test_webhooks_reach_a_real_agent_through_pgbouncer_woken_by_listen_and
     gateway = spawn.start("gateway", gateway=True, extra_env=env)
     worker = spawn.start("worker", extra_env=env)
     gateway.wait_ready()
-    await _listeners(conn, 1)
+    await wait_listeners(conn, 1, timeout=30)
     async with httpx.AsyncClient(base_url=gateway.url) as http:
         answers = await asyncio.gather(*(
             http.post(f"/hooks/{token}", json={"n": n}, headers={"idempotency-key": f"evt-{n}"}) for n in range(6)))

@@ -6,17 +6,11 @@ import signal
 from starlette.responses import JSONResponse, Response
 
 from tests import factories
+from tests.processes import wait_listeners
 from tests.worker.conftest import add_delivery, bulk_deliveries, wait_for
 
 ENV = {"HOOKGATE_WORKER_POLL_S": "0.2", "HOOKGATE_WATCHDOG_INTERVAL_S": "0.2",
        "HOOKGATE_PUSH_RETRY_SCHEDULE": "0.05,0.1,0.2,0.2", "HOOKGATE_LOG_LEVEL": "warning"}
-
-
-async def _listeners(conn, count):
-    async def ready():
-        return await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                                   "AND query LIKE 'LISTEN%'") >= count
-    await wait_for(ready, timeout=30)
 
 
 async def test_three_worker_processes_race_over_thousands_of_deliveries(ctx, spawn, agent_server):
@@ -28,7 +22,7 @@ async def test_three_worker_processes_race_over_thousands_of_deliveries(ctx, spa
     for _ in range(3):
         spawn.start("worker", extra_env=ENV)
     async with ctx.pool.acquire() as conn:
-        await _listeners(conn, 3)
+        await wait_listeners(conn, 3, timeout=30)
         await bulk_deliveries(conn, ap, trigger, total)
         await conn.execute("SELECT pg_notify('hookgate_deliveries', 'bulk')")
 
@@ -69,7 +63,7 @@ async def test_a_worker_killed_mid_lease_is_taken_over_after_the_lease(ctx, spaw
     env = ENV | {"HOOKGATE_PUSH_LEASE_MARGIN_S": "0.5", "HOOKGATE_PUSH_TIMEOUT_CAP_S": "30"}
     victim = spawn.start("worker", extra_env=env)
     async with ctx.pool.acquire() as conn:
-        await _listeners(conn, 1)
+        await wait_listeners(conn, 1, timeout=30)
         _delivery_id, run_id = await add_delivery(conn, ap, trigger)
         await conn.execute("SELECT pg_notify('hookgate_deliveries', 'x')")
         await wait_for(lambda: _const(len(agent_server.of("a")) == 1))
@@ -109,7 +103,7 @@ async def test_sigterm_stops_claiming_and_releases_a_hanging_push_within_the_dea
     trigger, _ = await factories.webhook_trigger(w, ap)
     proc = spawn.start("worker", extra_env=ENV | {"HOOKGATE_SHUTDOWN_DEADLINE": "2"})
     async with ctx.pool.acquire() as conn:
-        await _listeners(conn, 1)
+        await wait_listeners(conn, 1, timeout=30)
         _, run_id = await add_delivery(conn, ap, trigger)
         await conn.execute("SELECT pg_notify('hookgate_deliveries', 'x')")
         await wait_for(lambda: _const(len(agent_server.of("a")) == 1))
