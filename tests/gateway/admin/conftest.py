@@ -9,6 +9,8 @@ import httpx
 import pytest
 
 from autopilot import workspaces
+from hookgate import admin_client
+from hookgate.cli import build_parser
 from hookgate.context import Context
 from tests import factories
 
@@ -16,6 +18,30 @@ from tests import factories
 def bearer(key: str) -> dict[str, str]:
     """Authorization header for a key."""
     return {"Authorization": f"Bearer {key}"}
+
+
+def agent_body(url: str = "http://127.0.0.1:9/agent", **extra: Any) -> dict[str, Any]:
+    """What ``POST /v1/agents`` takes for an http agent called bot at ``url``, with ``extra`` fields."""
+    return {"name": "bot", "runtime": {"kind": "http", "url": url}} | extra
+
+
+async def create_agent(client: httpx.AsyncClient, w: factories.World, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /v1/agents`` as ``w``'s owner, which must answer 201; the new agent."""
+    made = await client.post("/v1/agents", headers=w.auth, json=body)
+    assert made.status_code == 201, made.text
+    return dict(made.json())
+
+
+async def hookgate(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run ``hookgate ARGV…`` (the admin CLI) in this process: its exit code, stdout and stderr."""
+    args = build_parser().parse_args(list(argv))
+    code = 0
+    try:
+        await admin_client.run(args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 @dataclass

@@ -17,6 +17,7 @@ from autopilot import admission, dispatch
 from hookgate.settings import Settings
 from tests import factories
 from tests.conftest import make_settings
+from tests.gateway.admin.conftest import agent_body, create_agent
 from tests.worker.conftest import FAST, AgentServer, agent_server, wait_for  # noqa: F401  (fixture)
 from worker.push import Pusher, PushWorker
 
@@ -27,16 +28,6 @@ NEVER_FAILED = {"state": "healthy", "next_probe_at": None, "failures": 0, "last_
 def settings(db_url: str) -> Settings:
     """Fast retries, and an agent is unhealthy after two consecutive failed pushes (first probe after 5 s)."""
     return make_settings(db_url, **(FAST | {"agent_trip_after": 2, "agent_probe_min_s": 5.0}))
-
-
-def _http(url: str = "http://127.0.0.1:9/agent", **extra: Any) -> dict[str, Any]:
-    return {"name": "bot", "runtime": {"kind": "http", "url": url}} | extra
-
-
-async def _create(client, w, body: dict[str, Any]) -> dict[str, Any]:
-    made = await client.post("/v1/agents", headers=w.auth, json=body)
-    assert made.status_code == 201, made.text
-    return dict(made.json())
 
 
 async def _dispatched_task(ctx, w, agent_id) -> Any:
@@ -59,13 +50,13 @@ def _at(text: str) -> datetime:
 @pytest.mark.parametrize("runtime", [{"kind": "http", "url": "http://127.0.0.1:9/agent"}, {"kind": "pull"}])
 async def test_an_agent_created_with_a_retry_schedule_shows_it_and_a_never_failed_health(client, ctx, runtime):
     w = await factories.world(ctx)
-    made = await _create(client, w, {"name": "bot", "runtime": runtime, "retry_schedule": [1, 60, 3600.5]})
+    made = await create_agent(client, w, {"name": "bot", "runtime": runtime, "retry_schedule": [1, 60, 3600.5]})
     assert made["retry_schedule"] == [1, 60, 3600.5]
     assert made["health"] == NEVER_FAILED | {"since": made["created_at"]}
     shown = (await client.get(f"/v1/agents/{made['id']}", headers=w.auth)).json()
     assert shown["retry_schedule"] == [1, 60, 3600.5]
     assert shown["health"] == NEVER_FAILED | {"since": made["created_at"]}
-    plain = await _create(client, w, {"name": "plain", "runtime": runtime})
+    plain = await create_agent(client, w, {"name": "plain", "runtime": runtime})
     assert plain["retry_schedule"] is None and plain["health"]["state"] == "healthy"
     listed = (await client.get("/v1/agents", headers=w.auth)).json()["items"]
     assert {a["id"]: a["retry_schedule"] for a in listed} == {made["id"]: [1, 60, 3600.5], plain["id"]: None}
@@ -73,7 +64,7 @@ async def test_an_agent_created_with_a_retry_schedule_shows_it_and_a_never_faile
 
 async def test_patch_sets_the_schedule_null_resets_it_and_the_audit_names_it(client, ctx, conn):
     w = await factories.world(ctx)
-    agent = await _create(client, w, _http())
+    agent = await create_agent(client, w, agent_body())
     set_ = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json={"retry_schedule": [10, 20]})
     assert set_.status_code == 200 and set_.json()["retry_schedule"] == [10, 20], set_.text
     assert (await client.get(f"/v1/agents/{agent['id']}", headers=w.auth)).json()["retry_schedule"] == [10, 20]
@@ -93,9 +84,9 @@ async def test_patch_sets_the_schedule_null_resets_it_and_the_audit_names_it(cli
                                       [[1]], [None]])
 async def test_a_bad_retry_schedule_is_422_on_create_and_patch(client, ctx, conn, schedule):
     w = await factories.world(ctx)
-    refused = await client.post("/v1/agents", headers=w.auth, json=_http(retry_schedule=schedule))
+    refused = await client.post("/v1/agents", headers=w.auth, json=agent_body(retry_schedule=schedule))
     assert refused.status_code == 422 and refused.json()["error"] == "invalid_request", refused.text
-    agent = await _create(client, w, _http(retry_schedule=[5]))
+    agent = await create_agent(client, w, agent_body(retry_schedule=[5]))
     patched = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json={"retry_schedule": schedule})
     assert patched.status_code == 422 and patched.json()["error"] == "invalid_request", patched.text
     assert await conn.fetchval("SELECT count(*) FROM agent") == 1
@@ -104,7 +95,7 @@ async def test_a_bad_retry_schedule_is_422_on_create_and_patch(client, ctx, conn
 
 async def test_the_longest_allowed_schedule_is_accepted(client, ctx):
     w = await factories.world(ctx)
-    made = await _create(client, w, _http(retry_schedule=[7 * 86400] * 20))
+    made = await create_agent(client, w, agent_body(retry_schedule=[7 * 86400] * 20))
     assert made["retry_schedule"] == [7 * 86400] * 20
 
 
@@ -122,7 +113,7 @@ async def test_only_the_agents_owner_or_an_admin_changes_its_schedule(client, te
 async def test_tasks_made_after_a_schedule_change_get_its_attempts(client, ctx, kind):
     w = await factories.world(ctx)
     runtime = {"kind": "pull"} if kind == "pull" else {"kind": "http", "url": "http://127.0.0.1:9/agent"}
-    agent = await _create(client, w, {"name": "bot", "runtime": runtime})
+    agent = await create_agent(client, w, {"name": "bot", "runtime": runtime})
     if kind == "pull":  # a pull agent's runs are dispatched while one of its runtimes is online
         beat = await client.post("/v1/runtime/heartbeat", headers={"Authorization": f"Bearer {agent['runtime_token']}"})
         assert beat.status_code == 200
@@ -154,8 +145,8 @@ async def test_an_agent_whose_pushes_keep_failing_is_shown_unhealthy_with_its_ne
         client, ctx, conn, agent_server: AgentServer):  # noqa: F811
     agent_server.behaviours["sick"] = _always_503
     w = await factories.world(ctx)
-    agent = await _create(client, w, _http(agent_server.url("sick")))
-    fine = await _create(client, w, _http(agent_server.url("fine"), name="fine"))
+    agent = await create_agent(client, w, agent_body(agent_server.url("sick")))
+    fine = await create_agent(client, w, agent_body(agent_server.url("fine"), name="fine"))
     task = await _dispatched_task(ctx, w, agent["id"])
     pusher = Pusher(ctx, holder="t1")
     try:
@@ -189,7 +180,7 @@ async def test_an_agent_below_the_trip_count_stays_healthy_and_counts_its_failur
     agent_server.behaviours["flaky"] = once_503
     w = await factories.world(ctx)
     # Its own schedule waits 30 s after the first failure: the health is read while the task waits.
-    agent = await _create(client, w, _http(agent_server.url("flaky"), retry_schedule=[30]))
+    agent = await create_agent(client, w, agent_body(agent_server.url("flaky"), retry_schedule=[30]))
     task = await _dispatched_task(ctx, w, agent["id"])
     assert task["max_attempts"] == 2
     pusher = Pusher(ctx, holder="t1")

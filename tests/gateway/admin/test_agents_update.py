@@ -16,22 +16,11 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from autopilot import agents, tasks
-from hookgate import admin_client
-from hookgate.cli import build_parser
 from tests import factories
+from tests.gateway.admin.conftest import agent_body, create_agent, hookgate
 from tests.worker.conftest import add_delivery, agent_server, wctx  # noqa: F401  (fixtures)
 from worker.deliveries import DeliveryWorker
 from worker.push import Pusher, PushWorker
-
-
-def _http(url: str = "http://127.0.0.1:9/agent", **extra: Any) -> dict[str, Any]:
-    return {"name": "bot", "runtime": {"kind": "http", "url": url}} | extra
-
-
-async def _create(client, w, body: dict[str, Any]) -> dict[str, Any]:
-    made = await client.post("/v1/agents", headers=w.auth, json=body)
-    assert made.status_code == 201, made.text
-    return dict(made.json())
 
 
 async def _audit(conn, action: str, agent_id: str) -> list[Any]:
@@ -44,7 +33,7 @@ async def _audit(conn, action: str, agent_id: str) -> list[Any]:
 
 async def test_patch_changes_the_given_fields_only_and_audits_them(ctx, client, conn):
     w = await factories.world(ctx)
-    agent = await _create(client, w, _http(max_concurrency=2))
+    agent = await create_agent(client, w, agent_body(max_concurrency=2))
     r = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth,
                            json={"name": "renamed", "url": "http://127.0.0.1:10/new", "timeout_s": 30})
     assert r.status_code == 200, r.text
@@ -62,7 +51,7 @@ async def test_patch_changes_the_given_fields_only_and_audits_them(ctx, client, 
 
 async def test_patch_url_goes_through_the_egress_policy(ctx, client, conn):
     w = await factories.world(ctx)
-    agent = await _create(client, w, _http())
+    agent = await create_agent(client, w, agent_body())
     for url, code in (("http://169.254.169.254/latest/meta-data/", "agent_url_forbidden"),
                       ("http://user:pw@127.0.0.1:9/agent", "agent_url_forbidden"),
                       ("http://no-such-host.invalid/agent", "agent_url_unresolvable")):
@@ -75,7 +64,7 @@ async def test_patch_url_goes_through_the_egress_policy(ctx, client, conn):
 
 async def test_patch_refuses_bad_values_like_create(ctx, client):
     w = await factories.world(ctx)
-    agent = await _create(client, w, _http())
+    agent = await create_agent(client, w, agent_body())
     for body in ({"max_concurrency": 0}, {"max_concurrency": 10001}, {"timeout_s": 0}, {"timeout_s": 301},
                  {"name": ""}, {"name": None}, {"url": "ftp://x"}, {"url": None}, {"runtime_kind": "pull"},
                  {"visibility": "public"}):
@@ -86,7 +75,7 @@ async def test_patch_refuses_bad_values_like_create(ctx, client):
 
 async def test_patch_of_a_pull_agent_refuses_url_and_timeout(ctx, client):
     w = await factories.world(ctx)
-    agent = await _create(client, w, {"name": "puller", "runtime": {"kind": "pull"}})
+    agent = await create_agent(client, w, {"name": "puller", "runtime": {"kind": "pull"}})
     for body in ({"url": "http://127.0.0.1:9/agent"}, {"timeout_s": 5}):
         r = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json=body)
         assert r.status_code == 422 and r.json()["error"] == "not_an_http_agent", r.text
@@ -141,7 +130,7 @@ async def _slots(conn, agent_id) -> list[int]:
 
 async def test_growing_the_cap_lets_more_tasks_run_at_once(ctx, client, conn):
     w = await factories.world(ctx)
-    agent = await _create(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 1})
+    agent = await create_agent(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 1})
     await _queue(conn, w, agent["id"], 6)
     assert len(await _claim(ctx, agent["id"])) == 1
     await _set_cap(client, w, agent["id"], 4)
@@ -155,7 +144,7 @@ async def test_shrinking_the_cap_keeps_running_tasks_but_claims_never_exceed_the
     # One slot rule (hookgate_slots_take) serves every claim, the take's tasks born claimed included.
     claim = _claim
     w = await factories.world(ctx)
-    agent = await _create(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 4})
+    agent = await create_agent(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 4})
     await _queue(conn, w, agent["id"], 20)
     first = await _claim(ctx, agent["id"])
     assert len(first) == 4
@@ -178,7 +167,7 @@ async def test_shrinking_the_cap_keeps_running_tasks_but_claims_never_exceed_the
 
 async def test_shrinking_with_free_slots_leaves_exactly_the_room_of_the_new_cap(ctx, client, conn):
     w = await factories.world(ctx)
-    agent = await _create(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 8})
+    agent = await create_agent(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 8})
     await _queue(conn, w, agent["id"], 30)
     first = await _claim(ctx, agent["id"])
     for c in first[:6]:
@@ -192,7 +181,7 @@ async def test_shrinking_with_free_slots_leaves_exactly_the_room_of_the_new_cap(
 
 async def test_concurrent_claimers_after_a_shrink_stay_within_the_cap(ctx, client, conn):
     w = await factories.world(ctx)
-    agent = await _create(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 10})
+    agent = await create_agent(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 10})
     await _queue(conn, w, agent["id"], 60)
     first = await _claim(ctx, agent["id"])
     assert len(first) == 10
@@ -206,7 +195,7 @@ async def test_concurrent_claimers_after_a_shrink_stay_within_the_cap(ctx, clien
 
 async def test_shrink_then_grow_restores_every_slot(ctx, client, conn):
     w = await factories.world(ctx)
-    agent = await _create(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 4})
+    agent = await create_agent(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 4})
     await _queue(conn, w, agent["id"], 10)
     first = await _claim(ctx, agent["id"])
     await _set_cap(client, w, agent["id"], 1)
@@ -222,7 +211,7 @@ async def test_shrink_then_grow_restores_every_slot(ctx, client, conn):
 
 async def test_rotate_secret_answers_a_new_secret_once_and_keeps_the_old_one_sealed(ctx, client, conn):
     w = await factories.world(ctx)
-    agent = await _create(client, w, _http())
+    agent = await create_agent(client, w, agent_body())
     r = await client.post(f"/v1/agents/{agent['id']}/rotate-secret", headers=w.auth)
     assert r.status_code == 200, r.text
     out = r.json()
@@ -245,14 +234,14 @@ async def test_rotate_secret_answers_a_new_secret_once_and_keeps_the_old_one_sea
 
 async def test_rotate_secret_of_a_pull_agent_is_refused(ctx, client):
     w = await factories.world(ctx)
-    agent = await _create(client, w, {"name": "puller", "runtime": {"kind": "pull"}})
+    agent = await create_agent(client, w, {"name": "puller", "runtime": {"kind": "pull"}})
     r = await client.post(f"/v1/agents/{agent['id']}/rotate-secret", headers=w.auth)
     assert r.status_code == 409 and r.json()["error"] == "not_an_http_agent"
 
 
 async def test_a_second_rotation_drops_the_first_secret(ctx, client, conn):
     w = await factories.world(ctx)
-    agent = await _create(client, w, _http())
+    agent = await create_agent(client, w, agent_body())
     first = (await client.post(f"/v1/agents/{agent['id']}/rotate-secret", headers=w.auth)).json()
     second = (await client.post(f"/v1/agents/{agent['id']}/rotate-secret", headers=w.auth)).json()
     row = await conn.fetchrow("SELECT * FROM agent WHERE id = $1", agent["id"])
@@ -321,37 +310,26 @@ async def test_during_the_rotation_window_pushes_verify_with_both_secrets_then_o
 # --- CLI ------------------------------------------------------------------------------------------------------
 
 
-async def _hookgate(capsys, *argv: str) -> tuple[int, str, str]:
-    args = build_parser().parse_args(list(argv))
-    code = 0
-    try:
-        await admin_client.run(args)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 async def test_cli_gets_updates_and_rotates_an_agent(ctx, live_url, capsys, monkeypatch):
     w = await factories.world(ctx)
     monkeypatch.setenv("HOOKGATE_URL", live_url)
     monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
-    code, out, _ = await _hookgate(capsys, "agents", "create", "--name", "bot", "--endpoint",
-                                   "http://127.0.0.1:9/x", "--json")
+    code, out, _ = await hookgate(capsys, "agents", "create", "--name", "bot", "--endpoint",
+                                  "http://127.0.0.1:9/x", "--json")
     agent = json.loads(out)
-    code, out, _ = await _hookgate(capsys, "agents", "update", agent["id"], "--name", "bot2", "--endpoint",
-                                   "http://127.0.0.1:10/y", "--timeout", "20", "--max-concurrency", "6",
-                                   "--private", "--json")
+    code, out, _ = await hookgate(capsys, "agents", "update", agent["id"], "--name", "bot2", "--endpoint",
+                                  "http://127.0.0.1:10/y", "--timeout", "20", "--max-concurrency", "6",
+                                  "--private", "--json")
     updated = json.loads(out)
     assert code == 0 and updated["name"] == "bot2" and updated["runtime"]["url"] == "http://127.0.0.1:10/y"
     assert updated["runtime"]["timeout_s"] == 20 and updated["max_concurrency"] == 6
     assert updated["visibility"] == "private"
-    code, out, _ = await _hookgate(capsys, "agents", "get", agent["id"])
+    code, out, _ = await hookgate(capsys, "agents", "get", agent["id"])
     assert code == 0 and "bot2" in out and "http://127.0.0.1:10/y" in out
-    code, out, _ = await _hookgate(capsys, "agents", "rotate-secret", agent["id"], "--json")
+    code, out, _ = await hookgate(capsys, "agents", "rotate-secret", agent["id"], "--json")
     assert code == 0 and json.loads(out)["signing_secret"].startswith("whsec_")
-    code, _, err = await _hookgate(capsys, "agents", "update", agent["id"], "--endpoint",
-                                   "http://169.254.169.254/x")
+    code, _, err = await hookgate(capsys, "agents", "update", agent["id"], "--endpoint",
+                                  "http://169.254.169.254/x")
     assert code == 1 and "agent_url_forbidden" in err
 
 
@@ -367,11 +345,11 @@ async def test_both_endpoints_are_in_the_openapi_document(client):
 async def test_max_concurrency_above_the_gateways_bound_is_refused_naming_the_setting(ctx, client, conn):
     w = await factories.world(ctx)
     cap = ctx.settings.agent_max_concurrency
-    over = await client.post("/v1/agents", headers=w.auth, json=_http(max_concurrency=cap + 1))
+    over = await client.post("/v1/agents", headers=w.auth, json=agent_body(max_concurrency=cap + 1))
     assert over.status_code == 422 and over.json()["error"] == "max_concurrency_too_high"
     assert "HOOKGATE_AGENT_MAX_CONCURRENCY" in over.json()["message"]
     assert await conn.fetchval("SELECT count(*) FROM agent WHERE workspace_id = $1", w.workspace_id) == 0
-    agent = await _create(client, w, _http(max_concurrency=cap))
+    agent = await create_agent(client, w, agent_body(max_concurrency=cap))
     r = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json={"max_concurrency": cap + 1})
     assert r.status_code == 422 and r.json()["error"] == "max_concurrency_too_high"
     assert "HOOKGATE_AGENT_MAX_CONCURRENCY" in r.json()["message"]

@@ -6,20 +6,9 @@ import json
 
 import pytest
 
-from hookgate import admin_client
 from hookgate.cli import build_parser
 from tests import factories, pushes
-
-
-async def hookgate(capsys, *argv):
-    args = build_parser().parse_args(list(argv))
-    code = 0
-    try:
-        await admin_client.run(args)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from tests.gateway.admin.conftest import hookgate
 
 
 async def test_daily_verbs_create_list_rotate_and_replay(ctx, live_url, capsys, monkeypatch):
