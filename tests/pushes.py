@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -20,6 +19,7 @@ from starlette.routing import Route
 
 from autopilot import admission, agents, dispatch
 from hookgate.context import Context
+from tests.servers import serving
 from worker.push import Pusher, PushWorker
 
 #: What the agent answers every push: a 502 with this body (kept as the attempt's response excerpt).
@@ -36,20 +36,8 @@ async def _refuse(_request: Request) -> Response:
 async def failing_agent() -> AsyncIterator[str]:
     """A real loopback HTTP agent answering every push 502; yields its URL."""
     app = Starlette(routes=[Route("/agent", _refuse, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", access_log=False,
-                                           log_config=None, timeout_graceful_shutdown=1))
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/agent"
-    finally:
-        server.should_exit = server.force_exit = True
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await asyncio.wait_for(task, 5)
+    async with serving(app) as base:
+        yield f"{base}/agent"
 
 
 async def failed_run(ctx: Context, autopilot_id: Any, agent_id: Any, url: str, *, timeout: float = 20.0) -> UUID:

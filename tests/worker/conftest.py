@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -19,6 +17,7 @@ from starlette.routing import Route
 from autopilot import admission
 from hookgate.context import Context, open_context
 from tests.conftest import make_settings
+from tests.servers import serving
 
 #: Worker settings that make retries and polls fast enough for tests.
 FAST = {
@@ -82,23 +81,9 @@ class AgentServer:
 async def agent_server() -> AsyncIterator[AgentServer]:
     server_state = AgentServer()
     app = Starlette(routes=[Route("/agent/{name}", server_state.handle, methods=["POST"])])
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", access_log=False, log_config=None,
-                            timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    server_state.base = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    try:
+    async with serving(app) as base:
+        server_state.base = base
         yield server_state
-    finally:
-        server.should_exit = True
-        server.force_exit = True
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await asyncio.wait_for(task, 5)
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-import uvicorn
 from standardwebhooks import Webhook
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, Response
@@ -35,6 +34,7 @@ from scheduler.spec import Every
 from sql import Q
 from tests import factories
 from tests.conftest import make_settings
+from tests.servers import serving
 from tests.worker.conftest import AgentServer, Hit, add_delivery, wait_for
 from worker import role
 from worker.alerts import AlertSender, Leased, Outcome
@@ -328,17 +328,8 @@ async def receiver_on(port: int, got: list[Hit]) -> AsyncIterator[None]:
         return JSONResponse({"ok": True})
 
     app = Starlette(routes=[Route("/hook", handle, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", access_log=False,
-                                           log_config=None))
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
+    async with serving(app, port):
         yield
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 5)
 
 
 async def test_a_receiver_that_is_down_then_up_gets_the_notification_later(actx, client):
