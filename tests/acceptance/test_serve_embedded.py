@@ -7,10 +7,9 @@ import subprocess
 import sys
 import time
 
-import httpx
 import psutil
 
-from tests.processes import ROOT, free_port
+from tests.processes import ROOT, Proc, free_port
 
 
 def _postgres_for(data_dir) -> list[psutil.Process]:
@@ -35,19 +34,6 @@ def _serve(data_dir, port, log):
                             stdout=log, stderr=subprocess.STDOUT)
 
 
-def _wait_ready(port, proc, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "serve exited early"
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError("serve never became ready")
-
-
 def _wait_gone(data_dir, timeout=20):
     deadline = time.monotonic() + timeout
     while _postgres_for(data_dir) and time.monotonic() < deadline:
@@ -59,7 +45,7 @@ def test_serve_runs_on_embedded_postgres_survives_sigkill_and_leaves_no_orphan(t
     data_dir, port = tmp_path / "data", free_port()
     with open(tmp_path / "serve.log", "wb") as log:
         first = _serve(data_dir, port, log)
-        _wait_ready(port, first)
+        Proc(first, tmp_path / "serve.log", port).wait_ready(60)
     printed = (tmp_path / "serve.log").read_text()
     # Not a terminal: the first run files the owner key (0600) and prints only where it is.
     key_file = data_dir / "first-owner-key"
@@ -73,7 +59,7 @@ def test_serve_runs_on_embedded_postgres_survives_sigkill_and_leaves_no_orphan(t
     first.wait(10)
     with open(tmp_path / "serve2.log", "wb") as log:
         second = _serve(data_dir, port, log)
-        _wait_ready(port, second)
+        Proc(second, tmp_path / "serve2.log", port).wait_ready(60)
         env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")}
         boot = subprocess.run(
             [sys.executable, "-m", "hookgate.cli", "bootstrap", "--json"], cwd=ROOT, capture_output=True, text=True,

@@ -28,7 +28,7 @@ import pytest
 
 from hookgate import logs
 from tests import factories
-from tests.processes import ROOT, Spawner, free_port
+from tests.processes import ROOT, Proc, Spawner, free_port
 
 # -- the first owner key ----------------------------------------------------------------------------------
 
@@ -38,19 +38,6 @@ def _serve(spawn: Spawner, data_dir: Path, port: int, stdout: int, stderr: int) 
     # umask 0: the key file's mode must come from how it is created, not from a friendly umask.
     return subprocess.Popen([sys.executable, "-m", "hookgate.cli", "serve", "--port", str(port)], cwd=ROOT,
                             env=env, stdout=stdout, stderr=stderr, umask=0)
-
-
-def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "serve exited early"
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError("serve never became ready")
 
 
 @pytest.fixture
@@ -71,7 +58,7 @@ def test_serve_without_a_terminal_files_the_first_key_0600_and_prints_only_its_p
     data_dir, port, log = tmp_path / "data", free_port(), tmp_path / "serve.log"
     with log.open("wb") as out:
         stopper.append(proc := _serve(spawn, data_dir, port, out.fileno(), subprocess.STDOUT))
-    _wait_ready(port, proc)
+    Proc(proc, log, port).wait_ready(60)
     key_file = data_dir / "first-owner-key"
     assert key_file.stat().st_mode & 0o777 == 0o600
     key = key_file.read_text().strip()
@@ -110,7 +97,7 @@ def test_serve_on_a_terminal_prints_the_first_key_there_and_files_nothing(spawn,
     try:
         with log.open("wb") as err:
             stopper.append(proc := _serve(spawn, data_dir, port, terminal, err.fileno()))
-        _wait_ready(port, proc)
+        Proc(proc, log, port).wait_ready(60)
         shown = _read_until(main, b"/v1/me", 30).decode(errors="replace")
     finally:
         os.close(terminal)
