@@ -450,24 +450,22 @@ def test_no_signature_headers_is_missing(name: str) -> None:
     assert verify(name, inbound(body_at())) == "missing"
 
 
+def _signature_headers_replaced(name: str, value: str) -> Inbound:
+    """A correctly signed request for preset ``name`` whose signature headers all hold ``value`` instead."""
+    req = signed(name)
+    signature_headers = get_preset(name).signature_headers
+    headers = {key: value if key in signature_headers else given for key, given in req.headers.items()}
+    return inbound(req.raw, headers, url=req.url)
+
+
 @pytest.mark.parametrize("name", sorted(SIGNERS))
 def test_blank_signature_headers_count_as_missing(name: str) -> None:
-    req = signed(name)
-    blanked = {
-        key: "  " if key in get_preset(name).signature_headers else value
-        for key, value in req.headers.items()
-    }
-    assert verify(name, inbound(req.raw, blanked, url=req.url)) == "missing"
+    assert verify(name, _signature_headers_replaced(name, "  ")) == "missing"
 
 
 @pytest.mark.parametrize("name", sorted(SIGNERS))
 def test_garbage_signature_header_is_invalid_not_missing(name: str) -> None:
-    req = signed(name)
-    garbled = {
-        key: "garbage=☃,,v1=" if key in get_preset(name).signature_headers else value
-        for key, value in req.headers.items()
-    }
-    assert verify(name, inbound(req.raw, garbled, url=req.url)) == "invalid"
+    assert verify(name, _signature_headers_replaced(name, "garbage=☃,,v1=")) == "invalid"
 
 
 @pytest.mark.parametrize("name", sorted(SIGNERS))
