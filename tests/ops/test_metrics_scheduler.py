@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from hookgate import metrics
 from scheduler.jobs import SCHEDULE_JOB
-from tests.scheduler.conftest import Setup, setup, utc  # noqa: F401 (the setup fixture)
+from tests.scheduler.conftest import Setup, break_run_inserts, setup, utc  # noqa: F401 (the setup fixture)
 
 DAY0 = utc(2027, 2, 1, 9)
 SEC = timedelta(seconds=1)
@@ -39,11 +39,6 @@ async def test_a_late_occurrence_is_counted_once_as_late_skipped(setup: Setup): 
 async def test_a_failing_handler_counts_as_failed(setup: Setup, ctx):  # noqa: F811
     failed = value("hookgate_scheduler_plans_total", job=SCHEDULE_JOB, outcome="failed")
     await setup.trigger("* * * * *", DAY0)
-    async with ctx.pool.acquire() as conn:  # every run insert fails, so the handler raises
-        await conn.execute("""
-            CREATE FUNCTION test_refuse_runs() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION 'run store unavailable'; END $$;
-            CREATE TRIGGER test_refuse_runs BEFORE INSERT ON autopilot_run
-                FOR EACH ROW EXECUTE FUNCTION test_refuse_runs();""")
+    await break_run_inserts(ctx)  # every run insert fails, so the handler raises
     await setup.scheduler().run_once(DAY0 + SEC)
     assert value("hookgate_scheduler_plans_total", job=SCHEDULE_JOB, outcome="failed") == failed + 1

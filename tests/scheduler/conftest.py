@@ -66,3 +66,19 @@ async def setup(ctx: Context) -> Setup:
     agent = await factories.http_agent(world)
     autopilot = await factories.autopilot(world, agent.row["id"])
     return Setup(ctx, world, autopilot)
+
+
+async def break_run_inserts(ctx: Context) -> None:
+    """Make every insert into ``autopilot_run`` fail (as a run store that is down would) until repaired."""
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("""
+            CREATE FUNCTION test_refuse_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'run store unavailable'; END $$;
+            CREATE TRIGGER test_refuse_runs BEFORE INSERT ON autopilot_run
+                FOR EACH ROW EXECUTE FUNCTION test_refuse_runs();""")
+
+
+async def repair_run_inserts(ctx: Context) -> None:
+    """Undo :func:`break_run_inserts`."""
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("DROP TRIGGER test_refuse_runs ON autopilot_run")

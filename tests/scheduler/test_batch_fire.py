@@ -10,7 +10,7 @@ import asyncpg
 from scheduler.jobs import SCHEDULE_JOB, autopilot_schedule_job
 from scheduler.manager import Scheduler, SchedulerConfig
 from tests import factories
-from tests.scheduler.conftest import utc
+from tests.scheduler.conftest import break_run_inserts, repair_run_inserts, utc
 
 MIN = timedelta(minutes=1)
 SEC = timedelta(seconds=1)
@@ -154,18 +154,13 @@ async def test_an_autopilot_paused_while_its_batch_fires_is_not_fired(setup, ctx
 
 async def test_a_trigger_deleted_between_its_claim_and_its_retry_is_not_fired(setup, ctx):
     trigger = await setup.trigger("* * * * *", DAY0)
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("""
-            CREATE FUNCTION test_refuse_runs() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION 'run store unavailable'; END $$;
-            CREATE TRIGGER test_refuse_runs BEFORE INSERT ON autopilot_run
-                FOR EACH ROW EXECUTE FUNCTION test_refuse_runs();""")
+    await break_run_inserts(ctx)
     scheduler = _scheduler(ctx)
     await scheduler.run_once(DAY0 + SEC)
     (failed,) = await setup.executions(trigger["id"])
     assert (failed["status"], failed["attempt"]) == ("FAILED", 1)  # claimed, waiting for its retry
+    await repair_run_inserts(ctx)
     async with ctx.pool.acquire() as conn:
-        await conn.execute("DROP TRIGGER test_refuse_runs ON autopilot_run")
         await conn.execute("UPDATE autopilot_trigger SET deleted_at = now(), enabled = false WHERE id = $1",
                            trigger["id"])
     await scheduler.run_once(failed["next_retry_at"])

@@ -9,7 +9,7 @@ import asyncpg
 from autopilot import lifecycle
 from scheduler.cron import Schedule
 from scheduler.jobs import SCHEDULE_JOB, newest_due
-from tests.scheduler.conftest import utc
+from tests.scheduler.conftest import break_run_inserts, repair_run_inserts, utc
 from worker.runs import RunWorker
 
 MIN = timedelta(minutes=1)
@@ -74,23 +74,9 @@ async def test_cold_start_anchors_on_last_fired_at_and_a_new_trigger_never_fires
     assert await setup.runs(old["id"]) == []  # already fired before a (simulated) restart
 
 
-async def _break_run_inserts(ctx):
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("""
-            CREATE FUNCTION test_refuse_runs() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION 'run store unavailable'; END $$;
-            CREATE TRIGGER test_refuse_runs BEFORE INSERT ON autopilot_run
-                FOR EACH ROW EXECUTE FUNCTION test_refuse_runs();""")
-
-
-async def _repair_run_inserts(ctx):
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("DROP TRIGGER test_refuse_runs ON autopilot_run")
-
-
 async def test_a_failed_occurrence_is_retried_as_the_same_plan_and_never_overlaps_the_next(setup, ctx):
     trigger = await setup.trigger("* * * * *", DAY0)
-    await _break_run_inserts(ctx)
+    await break_run_inserts(ctx)
     scheduler = setup.scheduler()
     await scheduler.run_once(DAY0 + SEC)
     retries = []
@@ -104,7 +90,7 @@ async def test_a_failed_occurrence_is_retried_as_the_same_plan_and_never_overlap
         assert waiting.claimed[SCHEDULE_JOB] == 0
         assert len(await setup.executions(trigger["id"])) == 1
         if attempt == 2:
-            await _repair_run_inserts(ctx)
+            await repair_run_inserts(ctx)
         await scheduler.run_once(row["next_retry_at"])
     assert MIN <= retries[0] <= 1.1 * MIN and 5 * MIN <= retries[1] <= 5.5 * MIN
     (row,) = await setup.executions(trigger["id"])
@@ -120,7 +106,7 @@ async def test_a_failed_occurrence_is_retried_as_the_same_plan_and_never_overlap
 
 async def test_exhausted_attempts_release_the_trigger_to_its_next_occurrence(setup, ctx):
     trigger = await setup.trigger("* * * * *", DAY0)
-    await _break_run_inserts(ctx)
+    await break_run_inserts(ctx)
     scheduler = setup.scheduler()
     await scheduler.run_once(DAY0 + SEC)
     for _ in range(2):
@@ -128,7 +114,7 @@ async def test_exhausted_attempts_release_the_trigger_to_its_next_occurrence(set
         await scheduler.run_once(row["next_retry_at"])
     (row,) = await setup.executions(trigger["id"])
     assert (row["status"], row["attempt"], row["next_retry_at"]) == ("FAILED", 3, None)
-    await _repair_run_inserts(ctx)
+    await repair_run_inserts(ctx)
     await scheduler.run_once(row["finished_at"] + 2 * SEC)
     assert len(await setup.runs(trigger["id"])) == 1
 
