@@ -99,9 +99,8 @@ async def edit_webhook_trigger(
     """Edit enabled/provider/event filters/rate limit; a real change re-stamps and publishes."""
     keys = ("enabled", "provider", "event_filters", "rate_limit_per_minute")
     async with conn.transaction():
-        current = one(await conn.fetchrow(Q.trigger_lock, trigger_id))
-        merged = {k: changes.get(k, current[k]) for k in keys}
-        if all(merged[k] == current[k] for k in keys):
+        current, merged = await _lock_and_merge(conn, trigger_id, changes, keys)
+        if merged is None:
             return current, None
         row = one(await conn.fetchrow(Q.trigger_update_webhook, trigger_id, *(merged[k] for k in keys),
                                       publisher.type, publisher.id))
@@ -115,9 +114,8 @@ async def edit_schedule_trigger(
     """Edit enabled/cron/timezone/overlap policy (``next_fire_at`` computed by the caller); wakes schedulers."""
     keys = ("enabled", "cron", "timezone", "overlap_policy")
     async with conn.transaction():
-        current = one(await conn.fetchrow(Q.trigger_lock, trigger_id))
-        merged = {k: changes.get(k, current[k]) for k in keys}
-        if all(merged[k] == current[k] for k in keys):
+        current, merged = await _lock_and_merge(conn, trigger_id, changes, keys)
+        if merged is None:
             return current, None
         fire_at = next_fire_at if next_fire_at is not None else current["next_fire_at"]
         row = one(await conn.fetchrow(Q.trigger_update_schedule, trigger_id, *(merged[k] for k in keys), fire_at,
@@ -125,6 +123,15 @@ async def edit_schedule_trigger(
         version = await _publish_trigger(conn, row, "trigger_edit", publisher, current, keys)
         await conn.execute(Q.notify_send, notify.TRIGGERS, str(trigger_id))
     return row, version
+
+
+async def _lock_and_merge(
+    conn: Conn, trigger_id: UUID, changes: dict[str, Any], keys: tuple[str, ...]
+) -> tuple[asyncpg.Record, dict[str, Any] | None]:
+    """The trigger, locked, and its ``keys`` with ``changes`` applied; None for them when nothing would change."""
+    current = one(await conn.fetchrow(Q.trigger_lock, trigger_id))
+    merged = {k: changes.get(k, current[k]) for k in keys}
+    return current, None if all(merged[k] == current[k] for k in keys) else merged
 
 
 async def _publish_trigger(
