@@ -23,6 +23,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -97,6 +98,20 @@ class Stopping:
               flush=True)
 
 
+async def _unless(stop: asyncio.Event, request: Coroutine[Any, Any, httpx.Response]) -> httpx.Response | None:
+    """``request``'s answer, or None once ``stop`` is set first (the request is then cancelled)."""
+    call = asyncio.create_task(request)
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait({call, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not call.done():
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        return None
+    return call.result()
+
+
 @dataclass
 class Listener:
     """One pull runtime instance forwarding its tasks to a local URL."""
@@ -135,19 +150,10 @@ class Listener:
 
     async def _claim(self) -> dict[str, Any] | None:
         """One long-poll claim, dropped when stopping (the gateway gives back a task won for us meanwhile)."""
-        claim = asyncio.create_task(self.gateway.http.post(
+        answer = await _unless(self.stopping.claiming_ends, self.gateway.http.post(
             "/v1/runtime/claim", json={"instance": self.instance, "wait_s": CLAIM_WAIT_S},
             timeout=CLAIM_WAIT_S + 30))
-        stop = asyncio.create_task(self.stopping.claiming_ends.wait())
-        await asyncio.wait({claim, stop}, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        if not claim.done():
-            claim.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await claim
-            return None
-        answer = claim.result()
-        if answer.status_code == 204:
+        if answer is None or answer.status_code == 204:
             return None
         if answer.status_code >= 400:
             body = answer.json() if answer.headers.get("content-type", "").startswith("application/json") else {}
@@ -182,18 +188,12 @@ class Listener:
         headers = {"content-type": "application/json", "user-agent": "hookgate-listen", "webhook-id": task["id"],
                    "webhook-timestamp": str(now),
                    "webhook-signature": webhook_signature(self.secret, task["id"], now, body)}
-        call = asyncio.create_task(self.local.post(self.forward_to, content=body, headers=headers,
-                                                   timeout=self.timeout))
-        give_back = asyncio.create_task(self.stopping.task_ends.wait())
-        await asyncio.wait({call, give_back}, return_when=asyncio.FIRST_COMPLETED)
-        give_back.cancel()
-        if not call.done():
-            call.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await call
-            return Outcome("failed", None, error="given back: hookgate listen was stopped", retry_class="retryable")
         try:
-            return outcome_of(call.result())
+            answer = await _unless(self.stopping.task_ends, self.local.post(self.forward_to, content=body,
+                                                                              headers=headers, timeout=self.timeout))
+            if answer is None:
+                return Outcome("failed", None, error="given back: hookgate listen was stopped", retry_class="retryable")
+            return outcome_of(answer)
         except httpx.TransportError as exc:
             return transport_outcome(exc, self.timeout)
 
