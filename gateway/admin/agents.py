@@ -244,8 +244,7 @@ async def create_agent(call: Call) -> dict[str, Any]:
 async def list_agents(call: Call) -> dict[str, Any]:
     """Agents of the workspace, oldest first."""
     q: PageQuery = call.query
-    rows = await call.conn.fetch(Q.agent_list, call.principal.workspace_id, pagination.uuid_after(q), q.limit + 1)
-    return pagination.page(rows, q.limit, agent_out, lambda r: r["id"])
+    return await pagination.fetch(call.conn, Q.agent_list, q, agent_out, call.principal.workspace_id)
 
 
 @api.add("GET", "/v1/agents/{agent_id}", summary="Get an agent", response=AgentOut)
@@ -356,8 +355,7 @@ async def create_squad(call: Call) -> SquadOut:
 async def list_squads(call: Call) -> dict[str, Any]:
     """Squads of the workspace, oldest first."""
     q: PageQuery = call.query
-    rows = await call.conn.fetch(Q.squad_list, call.principal.workspace_id, pagination.uuid_after(q), q.limit + 1)
-    return pagination.page(rows, q.limit, squad_out, lambda r: r["id"])
+    return await pagination.fetch(call.conn, Q.squad_list, q, squad_out, call.principal.workspace_id)
 
 
 @api.add("GET", "/v1/squads/{squad_id}", summary="Get a squad", response=SquadOut)

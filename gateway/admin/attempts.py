@@ -72,6 +72,5 @@ async def list_attempts(call: Call) -> dict[str, Any]:
     q: PageQuery = call.query
     task = auth.found(await call.conn.fetchrow(Q.task_get, call.principal.workspace_id, call.path["task_id"]), "task")
     full = await may_read_answers(call, task)
-    rows = await call.conn.fetch(Q.attempt_list, call.principal.workspace_id, task["id"], pagination.uuid_after(q),
-                                 q.limit + 1)
-    return pagination.page(rows, q.limit, lambda r: attempt_out(r, full=full), lambda r: r["id"])
+    return await pagination.fetch(call.conn, Q.attempt_list, q, lambda r: attempt_out(r, full=full),
+                                  call.principal.workspace_id, task["id"])

@@ -245,8 +245,8 @@ async def list_versions(call: Call) -> dict[str, Any]:
     """The autopilot's immutable rule versions, oldest first."""
     q: PageQuery = call.query
     row = await auth.autopilot_of(call.conn, call.principal, call.path["autopilot_id"])
-    rows = await call.conn.fetch(Q.rule_version_list, row["id"], pagination.uuid_after(q), q.limit + 1)
-    return pagination.page(rows, q.limit, lambda r: VersionOut.model_validate(dict(r)), lambda r: r["id"])
+    return await pagination.fetch(call.conn, Q.rule_version_list, q, lambda r: VersionOut.model_validate(dict(r)),
+                                  row["id"])
 
 
 @api.add("GET", "/v1/autopilots/{autopilot_id}/collaborators", summary="List collaborators",

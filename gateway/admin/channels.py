@@ -117,8 +117,7 @@ async def list_channels(call: Call) -> dict[str, Any]:
     """Owners and admins: the workspace's channels, oldest first."""
     _admin(call)
     q: PageQuery = call.query
-    rows = await call.conn.fetch(Q.channel_list, call.principal.workspace_id, pagination.uuid_after(q), q.limit + 1)
-    return pagination.page(rows, q.limit, channel_out, lambda r: r["id"])
+    return await pagination.fetch(call.conn, Q.channel_list, q, channel_out, call.principal.workspace_id)
 
 
 @api.add("GET", "/v1/notification-channels/{channel_id}", summary="Get a notification channel",

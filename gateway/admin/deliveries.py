@@ -152,9 +152,8 @@ def delivery_out(row: asyncpg.Record) -> DeliveryOut:
 async def list_deliveries(call: Call) -> dict[str, Any]:
     """Deliveries of the workspace, newest first, by trigger and status."""
     q: DeliveryQuery = call.query
-    rows = await call.conn.fetch(Q.delivery_list, call.principal.workspace_id, q.trigger_id, q.status,
-                                 pagination.uuid_after(q), q.limit + 1)
-    return pagination.page(rows, q.limit, delivery_out, lambda r: r["id"])
+    return await pagination.fetch(call.conn, Q.delivery_list, q, delivery_out,
+                                  call.principal.workspace_id, q.trigger_id, q.status)
 
 
 async def _delivery(call: Call) -> asyncpg.Record:

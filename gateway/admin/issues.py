@@ -124,9 +124,8 @@ async def issue_status_changed(conn: Conn, issue_id: UUID, status: str) -> None:
 async def list_issues(call: Call) -> dict[str, Any]:
     """Issues of the workspace, newest first."""
     q: IssueQuery = call.query
-    rows = await call.conn.fetch(Q.issue_list, call.principal.workspace_id, q.status, q.autopilot_id,
-                                 pagination.uuid_after(q), q.limit + 1)
-    return pagination.page(rows, q.limit, issue_out, lambda r: r["id"])
+    return await pagination.fetch(call.conn, Q.issue_list, q, issue_out,
+                                  call.principal.workspace_id, q.status, q.autopilot_id)
 
 
 @api.add("GET", "/v1/issues/{issue_id}", summary="Get an issue", response=IssueOut)
@@ -156,9 +155,8 @@ async def update_issue(call: Call) -> IssueOut:
 async def list_tasks(call: Call) -> dict[str, Any]:
     """Agent tasks of the workspace, newest first, by agent, status and run."""
     q: TaskQuery = call.query
-    rows = await call.conn.fetch(Q.task_list, call.principal.workspace_id, q.agent_id, q.status, q.run_id,
-                                 pagination.uuid_after(q), q.limit + 1)
-    return pagination.page(rows, q.limit, task_out, lambda r: r["id"])
+    return await pagination.fetch(call.conn, Q.task_list, q, task_out,
+                                  call.principal.workspace_id, q.agent_id, q.status, q.run_id)
 
 
 @api.add("GET", "/v1/tasks/{task_id}", summary="Get a task", response=TaskOut)

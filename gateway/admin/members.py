@@ -145,9 +145,7 @@ async def create_member(call: Call) -> NewMember:
 async def list_members(call: Call) -> dict[str, Any]:
     """Members of the workspace, oldest first."""
     q: PageQuery = call.query
-    rows = await call.conn.fetch(Q.member_list_page, call.principal.workspace_id, pagination.uuid_after(q),
-                                 q.limit + 1)
-    return pagination.page(rows, q.limit, member_out, lambda r: r["id"])
+    return await pagination.fetch(call.conn, Q.member_list_page, q, member_out, call.principal.workspace_id)
 
 
 @api.add("GET", "/v1/members/{member_id}", summary="Get a member", response=MemberOut)

@@ -12,9 +12,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
+import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.errors import ApiError
+from hookgate.database import Conn
 
 T = TypeVar("T")
 
@@ -67,3 +69,10 @@ def page(rows: Sequence[T], limit: int, render: Callable[[T], Any], key: Callabl
     items = [render(r) for r in shown]
     return {"items": [i.model_dump(mode="json") if isinstance(i, BaseModel) else i for i in items],
             "next_cursor": encode(key(shown[-1])) if more and shown else None}
+
+
+async def fetch(conn: Conn, query: str, q: PageQuery, render: Callable[[asyncpg.Record], Any],
+                *args: object) -> dict[str, Any]:
+    """A page of a uuid-keyed list: ``query`` takes ``args``, then the cursor's id and ``limit + 1``."""
+    rows = await conn.fetch(query, *args, uuid_after(q), q.limit + 1)
+    return page(rows, q.limit, render, lambda r: r["id"])

@@ -217,9 +217,8 @@ async def _start_run(call: Call, autopilot: asyncpg.Record) -> RunCreated:
 async def list_runs(call: Call) -> dict[str, Any]:
     """Runs of the workspace, newest first, filtered by autopilot, status and source."""
     q: RunQuery = call.query
-    rows = await call.conn.fetch(Q.run_list, call.principal.workspace_id, q.autopilot_id, q.status, q.source,
-                                 pagination.uuid_after(q), q.limit + 1)
-    return pagination.page(rows, q.limit, run_out, lambda r: r["id"])
+    return await pagination.fetch(call.conn, Q.run_list, q, run_out,
+                                  call.principal.workspace_id, q.autopilot_id, q.status, q.source)
 
 
 @api.add("GET", "/v1/runs/{run_id}", summary="Get a run", response=RunDetail)

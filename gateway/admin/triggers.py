@@ -226,8 +226,8 @@ async def list_triggers(call: Call) -> dict[str, Any]:
     q: PageQuery = call.query
     autopilot = await auth.autopilot_of(call.conn, call.principal, call.path["autopilot_id"])
     writer = await auth.can_write(call.conn, call.principal, autopilot)
-    rows = await call.conn.fetch(Q.trigger_list_by_autopilot, autopilot["id"], pagination.uuid_after(q), q.limit + 1)
-    return pagination.page(rows, q.limit, lambda r: trigger_out(call, r, writer), lambda r: r["id"])
+    return await pagination.fetch(call.conn, Q.trigger_list_by_autopilot, q, lambda r: trigger_out(call, r, writer),
+                                  autopilot["id"])
 
 
 @api.add("GET", "/v1/triggers/{trigger_id}", summary="Get a trigger", response=TriggerOut)
