@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from autopilot import admission, agents, dispatch
 from hookgate.context import Context
-from tests.servers import serving
+from tests.servers import serving_app
 from worker.push import Pusher, PushWorker
 
 #: What the agent answers every push: a 502 with this body (kept as the attempt's response excerpt).
@@ -36,7 +36,7 @@ async def _refuse(_request: Request) -> Response:
 async def failing_agent() -> AsyncIterator[str]:
     """A real loopback HTTP agent answering every push 502; yields its URL."""
     app = Starlette(routes=[Route("/agent", _refuse, methods=["POST"])])
-    async with serving(app) as base:
+    async with serving_app(app) as base:
         yield f"{base}/agent"
 
 

@@ -11,7 +11,7 @@ from starlette.applications import Starlette
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Starlette, port: int = 0) -> AsyncIterator[str]:
+async def serving_app(app: Starlette, port: int = 0) -> AsyncIterator[str]:
     """Uvicorn serving ``app`` on 127.0.0.1 (``port`` 0: a free one) until the block ends; yields its base URL."""
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", access_log=False,
                                            log_config=None, timeout_graceful_shutdown=1))

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from autopilot import admission
 from hookgate.context import Context, open_context
 from tests.conftest import make_settings
-from tests.servers import serving
+from tests.servers import serving_app
 
 #: Worker settings that make retries and polls fast enough for tests.
 FAST = {
@@ -81,7 +81,7 @@ class AgentServer:
 async def agent_server() -> AsyncIterator[AgentServer]:
     server_state = AgentServer()
     app = Starlette(routes=[Route("/agent/{name}", server_state.handle, methods=["POST"])])
-    async with serving(app) as base:
+    async with serving_app(app) as base:
         server_state.base = base
         yield server_state
 

@@ -34,7 +34,7 @@ from scheduler.spec import Every
 from sql import Q
 from tests import factories
 from tests.conftest import make_settings
-from tests.servers import serving
+from tests.servers import serving_app
 from tests.worker.conftest import AgentServer, Hit, add_delivery, wait_for
 from worker import role
 from worker.alerts import AlertSender, Leased, Outcome
@@ -328,7 +328,7 @@ async def receiver_on(port: int, got: list[Hit]) -> AsyncIterator[None]:
         return JSONResponse({"ok": True})
 
     app = Starlette(routes=[Route("/hook", handle, methods=["POST"])])
-    async with serving(app, port):
+    async with serving_app(app, port):
         yield
 
 
