@@ -215,14 +215,21 @@ async def conn(ctx: Context) -> AsyncIterator[asyncpg.Connection]:
         yield connection
 
 
-@pytest.fixture
-async def client(ctx: Context) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client talking to the app in-process over ASGI."""
+@contextlib.asynccontextmanager
+async def asgi_client(ctx: Context, ip: str = "203.0.113.7") -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client talking to the app in-process over ASGI, as from ``ip``; the app is shut down after."""
     app = create_app(ctx)
-    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 40000))
+    transport = httpx.ASGITransport(app=app, client=(ip, 40000))
     async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
         yield http
     await shutdown(app)
+
+
+@pytest.fixture
+async def client(ctx: Context) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client talking to the app in-process over ASGI."""
+    async with asgi_client(ctx) as http:
+        yield http
 
 
 @contextlib.asynccontextmanager

@@ -18,7 +18,7 @@ from gateway.server import HttpServer
 from hookgate.context import Context, open_context
 from scheduler.maintenance import leases
 from tests import factories
-from tests.conftest import make_settings
+from tests.conftest import make_settings, serving
 
 HEARTBEAT_S = 120.0
 
@@ -70,20 +70,12 @@ async def until(check: Any, timeout: float = 5.0) -> None:
 @contextlib.asynccontextmanager
 async def served(db_url: str, max_concurrency: int = 4, **overrides: Any) -> AsyncIterator[Served]:
     """Open a context with ``overrides``, serve it over HTTP, make a pull agent; stop it all afterwards."""
-    async with open_context(make_settings(db_url, **overrides), migrate=False) as ctx:
-        server = HttpServer(ctx, host="127.0.0.1", port=0)
-        run = asyncio.create_task(server.run())
-        await until(lambda: server.server.started)
+    async with open_context(make_settings(db_url, **overrides), migrate=False) as ctx, serving(ctx) as server:
         s = Served(ctx, server, f"http://127.0.0.1:{server.port}")
         w = await factories.world(ctx)
         s.agent = await factories.pull_agent(w, max_concurrency=max_concurrency)
         s.autopilot = await factories.autopilot(w, s.agent.row["id"], mode="create_issue")
-        try:
-            yield s
-        finally:
-            await server.stop()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(run, 10)
+        yield s
 
 
 async def claim(http: httpx.AsyncClient, s: Served, wait_s: float, instance: str = "default") -> httpx.Response:

@@ -20,13 +20,11 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.app import create_app, shutdown
-from gateway.server import HttpServer
 from hookgate import cli, logs
 from hookgate.context import Context, open_context
 from hookgate.settings import Settings
 from tests import factories
-from tests.conftest import TEST_SECRET_KEY, make_settings
+from tests.conftest import TEST_SECRET_KEY, asgi_client, make_settings, serving
 from tests.processes import free_port
 from tests.worker.conftest import FAST, add_delivery
 from worker.deliveries import DeliveryWorker
@@ -48,12 +46,8 @@ def settings(db_url: str) -> Settings:
 async def gateway(db_url: str, **overrides: Any) -> AsyncIterator[tuple[Context, httpx.AsyncClient]]:
     """A context and an in-process admin client with settings of the test's choosing."""
     values = {"agent_allow_cidrs": "", "public_url": PUBLIC} | FAST | overrides
-    async with open_context(make_settings(db_url, **values), migrate=False) as ctx:
-        app = create_app(ctx)
-        transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
-            yield ctx, http
-        await shutdown(app)
+    async with open_context(make_settings(db_url, **values), migrate=False) as ctx, asgi_client(ctx) as http:
+        yield ctx, http
 
 
 async def _create(http: httpx.AsyncClient, auth: dict[str, str], url: str) -> httpx.Response:
@@ -269,11 +263,7 @@ async def test_an_older_agent_with_credentials_in_its_url_is_still_pushed_to(db_
 async def test_a_push_to_the_gateways_own_hooks_is_refused_at_connect_time(db_url, host):
     port = free_port()
     async with gateway(db_url, agent_allow_cidrs=LOOPBACK, host="127.0.0.1", port=port) as (ctx, _http):
-        server = HttpServer(ctx)
-        serving = asyncio.create_task(server.run())
-        while not server.server.started:
-            await asyncio.sleep(0.01)
-        try:
+        async with serving(ctx, port=port):
             w = await factories.world(ctx, "victim")
             ap = await factories.autopilot(w, (await factories.http_agent(w, url="http://203.0.113.9/")).row["id"])
             _, token = await factories.webhook_trigger(w, ap)
@@ -281,10 +271,6 @@ async def test_a_push_to_the_gateways_own_hooks_is_refused_at_connect_time(db_ur
             async with ctx.pool.acquire() as conn:
                 deliveries = await conn.fetchval("SELECT count(*) FROM webhook_delivery WHERE trigger_id IN "
                                                  "(SELECT id FROM autopilot_trigger WHERE autopilot_id = $1)", ap["id"])
-        finally:
-            await server.stop()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(serving, 10)
     assert deliveries == 0
     assert out["task"]["status"] == "failed" and out["task"]["retry_class"] == "egress_forbidden"
 
@@ -293,11 +279,7 @@ async def test_a_pooled_connection_to_the_gateway_is_not_reused_for_its_hooks(db
     port = free_port()
     base = f"http://[::ffff:127.0.0.1]:{port}"  # the gateway, by a spelling its name check does not know
     async with gateway(db_url, agent_allow_cidrs=LOOPBACK, host="127.0.0.1", port=port) as (ctx, _http):
-        server = HttpServer(ctx)
-        serving = asyncio.create_task(server.run())
-        while not server.server.started:
-            await asyncio.sleep(0.01)
-        try:
+        async with serving(ctx, port=port):
             w = await factories.world(ctx)
             ap = await factories.autopilot(w, (await factories.http_agent(w, url="http://203.0.113.9/")).row["id"])
             trigger, token = await factories.webhook_trigger(w, ap)
@@ -318,10 +300,6 @@ async def test_a_pooled_connection_to_the_gateway_is_not_reused_for_its_hooks(db
                 hooks = await conn.fetchrow("SELECT * FROM agent_task WHERE run_id = $1", runs["hooks"])
                 deliveries = await conn.fetchval("SELECT count(*) FROM webhook_delivery WHERE trigger_id = $1",
                                                  trigger["id"])
-        finally:
-            await server.stop()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(serving, 10)
     assert "404" in first["error"]  # the gateway answered the first push: its connection was pooled
     assert hooks["retry_class"] == "egress_forbidden" and deliveries == 0
 

@@ -16,14 +16,13 @@ import pytest
 from starlette.responses import JSONResponse, Response
 
 from autopilot import admission, dispatch
-from gateway.app import create_app, shutdown
 from hookgate import notify
 from hookgate.context import Context
 from hookgate.notify import NotifyListener
 from scheduler import maintenance
 from scheduler.maintenance import deadlines
 from tests import factories
-from tests.conftest import make_settings
+from tests.conftest import asgi_client, make_settings
 from tests.worker.conftest import AgentServer, Hit, add_delivery, wait_for
 from worker.deliveries import DeliveryWorker
 from worker.push import Pusher, PushWorker
@@ -35,11 +34,8 @@ AGENT_TIMEOUT_S = 30.0
 @pytest.fixture
 async def api(wctx: Context) -> AsyncIterator[httpx.AsyncClient]:
     """The admin and runtime APIs over ASGI, on the worker test context."""
-    app = create_app(wctx)
-    transport = httpx.ASGITransport(app=app, client=("203.0.113.9", 40000))
-    async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
+    async with asgi_client(wctx, "203.0.113.9") as http:
         yield http
-    await shutdown(app)
 
 
 class Hang:
