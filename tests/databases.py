@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import asyncpg
 
@@ -27,6 +28,15 @@ async def create(server_url: str, name: str, *, migrated: bool = False) -> str:
 async def drop(server_url: str, name: str) -> None:
     """Drop database ``name`` on ``server_url`` if it exists, whoever is still connected to it."""
     await _admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def fetchval(url: str, query: str) -> Any:
+    """The one value ``query`` returns, read on a connection of its own to ``url``."""
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(query)
+    finally:
+        await conn.close()
 
 
 @asynccontextmanager

@@ -135,11 +135,7 @@ def _read_only_url(bouncer: PgBouncer) -> str:
 
 
 async def _applied(dsn: str) -> int:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return int(await conn.fetchval("SELECT count(*) FROM hookgate_migrations"))
-    finally:
-        await conn.close()
+    return int(await databases.fetchval(dsn, "SELECT count(*) FROM hookgate_migrations"))
 
 
 async def test_the_roles_migrate_on_the_direct_url(empty_db, read_only_bouncer):

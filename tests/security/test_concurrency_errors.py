@@ -25,7 +25,7 @@ from gateway import errors, overload
 from gateway.admin.openapi import Call, Endpoint
 from gateway.app import create_app, shutdown
 from hookgate.context import open_context
-from tests import factories
+from tests import databases, factories
 from tests.conftest import make_settings
 from tests.gateway import ingress_kit as kit
 from tests.worker.conftest import FAST, AgentServer, add_delivery, agent_server, wait_for  # noqa: F401
@@ -37,11 +37,8 @@ REPLAYS = 200
 
 async def _deadlocks(db_url: str) -> int:
     """Deadlocks PostgreSQL counted in this database (a backend reports its count when idle or at exit)."""
-    conn = await asyncpg.connect(db_url)
-    try:
-        return int(await conn.fetchval("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"))
-    finally:
-        await conn.close()
+    return int(await databases.fetchval(db_url, "SELECT deadlocks FROM pg_stat_database "
+                                                "WHERE datname = current_database()"))
 
 
 async def _original(conn: Any, w: factories.World, ap: Any, trigger: Any) -> Any:
