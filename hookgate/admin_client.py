@@ -57,6 +57,17 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise SystemExit(code)
 
 
+@contextlib.contextmanager
+def exit_on_failure(url: str) -> Iterator[None]:
+    """Exit 1 when the API refuses (:class:`ApiFailure`), 2 when ``url`` never answered."""
+    try:
+        yield
+    except ApiFailure as exc:
+        fail(str(exc), 1)
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        fail(f"cannot reach {url}: {exc.__class__.__name__}")
+
+
 def client_settings() -> ClientSettings:
     """The client's settings from the environment; a bad one is one error line and exit 2."""
     try:
@@ -770,12 +781,8 @@ async def run(args: argparse.Namespace) -> None:
     if not key:
         fail("no API key: pass --key or set HOOKGATE_API_KEY")
     headers = {"Authorization": f"Bearer {key}", "User-Agent": "hookgate-cli"}
-    try:
+    with exit_on_failure(url):
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
             answer = await args.admin_verb(Client(http), args)
-    except ApiFailure as exc:
-        fail(str(exc), 1)
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        fail(f"cannot reach {url}: {exc.__class__.__name__}")
     if answer is not None:
         print(json.dumps(answer, indent=2) if args.json else render(args.command, answer))

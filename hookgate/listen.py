@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from hookgate.admin_client import ApiFailure, Client, client_settings, fail
+from hookgate.admin_client import ApiFailure, Client, client_settings, exit_on_failure, fail
 from hookgate.crypto import new_signing_secret, webhook_signature
 
 CLAIM_WAIT_S = 25.0
@@ -252,7 +252,7 @@ async def run(args: argparse.Namespace) -> None:
     if not token:
         fail("no runtime token: pass --token or set HOOKGATE_RUNTIME_TOKEN (a pull agent's hgr_ token)")
     headers = {"Authorization": f"Bearer {token}", "User-Agent": "hookgate-listen"}
-    try:
+    with exit_on_failure(url):
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as gateway, \
                 httpx.AsyncClient() as local:
             listener = Listener(Client(gateway), local, args.forward_to, args.secret or new_signing_secret(),
@@ -260,10 +260,6 @@ async def run(args: argparse.Namespace) -> None:
             await listener.start()
             with _signals(listener.stopping):
                 await listener.serve()
-    except ApiFailure as exc:
-        fail(str(exc), 1)
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        fail(f"cannot reach {url}: {exc.__class__.__name__}")
 
 
 @contextlib.contextmanager
