@@ -18,7 +18,7 @@ from autopilot import audit
 from autopilot.rules import Publisher, publish, set_signing_secret, token_context
 from hookgate import crypto, notify
 from hookgate.database import Conn, one
-from hookgate.errors import HookgateError
+from hookgate.errors import Refused
 from sql import Q
 
 #: Autopilot fields a PATCH may change; each is substantive (part of the rule snapshot).
@@ -28,12 +28,8 @@ AUTOPILOT_FIELDS = ("title", "instructions", "assignee_type", "assignee_id", "ex
 STATUS_VERBS = {"pause": "paused", "resume": "active", "archive": "archived"}
 
 
-class EditError(HookgateError):
+class EditError(Refused):
     """A change that the current state refuses (``code`` says why: ``archived``, …)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 async def edit_autopilot(

@@ -21,16 +21,12 @@ from autopilot import admission, audit
 from autopilot.deliveries import Delivery
 from hookgate import notify
 from hookgate.database import Conn
-from hookgate.errors import HookgateError
+from hookgate.errors import Refused
 from sql import Q
 
 
-class NotReplayable(HookgateError):
+class NotReplayable(Refused):
     """The original cannot be replayed (``code``: ``rejected_delivery`` or ``trigger_deleted``)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)

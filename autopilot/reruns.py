@@ -18,19 +18,15 @@ from uuid import UUID
 from autopilot import audit, dispatch
 from hookgate import notify
 from hookgate.database import Conn
-from hookgate.errors import HookgateError
+from hookgate.errors import Refused
 from sql import Q
 
 #: The run statuses a retry accepts.
 RETRYABLE = ("failed", "cancelled")
 
 
-class RetryRefused(HookgateError):
+class RetryRefused(Refused):
     """The run cannot be retried now; ``code`` says why (``run_not_retryable``, ``agent_archived``, …)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import asyncpg
 from autopilot import audit
 from hookgate import crypto
 from hookgate.database import Conn, one
-from hookgate.errors import HookgateError
+from hookgate.errors import Refused
 from sql import Q
 
 API_KEY_PREFIX = "hgk_"
@@ -25,12 +25,8 @@ ROLES = ("owner", "admin", "member")
 RANKS = {"owner": 3, "admin": 2, "member": 1}
 
 
-class MemberError(HookgateError):
+class MemberError(Refused):
     """A member or key change refused: ``code`` is ``not_found``, ``forbidden`` or ``last_owner``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ Each concept keeps its errors in its own module; every one derives from :class:`
      ├── MissingRow             a statement that must return a row returned none (hookgate.database)
      ├── DecryptError           a stored secret does not decrypt with any key (hookgate.crypto)
      ├── EgressRefused          an agent address outbound calls may not reach (hookgate.egress)
-     ├── AdmissionError, DispatchError, EditError, IssueNotFound, MemberError, NotReplayable   (autopilot.*)
+     ├── AdmissionError, DispatchError, IssueNotFound   (autopilot.*)
+     ├── Refused                a change the current state refuses, with a ``code`` saying why
+     │    └── EditError, MemberError, NotReplayable, RetryRefused   (autopilot.*)
      ├── TaskError              (autopilot.tasks)
      │    └── TaskNotFound
      ├── SchedulerError         (scheduler.spec)
@@ -39,3 +41,11 @@ class LeaseLost(HookgateError):
 
 class TaskCancelled(LeaseLost):
     """The task was cancelled while the caller's lease held it: the work should stop; nothing was changed."""
+
+
+class Refused(HookgateError):
+    """A change the current state refuses; ``code`` says why in one word (the API answers it as ``error``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
