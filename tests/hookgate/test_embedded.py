@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from hookgate.embedded import SHARED_ROOT, SYSTEM_USER, EmbeddedPostgres, EmbeddedPostgresError
+from tests import databases
 from tests.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,14 +111,6 @@ def socket_dir(dsn: str) -> str:
     return parse_qs(urlsplit(dsn).query)["host"][0]
 
 
-async def fetch(dsn: str, query: str) -> object:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return await conn.fetchval(query)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture
 def make_pg(tmp_path: Path) -> Iterator[Callable[..., EmbeddedPostgres]]:
     """Build EmbeddedPostgres instances; afterwards stop them, kill leftovers, remove root-mode clusters."""
@@ -158,10 +151,10 @@ async def test_start_serves_postgresql_18_on_a_unix_socket_only(make_pg: MakePg)
     ep = make_pg()
     dsn = ep.start()
     assert socket_dir(dsn).startswith("/")
-    version = await fetch(dsn, "select version()")
+    version = await databases.fetchval(dsn, "select version()")
     assert isinstance(version, str) and version.startswith("PostgreSQL 18")
-    assert await fetch(dsn, "show listen_addresses") == ""
-    assert await fetch(dsn, "show fsync") == "on"
+    assert await databases.fetchval(dsn, "show listen_addresses") == ""
+    assert await databases.fetchval(dsn, "show fsync") == "on"
     assert ep.start() == dsn  # idempotent
 
 
@@ -170,7 +163,7 @@ async def test_ensure_database_creates_once_and_returns_its_dsn(make_pg: MakePg)
     ep.start()
     dsn = ep.ensure_database("hookgate")
     assert ep.ensure_database("hookgate") == dsn
-    assert await fetch(dsn, "select current_database()") == "hookgate"
+    assert await databases.fetchval(dsn, "select current_database()") == "hookgate"
 
 
 async def test_two_instances_share_one_server_until_the_last_detaches(
@@ -183,7 +176,7 @@ async def test_two_instances_share_one_server_until_the_last_detaches(
     assert postmaster_pid(second) == pid
     first.stop()
     assert running(pid)
-    assert await fetch(dsn, "select 1") == 1
+    assert await databases.fetchval(dsn, "select 1") == 1
     second.stop()
     assert server_processes(second.pgdata) == []
 
@@ -237,7 +230,7 @@ async def test_killed_server_leaves_a_stale_pid_file_that_the_next_start_clears(
     assert (ep.pgdata / "postmaster.pid").exists()
     dsn = make_pg().start()
     assert postmaster_pid(ep) != old
-    assert await fetch(dsn, "select 1") == 1
+    assert await databases.fetchval(dsn, "select 1") == 1
 
 
 async def test_stale_pid_file_naming_a_live_unrelated_process_is_cleared(
@@ -250,7 +243,7 @@ async def test_stale_pid_file_naming_a_live_unrelated_process_is_cleared(
     # After a reboot or in a container the old pid often belongs to someone else: here, pytest.
     (ep.pgdata / "postmaster.pid").write_text("\n".join([str(os.getpid()), *lines[1:]]) + "\n")
     dsn = make_pg().start()
-    assert await fetch(dsn, "select 1") == 1
+    assert await databases.fetchval(dsn, "select 1") == 1
 
 
 def test_failed_start_raises_one_line_error_naming_the_log(make_pg: MakePg) -> None:
@@ -383,7 +376,8 @@ async def assert_tcp_refused(port: int) -> None:
 async def test_tcp_connections_are_refused_by_pg_hba_even_when_the_server_listens(make_pg: MakePg) -> None:
     ep = make_pg()
     dsn = ep.start()
-    rules = await fetch(dsn, "select array_agg(auth_method) from pg_hba_file_rules where type like 'host%'")
+    rules = await databases.fetchval(dsn, "select array_agg(auth_method) from pg_hba_file_rules "
+                                          "where type like 'host%'")
     assert rules and set(rules) == {"reject"}  # type: ignore[arg-type]
     ep.stop()
     start_listening_on_tcp(ep, port := free_port())
@@ -396,8 +390,9 @@ async def test_a_cluster_with_the_old_host_trust_rules_is_closed_at_the_next_sta
     ep.stop()
     (ep.pgdata / "pg_hba.conf").write_text(HOST_TRUST_HBA)  # what initdb --auth=trust wrote before
     dsn = ep.start()
-    assert await fetch(dsn, "select 1") == 1
-    rules = await fetch(dsn, "select array_agg(auth_method) from pg_hba_file_rules where type like 'host%'")
+    assert await databases.fetchval(dsn, "select 1") == 1
+    rules = await databases.fetchval(dsn, "select array_agg(auth_method) from pg_hba_file_rules "
+                                          "where type like 'host%'")
     assert rules and set(rules) == {"reject"}  # type: ignore[arg-type]
     assert "trust" not in (ep.pgdata / "pg_hba.conf").read_text().split("host", 1)[1]
     ep.stop()
