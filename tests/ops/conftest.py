@@ -32,6 +32,11 @@ class Small:
 
 @pytest.fixture
 async def small(ctx: Context) -> Small:
+    return await make_small(ctx)
+
+
+async def make_small(ctx: Context) -> Small:
+    """A fresh :class:`Small` world (the ``small`` fixture, for test files outside tests/ops)."""
     w = await factories.world(ctx)
     agent = await factories.http_agent(w)
     pilot = await factories.autopilot(w, agent.row["id"])

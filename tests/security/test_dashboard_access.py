@@ -12,7 +12,7 @@ import pytest
 from autopilot import admission, dispatch, workspaces
 from hookgate.context import Context
 from tests import factories
-from tests.ops.conftest import Small, admit_runs, insert_delivery, log_in
+from tests.ops.conftest import Small, admit_runs, insert_delivery, log_in, make_small
 
 
 @dataclass
@@ -82,11 +82,7 @@ async def state(ctx: Context) -> tuple[object, ...]:
 
 @pytest.fixture
 async def small(ctx: Context) -> Small:
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    pilot = await factories.autopilot(w, agent.row["id"])
-    trigger, token = await factories.webhook_trigger(w, pilot)
-    return Small(w, agent, pilot, trigger, token)
+    return await make_small(ctx)
 
 
 @pytest.fixture
