@@ -104,13 +104,6 @@ def hint(secret: str) -> str:
     return secret[-4:]
 
 
-def constant_time_equal(a: bytes | str, b: bytes | str) -> bool:
-    """Compare two secrets without leaking where they differ."""
-    left = a.encode() if isinstance(a, str) else a
-    right = b.encode() if isinstance(b, str) else b
-    return hmac.compare_digest(left, right)
-
-
 def ensure_key_file(data_dir: Path) -> str:
     """Return the embedded-mode secret key, generating it once into ``data_dir/secret.key`` (mode 0600)."""
     path = data_dir / "secret.key"
