@@ -414,6 +414,7 @@ class Pusher:
             [o.headers for _, o, _ in rows], [o.body for _, o, _ in rows],
             list(per_agent), [v[0] for v in per_agent.values()], [v[1] for v in per_agent.values()],
             [v[2] for v in per_agent.values()], s.agent_trip_after, s.agent_probe_min_s, s.agent_probe_max_s,
+            [c.workspace_id for c, _, _ in rows], [c.run_id for c, _, _ in rows], [c.agent_id for c, _, _ in rows],
         ), attempts=3, pause_s=0.01)
         health: dict[UUID, Health] = {}
         for r in records:

@@ -37,7 +37,13 @@ ROWS 8
 -- calls, made from the statistics of that moment; a worker whose first claims ran while agent_task was small
 -- kept scanning it whole as the backlog grew (a 20,000-run drain spent ~4x the PostgreSQL CPU per run). Every
 -- statement here reads by primary key or an index prefix. The settings hold only while the function runs.
+-- No sorts where an index gives the order: the walk over the autopilots (below) reads agent_task_fair_idx, one
+-- descent per autopilot; a plan made while the queue was short (every estimate one row) read the agent's whole
+-- queue from agent_task_queue_idx and sorted it instead, five times per claim (~25 ms at 10,000 queued tasks).
+-- The sorts no index can spare are costed as disabled in every plan alike; jit off, since those costs would
+-- otherwise make every claim compile its plans (~0.3 s each).
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET enable_sort = off SET enable_incremental_sort = off SET jit = off
 AS $$
 DECLARE
     feeds  CONSTANT integer := 128;

@@ -1,10 +1,11 @@
 -- name: push_outcomes_record
 -- One flush of push outcomes, in one statement: every attempt as a row, and the agents' health.
 -- Attempts ($1-$10, parallel arrays): tasks, attempt numbers, started, finished, durations (ms), outcomes, HTTP
--- statuses, errors, response headers (the kept subset), response body excerpts; workspace, run and agent come
--- from the task. Health ($11-$14, per agent): agents, consecutive failures to count (those after the flush's
--- last success), whether a success came first (the count starts again from it), the last error; $15 failures
--- that trip the breaker, $16 first probe interval, $17 longest probe interval (seconds).
+-- statuses, errors, response headers (the kept subset), response body excerpts; $18-$20, parallel to them: each
+-- task's workspace, run and agent (the pusher has them from the claim). Health ($11-$14, per agent): agents,
+-- consecutive failures to count (those after the flush's last success), whether a success came first (the count
+-- starts again from it), the last error; $15 failures that trip the breaker, $16 first probe interval, $17 longest
+-- probe interval (seconds).
 -- An agent gets a health row with its first failure; a success resets it and recovers an unhealthy agent; after
 -- $15 consecutive failures it is 'unhealthy': no slot but one probe per interval (hookgate_slots_take). Returns
 -- each agent of the flush: its state ('healthy' when it has no row), whether that changed in this
@@ -13,12 +14,14 @@
 WITH attempted AS (
     INSERT INTO task_attempt (workspace_id, task_id, run_id, agent_id, attempt, started_at, finished_at,
                               duration_ms, outcome, http_status, error, response_headers, response_body)
-    SELECT t.workspace_id, t.id, t.run_id, t.agent_id, a.attempt, a.started_at, a.finished_at, a.duration_ms,
+    -- Not joined to agent_task for those: this statement's generic plan, made while the table was small, hashed
+    -- a sequential scan of the whole of it on every flush (seen with auto_explain in bench/dispatch.py).
+    SELECT a.workspace_id, a.task_id, a.run_id, a.agent_id, a.attempt, a.started_at, a.finished_at, a.duration_ms,
            a.outcome, a.http_status, a.error, a.headers, a.body
     FROM unnest($1::uuid[], $2::integer[], $3::timestamptz[], $4::timestamptz[], $5::integer[], $6::text[],
-                $7::integer[], $8::text[], $9::jsonb[], $10::text[])
-         AS a(task_id, attempt, started_at, finished_at, duration_ms, outcome, http_status, error, headers, body)
-    JOIN agent_task t ON t.id = a.task_id
+                $7::integer[], $8::text[], $9::jsonb[], $10::text[], $18::uuid[], $19::uuid[], $20::uuid[])
+         AS a(task_id, attempt, started_at, finished_at, duration_ms, outcome, http_status, error, headers, body,
+              workspace_id, run_id, agent_id)
 ), x AS (
     SELECT * FROM unnest($11::uuid[], $12::integer[], $13::boolean[], $14::text[]) AS x(agent_id, failed, reset, error)
 ), added AS (

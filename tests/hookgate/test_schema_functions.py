@@ -63,8 +63,8 @@ CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
     # 0020_fair_deliveries and 0023_agent_cap_argument made it with a placeholder body: its definition is the file's
     "hookgate_delivery_take",
     # takes its slots from hookgate_slots_take (one slot rule); stamps attempt_started_at; fair across autopilots;
-    # plans with key lookups only, expects a few rows, locks its candidates by key; 0023_agent_cap_argument made it
-    # with a placeholder body
+    # plans with key lookups only and no sorts an index spares, expects a few rows, locks its candidates by key;
+    # 0023_agent_cap_argument made it with a placeholder body
     "hookgate_task_claim",
 })
 

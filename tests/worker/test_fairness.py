@@ -9,8 +9,8 @@ import time
 
 from starlette.responses import JSONResponse
 
-from autopilot import admission, dispatch
-from hookgate import notify
+from autopilot import admission, dispatch, tasks
+from hookgate import database, notify
 from hookgate.context import open_context
 from hookgate.notify import NotifyListener
 from tests import factories
@@ -146,3 +146,46 @@ async def _api_run(conn, ap):
 
 async def _const(value):
     return value
+
+
+async def test_the_fair_claim_walks_its_index_after_its_plans_were_made_on_a_small_queue(wctx):
+    # A worker connection's first claims run while the agent's queue is small and cache their plans for the
+    # session; the walk over the autopilots must still read agent_task_fair_idx (one descent per autopilot) once
+    # the queue is long, not every queued task of the agent (and every dead entry a drain left) once per probe.
+    w = await factories.world(wctx)
+    agent = await factories.http_agent(w, url="http://127.0.0.1:9/a", name="a", max_concurrency=64)
+    ap = await factories.autopilot(w, agent.row["id"], title="a")
+    agent_id, made = agent.row["id"], [0]
+
+    async def queue(conn, count):
+        await conn.execute("INSERT INTO agent_task (workspace_id, agent_id, idempotency_key, autopilot_id) "
+                           "SELECT $1, $2, 'plan:' || ($3 + g), $4 FROM generate_series(1, $5) g",
+                           w.workspace_id, agent_id, made[0], ap["id"], count)
+        made[0] += count
+
+    async def claim_and_finish(conn, limit):
+        claimed = await tasks.claim(conn, agent_id=agent_id, limit=limit, lease_s=60, holder="t",
+                                    actor_type="worker", cap=64)
+        await conn.execute("UPDATE agent_task SET status = 'succeeded', lease_token = NULL, lease_expires_at = NULL "
+                           "WHERE id = ANY($1::uuid[])", [c.id for c in claimed])
+
+    conn = await database.connect(wctx.dsn)
+    try:
+        await conn.execute("ALTER TABLE agent_task SET (autovacuum_enabled = false)")  # no ANALYZE replans it
+        await queue(conn, 20000)  # a drain went through the queue: dead entries in its partial indexes
+        await conn.execute("UPDATE agent_task SET status = 'succeeded'")
+        for _ in range(12):  # the claim's statements get their session plans while the queue is short
+            await queue(conn, 3)
+            await claim_and_finish(conn, 8)
+        await queue(conn, 500)
+        plans: list[str] = []
+        conn.add_log_listener(lambda _c, message: plans.append(message.message))
+        await conn.execute("LOAD 'auto_explain'")
+        await conn.execute("SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; "
+                           "SET client_min_messages = log")
+        await claim_and_finish(conn, 8)
+        await conn.execute("SET client_min_messages = notice")
+    finally:
+        await conn.close()
+    [walk] = [p for p in plans if "WITH RECURSIVE above" in p]
+    assert "agent_task_fair_idx" in walk and "agent_task_queue_idx" not in walk, walk
