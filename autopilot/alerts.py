@@ -26,8 +26,6 @@ AUTOPILOT_PAUSED = "autopilot.paused"
 TRIGGER_REJECTIONS_SPIKE = "trigger.rejections_spike"
 #: The events a channel may hear (the database checks the same list).
 EVENTS = (RUN_FAILED, AGENT_UNHEALTHY, AGENT_RECOVERED, AUTOPILOT_PAUSED, TRIGGER_REJECTIONS_SPIKE)
-#: What ``POST /v1/notification-channels/{id}/test`` sends: to that channel only, whatever it hears.
-PING = "ping"
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,6 @@ from hookgate.database import Conn, one
 from sql import Q
 
 WEBHOOK_TOKEN_PREFIX = "awt_"
-PROVIDERS = ("generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio")
-OVERLAP_POLICIES = ("skip", "buffer_one", "allow")
 
 
 @dataclass(frozen=True)

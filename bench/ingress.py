@@ -37,7 +37,6 @@ import hmac
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -52,16 +51,12 @@ sys.path.insert(0, str(ROOT))
 
 import asyncpg  # noqa: E402
 
+from tests.processes import free_port, stop_all  # noqa: E402
+
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 SECRET = "bench-signing-secret"
 SECRET_KEY = base64.b64encode(b"b" * 32).decode()
 BASELINE_TABLE = "CREATE TABLE IF NOT EXISTS bench_baseline (id bigserial PRIMARY KEY, body bytea NOT NULL)"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- the baseline server (run as a subprocess of this script) ------------------------------------------
@@ -522,13 +517,7 @@ async def run(args: argparse.Namespace) -> int:
             gateways.merge(srv.total)
         return 0 if await check(dsn, gateways, baseline) else 1
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        stop_all(procs, 10)
         await databases.drop(server, name)
 
 

@@ -185,7 +185,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
     from dispatch import cpu_s, pct  # the same percentile and /proc CPU as bench/dispatch.py
 
-    from tests.processes import free_port
+    from tests.processes import free_port, stop_all
 
     dsn = await prepare(args.server)
     agent_port, receiver_port = free_port(), free_port()
@@ -249,13 +249,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "e2e_p99_ms": round(pct(e2e, 0.99), 2), "e2e_max_ms": round(max(e2e), 2),
         }
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(procs, 15)
 
 
 def main() -> None:

@@ -171,6 +171,15 @@ def _page(a: argparse.Namespace, **filters: Any) -> dict[str, Any]:
     return filters | {"limit": a.limit, "cursor": a.cursor}
 
 
+def _request(method: str, path: str, *, paged: bool = False) -> Verb:
+    """A verb that just sends ``method`` to ``path``, its ``{names}`` from the arguments (paged: the list options)."""
+
+    async def verb(c: Client, a: argparse.Namespace) -> Any:
+        return await c.call(method, path.format_map(vars(a)), params=_page(a) if paged else None)
+
+    return verb
+
+
 def _idempotency(a: argparse.Namespace) -> dict[str, str] | None:
     """The ``Idempotency-Key`` header of a POST verb, if ``--idempotency-key`` was given."""
     return {"Idempotency-Key": a.idempotency_key} if a.idempotency_key else None
@@ -186,14 +195,8 @@ async def agents_create(c: Client, a: argparse.Namespace) -> Any:
     return await c.call("POST", "/v1/agents", json_body=body)
 
 
-async def agents_list(c: Client, a: argparse.Namespace) -> Any:
-    """GET /v1/agents."""
-    return await c.call("GET", "/v1/agents", params=_page(a))
-
-
-async def agents_get(c: Client, a: argparse.Namespace) -> Any:
-    """GET /v1/agents/{id}."""
-    return await c.call("GET", f"/v1/agents/{a.agent}")
+agents_list = _request("GET", "/v1/agents", paged=True)
+agents_get = _request("GET", "/v1/agents/{agent}")
 
 
 async def agents_update(c: Client, a: argparse.Namespace) -> Any:
@@ -206,9 +209,7 @@ async def agents_update(c: Client, a: argparse.Namespace) -> Any:
     return await c.call("PATCH", f"/v1/agents/{a.agent}", json_body=sent)
 
 
-async def agents_rotate_secret(c: Client, a: argparse.Namespace) -> Any:
-    """POST /v1/agents/{id}/rotate-secret."""
-    return await c.call("POST", f"/v1/agents/{a.agent}/rotate-secret")
+agents_rotate_secret = _request("POST", "/v1/agents/{agent}/rotate-secret")
 
 
 async def autopilots_create(c: Client, a: argparse.Namespace) -> Any:
@@ -233,14 +234,8 @@ async def triggers_create(c: Client, a: argparse.Namespace) -> Any:
     return await c.call("POST", f"/v1/autopilots/{a.autopilot}/triggers", json_body=body)
 
 
-async def triggers_list(c: Client, a: argparse.Namespace) -> Any:
-    """GET /v1/autopilots/{id}/triggers."""
-    return await c.call("GET", f"/v1/autopilots/{a.autopilot}/triggers", params=_page(a))
-
-
-async def triggers_get(c: Client, a: argparse.Namespace) -> Any:
-    """GET /v1/triggers/{id}."""
-    return await c.call("GET", f"/v1/triggers/{a.trigger}")
+triggers_list = _request("GET", "/v1/autopilots/{autopilot}/triggers", paged=True)
+triggers_get = _request("GET", "/v1/triggers/{trigger}")
 
 
 async def triggers_pause(c: Client, a: argparse.Namespace) -> Any:
@@ -253,9 +248,7 @@ async def triggers_resume(c: Client, a: argparse.Namespace) -> Any:
     return await c.call("PATCH", f"/v1/triggers/{a.trigger}", json_body={"enabled": True})
 
 
-async def triggers_rotate(c: Client, a: argparse.Namespace) -> Any:
-    """POST /v1/triggers/{id}/rotate-token."""
-    return await c.call("POST", f"/v1/triggers/{a.trigger}/rotate-token")
+triggers_rotate = _request("POST", "/v1/triggers/{trigger}/rotate-token")
 
 
 async def triggers_set_secret(c: Client, a: argparse.Namespace) -> Any:
@@ -273,9 +266,7 @@ async def runs_list(c: Client, a: argparse.Namespace) -> Any:
                                                         source=a.source))
 
 
-async def runs_get(c: Client, a: argparse.Namespace) -> Any:
-    """GET /v1/runs/{id}."""
-    return await c.call("GET", f"/v1/runs/{a.run}")
+runs_get = _request("GET", "/v1/runs/{run}")
 
 
 async def runs_start(c: Client, a: argparse.Namespace) -> Any:
@@ -295,9 +286,7 @@ async def runs_retry(c: Client, a: argparse.Namespace) -> Any:
     return await c.call("POST", f"/v1/runs/{a.run}/retry", headers=_idempotency(a))
 
 
-async def tasks_attempts(c: Client, a: argparse.Namespace) -> Any:
-    """GET /v1/tasks/{id}/attempts, oldest first."""
-    return await c.call("GET", f"/v1/tasks/{a.task}/attempts", params=_page(a))
+tasks_attempts = _request("GET", "/v1/tasks/{task}/attempts", paged=True)
 
 
 async def channels_create(c: Client, a: argparse.Namespace) -> Any:
@@ -306,24 +295,10 @@ async def channels_create(c: Client, a: argparse.Namespace) -> Any:
                         json_body={"name": a.name, "url": a.endpoint, "events": a.event})
 
 
-async def channels_list(c: Client, a: argparse.Namespace) -> Any:
-    """GET /v1/notification-channels."""
-    return await c.call("GET", "/v1/notification-channels", params=_page(a))
-
-
-async def channels_get(c: Client, a: argparse.Namespace) -> Any:
-    """GET /v1/notification-channels/{id}."""
-    return await c.call("GET", f"/v1/notification-channels/{a.channel}")
-
-
-async def channels_delete(c: Client, a: argparse.Namespace) -> Any:
-    """DELETE /v1/notification-channels/{id}."""
-    return await c.call("DELETE", f"/v1/notification-channels/{a.channel}")
-
-
-async def channels_test(c: Client, a: argparse.Namespace) -> Any:
-    """POST /v1/notification-channels/{id}/test: queue a ``ping`` to the channel."""
-    return await c.call("POST", f"/v1/notification-channels/{a.channel}/test")
+channels_list = _request("GET", "/v1/notification-channels", paged=True)
+channels_get = _request("GET", "/v1/notification-channels/{channel}")
+channels_delete = _request("DELETE", "/v1/notification-channels/{channel}")
+channels_test = _request("POST", "/v1/notification-channels/{channel}/test")
 
 
 async def deliveries_list(c: Client, a: argparse.Namespace) -> Any:
@@ -331,9 +306,7 @@ async def deliveries_list(c: Client, a: argparse.Namespace) -> Any:
     return await c.call("GET", "/v1/deliveries", params=_page(a, trigger_id=a.trigger, status=a.status))
 
 
-async def deliveries_get(c: Client, a: argparse.Namespace) -> Any:
-    """GET /v1/deliveries/{id} (headers, body and envelope included)."""
-    return await c.call("GET", f"/v1/deliveries/{a.delivery}")
+deliveries_get = _request("GET", "/v1/deliveries/{delivery}")
 
 
 async def deliveries_replay(c: Client, a: argparse.Namespace) -> Any:
@@ -351,14 +324,8 @@ async def deliveries_replay_bulk(c: Client, a: argparse.Namespace) -> Any:
                         headers=_idempotency(a))
 
 
-async def members_list(c: Client, a: argparse.Namespace) -> Any:
-    """GET /v1/members."""
-    return await c.call("GET", "/v1/members", params=_page(a))
-
-
-async def members_get(c: Client, a: argparse.Namespace) -> Any:
-    """GET /v1/members/{id}."""
-    return await c.call("GET", f"/v1/members/{a.member}")
+members_list = _request("GET", "/v1/members", paged=True)
+members_get = _request("GET", "/v1/members/{member}")
 
 
 async def members_update(c: Client, a: argparse.Namespace) -> Any:
@@ -372,9 +339,7 @@ async def keys_list(c: Client, a: argparse.Namespace) -> Any:
     return await c.call("GET", "/v1/keys", params=_page(a, member_id=a.member))
 
 
-async def keys_revoke(c: Client, a: argparse.Namespace) -> Any:
-    """DELETE /v1/keys/{id}."""
-    return await c.call("DELETE", f"/v1/keys/{a.key_id}")
+keys_revoke = _request("DELETE", "/v1/keys/{key_id}")
 
 
 async def deliveries_tail(c: Client, a: argparse.Namespace) -> None:

@@ -35,7 +35,7 @@ class DatabaseClock:
 
 
 class FixedClock:
-    """A clock that says ``at`` until a test moves it (:meth:`advance`, or set ``at``)."""
+    """A clock that always says ``at``."""
 
     def __init__(self, at: datetime) -> None:
         self.at = at
@@ -43,7 +43,3 @@ class FixedClock:
     async def now(self) -> datetime:
         """The instant the clock was set to."""
         return self.at
-
-    def advance(self, by: timedelta) -> None:
-        """Move the clock forward by ``by``."""
-        self.at += by

@@ -77,16 +77,16 @@ class Proc:
         raise TimeoutError(f"not ready within {timeout}s:\n{self.output()}")
 
 
-def stop_all(procs: Iterable[Proc], timeout: float) -> None:
+def stop_all(procs: Iterable[Proc | subprocess.Popen[bytes]], timeout: float) -> None:
     """SIGTERM every process (a graceful stop), then SIGKILL each one still running ``timeout`` s after."""
-    procs = list(procs)
-    for proc in procs:
-        proc.signal(signal.SIGTERM)
-    for proc in procs:
+    popens = [proc.popen if isinstance(proc, Proc) else proc for proc in procs]
+    for popen in popens:
+        popen.terminate()  # nothing if it has exited
+    for popen in popens:
         try:
-            proc.wait(timeout)
+            popen.wait(timeout)
         except subprocess.TimeoutExpired:
-            proc.signal(signal.SIGKILL)
+            popen.kill()
 
 
 async def wait_listeners(conn: asyncpg.Connection, count: int, timeout: float = 60) -> None:

@@ -1,10 +1,12 @@
-"""A Starlette app served over real HTTP on a loopback port, inside the test's own event loop."""
+"""Real HTTP on a loopback port: a Starlette app in the test's own event loop, or a request handler in a thread."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import http.server
+import threading
+from collections.abc import AsyncIterator, Iterator
 
 import uvicorn
 from starlette.applications import Starlette
@@ -27,3 +29,21 @@ async def serving_app(app: Starlette, port: int = 0) -> AsyncIterator[str]:
         server.should_exit = server.force_exit = True
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(task, 5)
+
+
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A request handler that does not log each request to stderr."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serving_thread(server: http.server.ThreadingHTTPServer) -> Iterator[str]:
+    """``server`` serving in a daemon thread until the block ends; yields its base URL."""
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

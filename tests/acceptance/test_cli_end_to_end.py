@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 
@@ -22,6 +21,7 @@ import pytest
 
 from tests.conftest import TEST_SECRET_KEY
 from tests.processes import ROOT
+from tests.servers import QuietHandler, serving_thread
 
 GITHUB_SECRET = "gh-webhook-secret-e2e"
 
@@ -40,22 +40,14 @@ def hookgate(*args: str, env: dict[str, str]) -> dict[str, object]:
 def agent_server() -> Iterator[str]:
     """A real local HTTP agent that answers 200 to every push."""
 
-    class Agent(http.server.BaseHTTPRequestHandler):
+    class Agent(QuietHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length", 0)))
             self.send_response(200)
             self.end_headers()
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Agent)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/agent"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_thread(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Agent)) as url:
+        yield url + "/agent"
 
 
 def github_post(url: str, payload: dict[str, object]) -> httpx.Response:

@@ -24,6 +24,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from tests.conftest import TEST_SECRET_KEY
 from tests.processes import ROOT, Proc, Spawner
+from tests.servers import QuietHandler, serving_thread
 
 
 def cli_env(extra: dict[str, str]) -> dict[str, str]:
@@ -56,7 +57,7 @@ def local_app() -> Iterator[LocalApp]:
     """A real HTTP server on loopback playing the app under development."""
     app = LocalApp(url="")
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("content-length", 0)))
             try:
@@ -75,17 +76,9 @@ def local_app() -> Iterator[LocalApp]:
             self.end_headers()
             self.wfile.write(answer)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    app.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/agent"
-    try:
+    with serving_thread(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
+        app.url = url + "/hooks/agent"
         yield app
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @dataclass

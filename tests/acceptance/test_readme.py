@@ -15,7 +15,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.processes import ROOT
+from tests.servers import QuietHandler, serving_thread
 
 README = (ROOT / "README.md").read_text()
 AGENT_PORT = 9999  # the walkthrough's agent URL, as written
@@ -50,7 +50,7 @@ def agent() -> Iterator[list[tuple[dict[str, str], bytes]]]:
     """The walkthrough's agent on 127.0.0.1:9999: records each push (headers, body) and answers 200."""
     pushes: list[tuple[dict[str, str], bytes]] = []
 
-    class Agent(http.server.BaseHTTPRequestHandler):
+    class Agent(QuietHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", 0)))
             pushes.append(({k.lower(): v for k, v in self.headers.items()}, body))
@@ -58,19 +58,12 @@ def agent() -> Iterator[list[tuple[dict[str, str], bytes]]]:
             self.send_header("content-length", "0")
             self.end_headers()
 
-        def log_message(self, *args: object) -> None:
-            pass
-
     try:
         server = http.server.ThreadingHTTPServer(("127.0.0.1", AGENT_PORT), Agent)
     except OSError as exc:
         pytest.skip(f"port {AGENT_PORT}, the README's agent port, is taken on this machine: {exc}")
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving_thread(server):
         yield pushes
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _hookgate_wrapper(directory: Path) -> None:

@@ -39,7 +39,6 @@ class HttpAgent:
     pushes: int = 0
     bad_signatures: int = 0
     down: Outage | None = None
-    refused_on_open_connections: int = 0  # pushes that slipped onto a kept-alive connection while refusing
     answered_503: int = 0  # pushes answered 503 while down
     _runner: web.AppRunner | None = None
     _site: web.TCPSite | None = None
@@ -86,7 +85,6 @@ class HttpAgent:
 
     async def _push(self, request: web.Request) -> web.StreamResponse:
         if self.down == "refused":  # a connection accepted just before the port closed
-            self.refused_on_open_connections += 1
             if request.transport is not None:
                 request.transport.abort()
             return web.Response(status=503)

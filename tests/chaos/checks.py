@@ -5,7 +5,9 @@ Each check returns a list of violations (empty = kept). ``quiescent`` says when 
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,14 @@ SELECT (SELECT count(*) FROM webhook_delivery WHERE status = 'queued')
 async def quiescent(conn: asyncpg.Connection) -> bool:
     """True when no delivery is queued, every run is terminal and no task is queued or running."""
     return int(await conn.fetchval(IN_FLIGHT)) == 0
+
+
+async def wait_quiescent(conn: asyncpg.Connection, timeout: float, poll: float) -> float:
+    """Seconds until nothing is in flight (or the timeout), checked every ``poll`` seconds."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout and not await quiescent(conn):
+        await asyncio.sleep(poll)
+    return time.monotonic() - start
 
 
 async def every_2xx_stored(conn: asyncpg.Connection, load: Load) -> list[str]:

@@ -292,7 +292,7 @@ async def _experiment(pair: Replicas, roles: dict[str, Proc], api_key: str, conf
             await load.settle(config.settle_timeout_s)
             conn = await asyncpg.connect(pair.direct_url("standby", DATABASE))
             try:
-                waited = await _wait_quiescent(conn, config.settle_timeout_s)
+                waited = await checks.wait_quiescent(conn, config.settle_timeout_s, 0.2)
                 for found in (await checks.every_2xx_stored(conn, load), await checks.one_run_per_delivery(conn),
                               await checks.runs_terminal(conn), await checks.runs_not_failed(conn),
                               await checks.occurrences_once(conn), await checks.tasks_once(conn, agent, runtimes),
@@ -385,13 +385,6 @@ async def _schedules_fired(conn: asyncpg.Connection, triggers: list[str]) -> lis
                             "GROUP BY 1", triggers)
     fired = {r["trigger_id"]: r["count"] for r in rows}
     return [f"schedule trigger {t} never fired (lost)" for t in triggers if not fired.get(t)]
-
-
-async def _wait_quiescent(conn: asyncpg.Connection, timeout: float) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout and not await checks.quiescent(conn):
-        await asyncio.sleep(0.2)
-    return time.monotonic() - start
 
 
 def _durability(roles: dict[str, Proc]) -> dict[str, list[str]]:

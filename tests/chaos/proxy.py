@@ -28,7 +28,6 @@ class TcpProxy:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="tcp-proxy")
         self._server: asyncio.Server | None = None
-        self.connections_seen = 0
 
     def start(self) -> int:
         """Start listening; returns the port."""
@@ -40,7 +39,6 @@ class TcpProxy:
         return await asyncio.start_server(self._handle, "127.0.0.1", self.listen_port)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections_seen += 1
         if self.blocked:
             writer.close()
             return

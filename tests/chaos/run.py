@@ -129,7 +129,7 @@ async def _settle_and_check(cluster: Cluster, config: Config, agent: HttpAgent, 
     report = Report(config)
     conn = await asyncpg.connect(cluster.dsn)
     try:
-        waited = await _wait_quiescent(conn, config.quiescence_timeout_s)
+        waited = await checks.wait_quiescent(conn, config.quiescence_timeout_s, 0.5)
         dead = [k.pid for k in faults.kills]
         for found in (await checks.every_2xx_stored(conn, load), await checks.one_run_per_delivery(conn),
                       await checks.runs_terminal(conn), await checks.runs_not_failed(conn),
@@ -150,14 +150,6 @@ async def _settle_and_check(cluster: Cluster, config: Config, agent: HttpAgent, 
         await conn.close()
     report.recoveries = [(k.role, k.held, k.recovered_s) for k in faults.kills]
     return report
-
-
-async def _wait_quiescent(conn: asyncpg.Connection, timeout: float) -> float:
-    """Seconds until nothing is in flight (or the timeout)."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout and not await checks.quiescent(conn):
-        await asyncio.sleep(0.5)
-    return time.monotonic() - start
 
 
 def _figures(load: Load, agent: HttpAgent, runtimes: PullRuntimes, faults: Faults, db: dict[str, Any],

@@ -1,7 +1,6 @@
-from gateway.app import create_app
 from hookgate.context import open_context
 from tests import databases
-from tests.conftest import make_settings
+from tests.conftest import asgi_client, make_settings
 
 
 async def test_healthz_and_readyz_answer_on_a_migrated_database(client):
@@ -11,13 +10,10 @@ async def test_healthz_and_readyz_answer_on_a_migrated_database(client):
 
 
 async def test_readyz_is_503_while_migrations_are_pending(server_url, db_url):
-    import httpx
-
     async with databases.scratch(server_url, "hg_unmigrated") as url:
         settings = make_settings(url)
         async with open_context(settings, migrate=False) as ctx:
-            transport = httpx.ASGITransport(app=create_app(ctx))
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            async with asgi_client(ctx) as http:
                 answer = await http.get("/readyz")
         assert answer.status_code == 503
         assert answer.json()["error"] == "migrations_pending"

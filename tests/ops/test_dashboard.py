@@ -13,7 +13,7 @@ from gateway.sessions import SESSION_COOKIE
 from hookgate.context import Context, open_context
 from sql import Q
 from tests import factories, pushes
-from tests.conftest import make_settings
+from tests.conftest import asgi_client, make_settings
 from tests.ops.conftest import CSRF, Small, admit_runs, insert_delivery, log_in
 
 
@@ -671,8 +671,7 @@ async def test_pages_answer_503_with_retry_after_when_the_pool_is_exhausted(db_u
 
     settings = make_settings(db_url, pool_max_size=2, pool_acquire_timeout=0.3)
     async with open_context(settings, migrate=False) as ctx:
-        transport = httpx.ASGITransport(app=create_app(ctx))
-        async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
+        async with asgi_client(ctx) as http:
             await log_in(http, small.world.api_key)
             held = [await ctx.pool.acquire() for _ in range(2)]
             try:

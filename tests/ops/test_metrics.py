@@ -155,9 +155,8 @@ def test_outcome_helpers_split_retries_from_completions_and_clamp_negative_lag()
 
 
 async def test_ingress_counts_accepted_by_preset_and_rate_gate_refusals_by_gate(db_url, small: Small):
-    from gateway.app import create_app
     from hookgate.context import open_context
-    from tests.conftest import make_settings
+    from tests.conftest import asgi_client, make_settings
 
     def value(name: str, **labels: str) -> float:
         return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
@@ -167,14 +166,12 @@ async def test_ingress_counts_accepted_by_preset_and_rate_gate_refusals_by_gate(
     capped = value("hookgate_rate_gate_rejections_total", gate="ip_cap")
     settings = make_settings(db_url, ip_bad_credential_cap=1, ip_request_cap=6)
     async with open_context(settings, migrate=False) as ctx:
-        transport = httpx.ASGITransport(app=create_app(ctx), client=("198.51.100.4", 1))
-        async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
+        async with asgi_client(ctx, "198.51.100.4") as http:
             for n in range(3):
                 assert (await http.post(f"/hooks/{small.token}", json={"n": n})).status_code == 200
             assert (await http.post("/hooks/awt_" + "x" * 43, json={})).status_code == 404
             assert (await http.post("/hooks/awt_" + "x" * 43, json={})).status_code == 429
-        transport = httpx.ASGITransport(app=create_app(ctx), client=("198.51.100.5", 1))
-        async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
+        async with asgi_client(ctx, "198.51.100.5") as http:
             statuses = [(await http.post(f"/hooks/{small.token}", json={"m": n})).status_code for n in range(7)]
     assert statuses[-1] == 429
     assert value("hookgate_ingress_requests_total", outcome="accepted", preset="generic") >= accepted + 3

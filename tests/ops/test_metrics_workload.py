@@ -3,11 +3,10 @@
 import asyncio
 import importlib.util
 import json
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -16,6 +15,7 @@ from hookgate import crypto
 from hookgate.context import Context
 from tests import factories
 from tests.ops.conftest import samples
+from tests.servers import QuietHandler, serving_thread
 
 pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in ("gateway.ingress", "worker.deliveries", "scheduler.manager")),
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-class _Agent(BaseHTTPRequestHandler):
+class _Agent(QuietHandler):
     """An HTTP agent that finishes every task at once (200)."""
 
     def do_POST(self) -> None:
@@ -35,20 +35,11 @@ class _Agent(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, *args: object) -> None:
-        pass
-
 
 @pytest.fixture
 def agent_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Agent)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/agent"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_thread(ThreadingHTTPServer(("127.0.0.1", 0), _Agent)) as url:
+        yield url + "/agent"
 
 
 def _value(found: dict, name: str, **labels: str) -> float:

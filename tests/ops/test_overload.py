@@ -7,9 +7,8 @@ import time
 import httpx
 import pytest
 
-from gateway.app import create_app
 from hookgate.context import open_context
-from tests.conftest import make_settings
+from tests.conftest import asgi_client, make_settings
 from tests.ops.conftest import Small, log_in
 
 needs_ingress = pytest.mark.skipif(importlib.util.find_spec("gateway.ingress") is None,
@@ -41,8 +40,7 @@ async def test_dashboard_answers_503_while_the_database_is_down_and_recovers_by_
     proxy, url = db_proxy
     settings = make_settings(url, pool_min_size=1, pool_max_size=4, pool_acquire_timeout=0.5)
     async with open_context(settings, migrate=False) as ctx:
-        transport = httpx.ASGITransport(app=create_app(ctx))
-        async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
+        async with asgi_client(ctx) as http:
             await log_in(http, small.world.api_key)
             proxy.block()
             proxy.cut()
@@ -58,8 +56,7 @@ async def test_dashboard_answers_503_while_the_database_is_down_and_recovers_by_
 async def test_ingress_answers_503_quickly_when_the_pool_is_exhausted(db_url, small: Small):
     settings = make_settings(db_url, pool_max_size=2, pool_acquire_timeout=0.3)
     async with open_context(settings, migrate=False) as ctx:
-        transport = httpx.ASGITransport(app=create_app(ctx), client=("203.0.113.9", 1))
-        async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
+        async with asgi_client(ctx, "203.0.113.9") as http:
             held = [await ctx.pool.acquire() for _ in range(2)]
             try:
                 answer, took = await _timed(http, "POST", f"/hooks/{small.token}", json={"event": "a"})
@@ -76,8 +73,7 @@ async def test_ingress_answers_503_while_the_database_is_down_and_accepts_again_
     proxy, url = db_proxy
     settings = make_settings(url, pool_min_size=1, pool_max_size=4, pool_acquire_timeout=0.5)
     async with open_context(settings, migrate=False) as ctx:
-        transport = httpx.ASGITransport(app=create_app(ctx), client=("203.0.113.9", 1))
-        async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
+        async with asgi_client(ctx, "203.0.113.9") as http:
             assert (await http.post(f"/hooks/{small.token}", json={"n": 0})).status_code == 200
             proxy.block()
             proxy.cut()
@@ -92,8 +88,7 @@ async def test_ingress_answers_503_while_the_database_is_down_and_accepts_again_
 async def test_admin_api_answers_503_quickly_when_the_pool_is_exhausted(db_url, small: Small):
     settings = make_settings(db_url, pool_max_size=2, pool_acquire_timeout=0.3)
     async with open_context(settings, migrate=False) as ctx:
-        transport = httpx.ASGITransport(app=create_app(ctx))
-        async with httpx.AsyncClient(transport=transport, base_url="http://hooks.test") as http:
+        async with asgi_client(ctx) as http:
             held = [await ctx.pool.acquire() for _ in range(2)]
             try:
                 answer, took = await _timed(http, "GET", "/v1/me", headers=small.world.auth)

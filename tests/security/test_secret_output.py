@@ -16,10 +16,9 @@ import pty
 import select
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
@@ -29,6 +28,7 @@ import pytest
 from hookgate import logs
 from tests import factories
 from tests.processes import ROOT, Proc, Spawner, free_port
+from tests.servers import QuietHandler, serving_thread
 
 # -- the first owner key ----------------------------------------------------------------------------------
 
@@ -112,7 +112,7 @@ def test_serve_on_a_terminal_prints_the_first_key_there_and_files_nothing(spawn,
 # -- runtime tokens and agent signing secrets in the logs --------------------------------------------------
 
 
-class _Agent(BaseHTTPRequestHandler):
+class _Agent(QuietHandler):
     """A real local push agent: records each request's headers and answers 200."""
 
     seen: list[dict[str, str]]
@@ -125,21 +125,12 @@ class _Agent(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(b"{}")
 
-    def log_message(self, *args: object) -> None:
-        pass
-
 
 @pytest.fixture
 def agent_url() -> Iterator[tuple[str, list[dict[str, str]]]]:
     handler = type("Agent", (_Agent,), {"seen": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/agent", handler.seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_thread(ThreadingHTTPServer(("127.0.0.1", 0), handler)) as url:
+        yield url + "/agent", handler.seen
 
 
 def _recognisable_parts(secret: str) -> list[str]:

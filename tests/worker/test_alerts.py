@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -34,6 +33,7 @@ from scheduler.spec import Every
 from sql import Q
 from tests import factories
 from tests.conftest import make_settings
+from tests.processes import free_port
 from tests.servers import serving_app
 from tests.worker.conftest import AgentServer, Hit, add_delivery, wait_for
 from worker import role
@@ -312,13 +312,6 @@ def test_the_spike_check_is_a_maintenance_job_running_every_minute(actx):
 # --- durability: retries, leases, concurrency ------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 @contextlib.asynccontextmanager
 async def receiver_on(port: int, got: list[Hit]) -> AsyncIterator[None]:
     """A receiver listening on ``port`` from now until the block ends."""
@@ -334,7 +327,7 @@ async def receiver_on(port: int, got: list[Hit]) -> AsyncIterator[None]:
 
 async def test_a_receiver_that_is_down_then_up_gets_the_notification_later(actx, client):
     w = await factories.world(actx)
-    port = _free_port()
+    port = free_port()
     made = await channel(client, w, f"http://127.0.0.1:{port}/hook")
     notification_id = (await client.post(f"/v1/notification-channels/{made['id']}/test", headers=w.auth)
                        ).json()["notification_id"]
