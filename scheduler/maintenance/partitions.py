@@ -6,9 +6,10 @@ partitioned by time (docs/SCALING.md, "Partitions"). Each run creates the partit
 them too) and drops the partitions wholly past retention: deliveries after ``HOOKGATE_DELIVERY_RETENTION_DAYS``
 (a partition that still holds a queued delivery is kept), attempts after ``HOOKGATE_RETENTION_AGE_DAYS``, the
 audit log after ``HOOKGATE_AUDIT_RETENTION_DAYS`` (0: kept forever). A drop is ``DETACH PARTITION ...
-CONCURRENTLY`` then ``DROP TABLE``: no row is deleted, nothing is left for vacuum, and no lock that ingress
-needs is held. Every partition change gives up after a short ``lock_timeout`` rather than make traffic queue
-behind it; the next run tries again (a detach interrupted half-way is finalized then).
+CONCURRENTLY`` then ``DROP TABLE``: no row is deleted, nothing is left for vacuum, and no lock that traffic
+conflicts with is taken on the table (SHARE UPDATE EXCLUSIVE; the dropped table is no longer a partition then).
+Every partition change gives up after a ``lock_timeout`` and the next run tries again (a detach interrupted
+half-way is finalized then).
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ from sql import Q
 
 NAME = "partitions"
 EVERY = timedelta(hours=1)
-#: How long a partition change waits for a lock before it gives up until the next run.
+#: How long creating partitions waits for a lock before it gives up until the next run.
 LOCK_TIMEOUT = "100ms"
+#: How long a detach waits. DETACH ... CONCURRENTLY holds only SHARE UPDATE EXCLUSIVE locks, which no insert,
+#: update or read conflicts with, so its wait makes no traffic queue; it waits for the transactions that were
+#: using the table when it began (an ingest lasts milliseconds under load; a long report may outlast this).
+DETACH_LOCK_TIMEOUT = "5s"
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +65,7 @@ async def create_ahead(conn: Conn, now: datetime | None = None) -> list[str]:
 
 async def _detach_and_drop(conn: Conn, detach: str, drop: str) -> None:
     """Run a partition's detach (outside any transaction) and drop statements under the short lock timeout."""
-    await conn.execute(Q.partition_lock_timeout, LOCK_TIMEOUT, False)
+    await conn.execute(Q.partition_lock_timeout, DETACH_LOCK_TIMEOUT, False)
     try:
         await conn.execute(detach)
         await conn.execute(drop)

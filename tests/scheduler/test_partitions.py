@@ -188,3 +188,53 @@ async def test_a_busy_partition_lock_defers_its_drop_and_ingress_never_waits_on_
     # the next run finishes it (a detach left half-way is finalized)
     outcome = await partitions.maintain(conn, now + 8 * DAY, Retention(deliveries=3 * DAY))
     assert target in outcome.dropped
+
+
+async def test_retention_of_many_partitions_while_ingress_runs_loses_and_doubles_no_delivery(ctx, client, conn,
+                                                                                            db_url):
+    h = await kit.hook(ctx)
+    now = await _now(conn)
+    await partitions.create_ahead(conn, now + 40 * DAY)
+    old = [(_at(now + k * DAY), f"old-{k}-{i}") for k in range(1, 35) for i in range(3)]
+    for id_, key in old:
+        assert await _delivery(conn, h, id_, "dispatched", key=key)
+    keys = [f"live-{i}" for i in range(150)]
+    sends = keys + keys[::3] + keys[::7]  # every key once, some of them two or three times
+    gate = asyncio.Semaphore(16)
+    clock = asyncio.get_running_loop().time
+    answered: list[float] = []
+    window: list[float] = []
+
+    async def send(key: str) -> dict[str, str]:
+        raw, headers = kit.github({"action": "opened", "key": key}, delivery=key)
+        async with gate:
+            answer = await client.post(h.path, content=raw, headers=headers)
+        answered.append(clock())
+        assert answer.status_code == 200, answer.text
+        return {"key": key} | answer.json()
+
+    async def retention() -> partitions.Outcome:
+        other = await asyncpg.connect(db_url)
+        try:
+            await asyncio.sleep(0.05)  # with ingress under way
+            window.append(clock())
+            return await partitions.maintain(other, now + 40 * DAY, Retention(deliveries=5 * DAY))
+        finally:
+            window.append(clock())
+            await other.close()
+
+    outcome, *answers = await asyncio.gather(retention(), *(send(k) for k in sends))
+    during = sum(window[0] <= t <= window[1] for t in answered)
+    assert during >= 10, f"only {during} answers while retention ran"
+    assert len([n for n in outcome.dropped if n.startswith("webhook_delivery_p")]) == 34, outcome
+    assert outcome.deferred == [] and "webhook_delivery_legacy" not in outcome.dropped  # today's queued deliveries
+    assert outcome.keys_released == len(old)
+    first = {a["key"]: a["delivery_id"] for a in answers if a["status"] != "duplicate"}
+    assert sorted(first) == sorted(keys), "each key accepted exactly once"
+    assert all(a["delivery_id"] == first[a["key"]] for a in answers), "every repeat names the one delivery"
+    rows = await conn.fetch("SELECT id, dedupe_key, attempt_count FROM webhook_delivery")
+    assert sorted(str(r["id"]) for r in rows) == sorted(first.values()), "no delivery lost, none doubled, old gone"
+    counts = {r["dedupe_key"]: r["attempt_count"] for r in rows}
+    assert counts == {k: sends.count(k) for k in keys}
+    assert await conn.fetchval("SELECT count(*) FROM autopilot_run WHERE webhook_delivery_id IS NOT NULL") == len(keys)
+    assert await conn.fetchval("SELECT count(*) FROM webhook_delivery_dedupe") == len(keys)
