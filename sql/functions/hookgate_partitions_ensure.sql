@@ -25,7 +25,9 @@ BEGIN
                                    ('task_attempt', 'week', interval '14 days', 'YYYYMMDD', true),
                                    ('audit_log', 'month', interval '2 months', 'YYYYMM', false))
                            AS s(parent, unit, ahead, fmt, by_id) LOOP
-        -- One creator at a time per table; the lock ATTACH takes anyway, taken first.
+        SELECT max(b.upper_at) INTO v_from FROM hookgate_partition_bounds(s.parent::regclass) b;
+        CONTINUE WHEN v_from >= p_now + s.ahead;
+        -- One creator at a time per table (the lock ATTACH takes anyway, taken first), then read again.
         EXECUTE format('LOCK TABLE %I IN SHARE UPDATE EXCLUSIVE MODE', s.parent);
         SELECT max(b.upper_at) INTO v_from FROM hookgate_partition_bounds(s.parent::regclass) b;
         v_from := coalesce(v_from, date_trunc(s.unit, p_now));
