@@ -10,8 +10,10 @@
 -- An existing table is not rewritten: it is renamed to <table>_legacy, a CHECK that matches its bound is
 -- validated (one scan, under the lock this transaction holds anyway), and it is attached as the first
 -- partition, FROM (MINVALUE) TO the first boundary after its newest row; its indexes are renamed and attached
--- to the parent's (same definitions, so nothing is rebuilt). Two things are built: audit_log_legacy gets the
--- unique index (id, at) the new key needs, and webhook_delivery_dedupe is filled from the live dedupe keys.
+-- to the parent's (same definitions, so nothing is rebuilt). What is built: audit_log_legacy gets the
+-- unique index (id, at) the new key needs, webhook_delivery_legacy the two partial indexes of its queued rows
+-- the bounded take needs (webhook_delivery_fair_idx with id, webhook_delivery_queued_idx; its old fair index
+-- goes), and webhook_delivery_dedupe is filled from the live dedupe keys.
 --
 -- Foreign keys go where a partition is the referencing or the referenced side: dropping a partition that
 -- references workspace, autopilot or autopilot_trigger takes a lock on those tables that every ingest's
@@ -166,7 +168,8 @@ ALTER INDEX webhook_delivery_workspace_idx RENAME TO webhook_delivery_legacy_wor
 ALTER INDEX webhook_delivery_trigger_queue_idx RENAME TO webhook_delivery_legacy_trigger_queue_idx;
 ALTER INDEX webhook_delivery_body_retention_idx RENAME TO webhook_delivery_legacy_body_retention_idx;
 ALTER INDEX webhook_delivery_rejected_idx RENAME TO webhook_delivery_legacy_rejected_idx;
-ALTER INDEX webhook_delivery_fair_idx RENAME TO webhook_delivery_legacy_fair_idx;
+-- Rebuilt below with id as a last column.
+DROP INDEX webhook_delivery_fair_idx;
 -- The parent's check is a valid one; the legacy table's was added NOT VALID (0011): one scan proves it.
 ALTER TABLE webhook_delivery_legacy VALIDATE CONSTRAINT webhook_delivery_body_mismatch_count_check;
 
@@ -217,8 +220,18 @@ CREATE INDEX webhook_delivery_trigger_queue_idx ON webhook_delivery (trigger_id,
 CREATE INDEX webhook_delivery_body_retention_idx ON webhook_delivery (received_at)
     WHERE body IS NOT NULL AND status <> 'queued';
 CREATE INDEX webhook_delivery_rejected_idx ON webhook_delivery (received_at, trigger_id) WHERE status = 'rejected';
-CREATE INDEX webhook_delivery_fair_idx ON webhook_delivery (workspace_id, trigger_id, available_at)
+-- The take's probes are bounded to the id range of the queued deliveries, so that PostgreSQL prunes the
+-- partitions outside it (hookgate_delivery_take). Two indexes for that, both new, which attaching the legacy
+-- table builds there (a scan of it each; they hold its queued rows only):
+-- - the fair index gets id as a last column, so the bound is checked in it: without that, the generic plan
+--   (which prices a range of two parameters at 0.5 % of the rows) walked webhook_delivery_workspace_idx or
+--   the primary key, over delivered rows too, instead of this index of the queued ones;
+-- - the ids of the queued rows, for the bounds themselves. Its predicate carries `dispatch_attempts >= 0`
+--   (always true, a CHECK of the table) so that no other query can use it: the take's probes, offered it,
+--   read the whole queue in id order and sorted it instead of walking the fair index.
+CREATE INDEX webhook_delivery_fair_idx ON webhook_delivery (workspace_id, trigger_id, available_at, id)
     WHERE status = 'queued';
+CREATE INDEX webhook_delivery_queued_idx ON webhook_delivery (id) WHERE status = 'queued' AND dispatch_attempts >= 0;
 
 -- Promise 3 across partitions: one delivery per (trigger, dedupe key) while it counts (neither rejected nor
 -- failed). Holds exactly the keys that count; kept in step by the two triggers below; a key goes with its
