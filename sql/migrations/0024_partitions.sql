@@ -224,8 +224,8 @@ CREATE INDEX webhook_delivery_rejected_idx ON webhook_delivery (received_at, tri
 -- partitions outside it (hookgate_delivery_take). Two indexes for that, both new, which attaching the legacy
 -- table builds there (a scan of it each; they hold its queued rows only):
 -- - the fair index gets id as a last column, so the bound is checked in it: without that, the generic plan
---   (which prices a range of two parameters at 0.5 % of the rows) walked webhook_delivery_workspace_idx or
---   the primary key, over delivered rows too, instead of this index of the queued ones;
+--   (which prices a range of two parameters at 0.5 % of the rows) walked webhook_delivery_workspace_idx,
+--   over delivered rows too, instead of this index of the queued ones;
 -- - the ids of the queued rows, for the bounds themselves. Its predicate carries `dispatch_attempts >= 0`
 --   (always true, a CHECK of the table) so that no other query can use it: the take's probes, offered it,
 --   read the whole queue in id order and sorted it instead of walking the fair index.
