@@ -19,7 +19,7 @@ whitespace become `_`, control characters are dropped, and it is capped at 100 c
 (`twilio.call.completed`). A request that names no event gets `webhook.received`.
 
 Dedupe keys come from the preset's sources in order (`header:<name>` or `body:<field>`); a key longer
-than 200 characters is replaced by `sha256:<hex>` so it always fits a unique index.
+than 200 characters is replaced by `sha256:<hex>` so it always fits the dedupe keys' primary key.
 
 Per-scheme choices: Standard Webhooks keys its HMAC exactly as the reference library does (base64 of what
 follows an optional `whsec_`; a secret that is not base64 is used as raw bytes), Stripe with the whole

@@ -124,7 +124,10 @@ async def migrate(conn: Conn) -> list[str]:
                 await conn.execute(migration.sql)
                 await conn.execute(Q.migration_record, migration.version, migration.name, migration.checksum)
             names.append(migration.name)
-        return names + await _apply_functions(conn)
+        names += await _apply_functions(conn)
+        # Partitions ahead at every start too, not only from the scheduler's hourly job (scheduler.maintenance).
+        await conn.fetch(Q.partition_ensure, None)
+        return names
     finally:
         await conn.execute(Q.migration_unlock, MIGRATION_LOCK_KEY)
 

@@ -181,10 +181,18 @@ class Settings(BaseSettings):
         default=0.0, description="TEST ONLY: seconds the scheduler adds to the database clock; never in production"
     )
     retention_age_days: float = Field(
-        default=30.0, gt=0, description="Age after which finished deliveries lose their raw body and finished "
-        "executions are deleted"
+        default=30.0, gt=0, description="Age after which finished deliveries lose their raw body, finished "
+        "executions are deleted and week partitions of task attempts are dropped"
     )
     retention_batch_size: int = Field(default=1000, ge=1, description="Rows per retention statement")
+    delivery_retention_days: float = Field(
+        default=0.0, ge=0, description="Age after which whole day partitions of deliveries are dropped (rows and "
+        "their dedupe keys; a partition with a queued delivery waits); 0 keeps deliveries forever"
+    )
+    audit_retention_days: float = Field(
+        default=0.0, ge=0, description="Age after which whole month partitions of the audit log are dropped; 0 keeps "
+        "it forever"
+    )
     deadline_sweep_s: float = Field(
         default=5.0, gt=0, description="How often the scheduler ends runs past their autopilot's run_timeout_s "
         "(so a run overruns by at most about this much)"

@@ -2,9 +2,9 @@
 
 A request that passed the token, size and body steps becomes exactly one of:
 
-- ``rejected`` (bad, missing or expired signature): a row outside the dedupe index, debt, 401; or, for an event
+- ``rejected`` (bad, missing or expired signature): a row that holds no dedupe key, debt, 401; or, for an event
   that would be accepted while its workspace is at ``HOOKGATE_WORKSPACE_MAX_QUEUED`` waiting runs
-  (:mod:`gateway.ingress.quota`), ``workspace_queue_full``: a row outside the dedupe index (the provider's retry
+  (:mod:`gateway.ingress.quota`), ``workspace_queue_full``: a row that holds no dedupe key (the provider's retry
   is a new delivery), no debt, 429 with ``Retry-After``;
 - ``ignored`` (step 9, :func:`autopilot.admission.ignore_reason`): a row, 200;
 - ``accepted``: a ``queued`` delivery and its ``pending`` run, admitted through the gate of

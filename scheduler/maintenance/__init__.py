@@ -4,6 +4,8 @@
   task leases back to the queue (or failed, with their run, when no attempt is left); one transaction.
 - :mod:`~scheduler.maintenance.retention` ``retention`` (hourly): old raw delivery bodies dropped, old
   finished executions, sent or failed notifications and expired Idempotency-Keys deleted, in short batches.
+- :mod:`~scheduler.maintenance.partitions` ``partitions`` (hourly): time partitions of deliveries, task attempts
+  and the audit log created ahead, and those past retention detached and dropped whole.
 - :mod:`~scheduler.maintenance.auto_pause` ``auto_pause`` (5 min): autopilots whose runs mostly fail paused.
 - :mod:`~scheduler.maintenance.deadlines` ``run_deadlines`` (``HOOKGATE_DEADLINE_SWEEP_S``, 5 s): runs past
   their autopilot's ``run_timeout_s`` fail (deadline_exceeded) and their tasks are cancelled.
@@ -22,7 +24,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from hookgate.settings import Settings
-from scheduler.maintenance import auto_pause, deadlines, leases, rejection_spikes, retention
+from scheduler.maintenance import auto_pause, deadlines, leases, partitions, rejection_spikes, retention
 from scheduler.spec import JobSpec
 
 
@@ -30,6 +32,8 @@ def jobs(settings: Settings) -> list[JobSpec]:
     """Every maintenance job, configured from settings."""
     return [
         retention.retention_job(timedelta(days=settings.retention_age_days), settings.retention_batch_size),
+        partitions.partitions_job(partitions.retention_of(
+            settings.delivery_retention_days, settings.retention_age_days, settings.audit_retention_days)),
         auto_pause.auto_pause_job(),
         rejection_spikes.rejection_spikes_job(),
         leases.lease_watchdog_job(settings.heartbeat_timeout_s),

@@ -1,9 +1,10 @@
 """``retention`` (hourly): what no one needs any more goes, in short batches that never block live traffic.
 
-Raw bodies of finished deliveries, finished executions, sent or failed notifications and task attempts older than
-``HOOKGATE_RETENTION_AGE_DAYS`` (the delivery row itself stays for audit), and Idempotency-Keys past their
-5-minute replay window (a claim takes an expired key over, so deleting one changes no answer; without this
-the table only grows).
+Raw bodies of finished deliveries, finished executions and sent or failed notifications older than
+``HOOKGATE_RETENTION_AGE_DAYS`` (the delivery row itself stays until ``HOOKGATE_DELIVERY_RETENTION_DAYS``, and
+task attempts go with their partition: :mod:`~scheduler.maintenance.partitions`), and Idempotency-Keys past
+their 5-minute replay window (a claim takes an expired key over, so deleting one changes no answer; without
+this the table only grows).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ async def _drain(batch: Batch, run: JobRun, query: str, *args: Any) -> int:
 
 
 def retention_job(age: timedelta, batch_size: int, every: timedelta = timedelta(hours=1)) -> JobSpec:
-    """Drop old raw bodies, delete old executions, notifications and task attempts, and expired Idempotency-Keys.
+    """Drop old raw bodies, delete old executions and notifications, and expired Idempotency-Keys.
 
     In batches of ``batch_size``, each its own short transaction.
     """
@@ -43,10 +44,8 @@ def retention_job(age: timedelta, batch_size: int, every: timedelta = timedelta(
             bodies = await _drain(batch, run, Q.delivery_drop_bodies, cutoff, batch_size)
             executions = await _drain(batch, run, Q.cron_delete_finished, cutoff, batch_size)
             notifications = await _drain(batch, run, Q.notification_delete_finished, cutoff, batch_size)
-            attempts = await _drain(batch, run, Q.attempt_delete_old, cutoff, batch_size)
             keys = await _drain(batch, run, Q.idempotency_delete_expired, run.now, batch_size)
             run.result = {"cutoff": cutoff.isoformat(), "bodies_dropped": bodies, "executions_deleted": executions,
-                          "notifications_deleted": notifications, "attempts_deleted": attempts,
-                          "idempotency_keys_deleted": keys}
+                          "notifications_deleted": notifications, "idempotency_keys_deleted": keys}
 
     return periodic_spec(NAME, every, handler)

@@ -5,7 +5,8 @@
 -- round-robin (after the worker's workspace cursor p_cursor, wrapping round; at most p_limit of them), and in
 -- each its triggers round-robin (after that workspace's own cursor, p_trigger_cursors: a JSON object workspace
 -- id -> trigger id, wrapping round; at most p_fanout triggers, fewer when many workspaces share the batch).
--- Both walks are loose index scans of webhook_delivery_fair_idx. The batch interleaves workspaces (the 1st
+-- Both walks are loose index scans of webhook_delivery_fair_idx, every probe bounded to the id range of the
+-- queued deliveries so that only the partitions holding them are read (since 0024_partitions). The batch interleaves workspaces (the 1st
 -- row of each, then the 2nd, ...), and within a workspace its triggers the same way, so every workspace with
 -- due work gets an equal share of the batch while it has rows, and a workspace with many busy triggers no
 -- more than one with a single trigger. Rows are locked FOR UPDATE SKIP LOCKED, one pacing grant per trigger
@@ -65,6 +66,8 @@ DECLARE
     v_at       timestamptz := coalesce(p_at, now());
     v_low      uuid := '00000000-0000-0000-0000-000000000000';
     v_high     uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
+    v_qlo      uuid;
+    v_qhi      uuid;
     v_granted  uuid[];
     v_plain    uuid[];
     v_runs     uuid[];
@@ -80,28 +83,42 @@ DECLARE
     v_tasks    uuid[];
     v_queued   uuid[];
 BEGIN
+    -- The id range that holds the queued deliveries (one probe of webhook_delivery_queued_idx per partition,
+    -- once per take). Every probe below is bounded to it: the bounds are parameters of the generic plan, so
+    -- PostgreSQL prunes the partitions outside them when the statement starts, and each loose-index-scan probe
+    -- reads the few partitions that can hold queued rows instead of a Merge Append over all of them (since
+    -- 0024_partitions). No clock is assumed: a row queued after these reads (outside the range) waits for
+    -- the next take. `dispatch_attempts >= 0` (always true) is the predicate of webhook_delivery_queued_idx,
+    -- which only these two reads can use.
+    SELECT (SELECT q.id FROM webhook_delivery q WHERE q.status = 'queued' AND q.dispatch_attempts >= 0 ORDER BY q.id LIMIT 1),
+           (SELECT q.id FROM webhook_delivery q WHERE q.status = 'queued' AND q.dispatch_attempts >= 0 ORDER BY q.id DESC LIMIT 1)
+    INTO v_qlo, v_qhi;
+    IF v_qlo IS NULL THEN
+        RETURN;
+    END IF;
+
     WITH RECURSIVE spaces AS (
         -- Loose index scan over the workspaces with due work: the first after p_cursor (or from the start when
         -- there is none after it), then the next ones, wrapping round to those up to p_cursor; p_limit at most.
         SELECT a.workspace_id, 1 AS depth, (p_cursor IS NULL OR a.first IS NULL) AS wrapped
         FROM (SELECT s.first, coalesce(s.first, CASE WHEN p_cursor IS NOT NULL THEN
                   (SELECT d.workspace_id FROM webhook_delivery d
-                   WHERE d.status = 'queued' AND d.available_at <= v_at AND d.workspace_id <= p_cursor
+                   WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id <= p_cursor
                    ORDER BY d.workspace_id LIMIT 1) END) AS workspace_id
               FROM (SELECT (SELECT d.workspace_id FROM webhook_delivery d
-                            WHERE d.status = 'queued' AND d.available_at <= v_at
+                            WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
                               AND d.workspace_id > coalesce(p_cursor, v_low)
                             ORDER BY d.workspace_id LIMIT 1) AS first) s) a
         WHERE a.workspace_id IS NOT NULL
         UNION ALL
         SELECT coalesce(n.next, CASE WHEN NOT s.wrapped THEN
                    (SELECT d.workspace_id FROM webhook_delivery d
-                    WHERE d.status = 'queued' AND d.available_at <= v_at AND d.workspace_id <= p_cursor
+                    WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id <= p_cursor
                     ORDER BY d.workspace_id LIMIT 1) END),
                s.depth + 1, s.wrapped OR n.next IS NULL
         FROM spaces s CROSS JOIN LATERAL (
             SELECT (SELECT d.workspace_id FROM webhook_delivery d
-                    WHERE d.status = 'queued' AND d.available_at <= v_at AND d.workspace_id > s.workspace_id
+                    WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id > s.workspace_id
                       AND d.workspace_id <= CASE WHEN s.wrapped THEN coalesce(p_cursor, v_high) ELSE v_high END
                     ORDER BY d.workspace_id LIMIT 1) AS next) n
         WHERE s.workspace_id IS NOT NULL AND s.depth < p_limit
@@ -119,24 +136,24 @@ BEGIN
         FROM visited v CROSS JOIN LATERAL (
             SELECT s.first, coalesce(s.first, CASE WHEN v.trigger_cursor IS NOT NULL THEN
                        (SELECT d.trigger_id FROM webhook_delivery d
-                        WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at
+                        WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
                           AND d.trigger_id <= v.trigger_cursor
                         ORDER BY d.trigger_id LIMIT 1) END) AS trigger_id
             FROM (SELECT (SELECT d.trigger_id FROM webhook_delivery d
-                          WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at
+                          WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
                             AND d.trigger_id > coalesce(v.trigger_cursor, v_low)
                           ORDER BY d.trigger_id LIMIT 1) AS first) s) a
         UNION ALL
         SELECT h.workspace_id, h.ws_ord, h.trigger_cap, h.trigger_cursor,
                coalesce(n.next, CASE WHEN NOT h.wrapped THEN
                    (SELECT d.trigger_id FROM webhook_delivery d
-                    WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at
+                    WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
                       AND d.trigger_id <= h.trigger_cursor
                     ORDER BY d.trigger_id LIMIT 1) END),
                h.depth + 1, h.wrapped OR n.next IS NULL
         FROM heads h CROSS JOIN LATERAL (
             SELECT (SELECT d.trigger_id FROM webhook_delivery d
-                    WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at
+                    WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
                       AND d.trigger_id > h.trigger_id
                       AND d.trigger_id <= CASE WHEN h.wrapped THEN coalesce(h.trigger_cursor, v_high) ELSE v_high END
                     ORDER BY d.trigger_id LIMIT 1) AS next) n
@@ -155,7 +172,7 @@ BEGIN
                row_number() OVER (PARTITION BY x.trigger_id ORDER BY x.available_at) AS rn
         FROM walked w CROSS JOIN LATERAL (
             SELECT d.id, d.trigger_id, d.available_at FROM webhook_delivery d
-            WHERE d.trigger_id = w.trigger_id AND d.status = 'queued' AND d.available_at <= v_at
+            WHERE d.trigger_id = w.trigger_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
             ORDER BY d.available_at
             LIMIT w.take_n
             FOR UPDATE SKIP LOCKED
@@ -201,13 +218,20 @@ BEGIN
         SELECT g.n, w.id AS delivery_id, r.id AS run_id, ag.id AS agent_id, ag.runtime_kind = 'http' AS pushable,
                least(ag.timeout_s, p_lease_cap_s) + p_lease_margin_s AS lease_s
         FROM unnest(v_granted) WITH ORDINALITY AS g(id, n)
-        JOIN webhook_delivery w ON w.id = g.id
+        -- One delivery per id, looked up by key first: the partitioned table has no statistics of its own
+        -- (autovacuum analyzes only its partitions), the planner guessed dozens of rows per id through a plain
+        -- join and started from all the autopilot's pending runs instead, each probing every granted id
+        -- (~1 s per take with 5,000 runs; since 0024_partitions).
+        CROSS JOIN LATERAL (SELECT w.id, w.run_id FROM webhook_delivery w WHERE w.id = g.id LIMIT 1) w
         JOIN autopilot_run r ON r.id = w.run_id
         JOIN autopilot a ON a.id = r.autopilot_id
         CROSS JOIN LATERAL hookgate_assignee_agent(a.assignee_type, a.assignee_id, a.workspace_id) ag
         CROSS JOIN LATERAL hookgate_runtime_ready(ag.id, ag.runtime_kind, ag.endpoint_url, p_heartbeat_s, now()) rt
-        WHERE r.status = 'pending' AND r.issue_id IS NULL AND r.task_id IS NULL AND a.execution_mode = 'run_only'
-          AND ag.archived_at IS NULL AND rt.ready
+        -- `r.status || ''`: no index of autopilot_run serves this test, so the runs are reached by key from the
+        -- granted deliveries, never the other way round (with statistics that missed a burst of admitted runs,
+        -- the planner started from the pending runs and probed every granted id for each: ~1 s a take).
+        WHERE r.status || '' = 'pending' AND r.issue_id IS NULL AND r.task_id IS NULL
+          AND a.execution_mode = 'run_only' AND ag.archived_at IS NULL AND rt.ready
         FOR UPDATE OF r SKIP LOCKED
     ) q;
 

@@ -88,13 +88,3 @@ SELECT a.id, a.task_id, a.run_id, a.agent_id, a.attempt, a.started_at, a.finishe
        a.http_status, a.error, a.response_headers, a.response_body
 FROM task_attempt a WHERE a.task_id = $1
 ORDER BY a.id DESC LIMIT 1;
-
--- name: attempt_delete_old
--- Retention: delete up to $2 attempt rows that finished before $1. Returns how many.
-WITH gone AS (
-    DELETE FROM task_attempt WHERE id IN (
-        SELECT id FROM task_attempt WHERE finished_at < $1 ORDER BY finished_at LIMIT $2
-    )
-    RETURNING 1
-)
-SELECT count(*) FROM gone;

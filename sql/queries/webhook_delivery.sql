@@ -99,9 +99,9 @@ WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 -- and the fingerprint of ingress_trigger_lookup (a rotated token, a new secret, an edited trigger or
 -- autopilot persists nothing: live = 0 and the caller looks up again), insert the delivery with its final
 -- status and the run if one is admitted. A dedupe-key collision inserts nothing (delivery_id NULL with
--- live = 1: the caller takes the duplicate path); requests of one batch that share a key are inserted in
--- array order, so the first wins. Rejected rows are outside the dedupe index, so a forged request never
--- collides. No NOTIFY here: a NOTIFY in a transaction takes a database-wide lock at commit that serialises
+-- live = 1: the caller takes the duplicate path): the insert trigger webhook_delivery_dedupe_claim skips a
+-- row whose key is held (webhook_delivery_dedupe); requests of one batch that share a key are inserted in
+-- array order, so the first wins. Rejected rows claim no key, so a forged request never collides. No NOTIFY here: a NOTIFY in a transaction takes a database-wide lock at commit that serialises
 -- every notifying commit (and its WAL flush), which cut ingress throughput by about half; the caller wakes
 -- the worker right after the commit instead (gateway/ingress/notifier.py), and the worker's poll covers a lost
 -- hint. Parallel arrays, one element per request: $1 = trigger ids, $2 = token digests, $3 = fingerprints,
@@ -146,8 +146,6 @@ WITH x AS (
            x.run_id
     FROM x JOIN live USING (n)
     ORDER BY x.n
-    ON CONFLICT (trigger_id, dedupe_key) WHERE dedupe_key IS NOT NULL AND status NOT IN ('rejected', 'failed')
-    DO NOTHING
     RETURNING id, status, run_id
 ), run AS (
     INSERT INTO autopilot_run (id, workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source, status,
@@ -171,11 +169,13 @@ ORDER BY x.n;
 -- retention already dropped the stored body: nothing to compare, nothing counted). The bytes are compared
 -- here, on the duplicate path only, so the accepted path stores no digest and does no extra work.
 WITH hit AS (
-    UPDATE webhook_delivery
-    SET attempt_count = attempt_count + 1, updated_at = now(),
-        body_mismatch_count = body_mismatch_count + (body IS NOT NULL AND body <> $3)::integer
-    WHERE trigger_id = $1 AND dedupe_key = $2 AND status NOT IN ('rejected', 'failed')
-    RETURNING id, status, run_id, body = $3 AS body_matches
+    -- The holder of the key, found by its id (one partition) through the keys table.
+    UPDATE webhook_delivery d
+    SET attempt_count = d.attempt_count + 1, updated_at = now(),
+        body_mismatch_count = d.body_mismatch_count + (d.body IS NOT NULL AND d.body <> $3)::integer
+    FROM webhook_delivery_dedupe k
+    WHERE k.trigger_id = $1 AND k.dedupe_key = $2 AND d.id = k.delivery_id AND d.status NOT IN ('rejected', 'failed')
+    RETURNING d.id, d.status, d.run_id, d.body = $3 AS body_matches
 )
 SELECT hit.id AS delivery_id, hit.status, hit.body_matches,
        coalesce(hit.run_id, (SELECT r.id FROM autopilot_run r WHERE r.webhook_delivery_id = hit.id)) AS run_id

@@ -23,10 +23,10 @@ EXPECTED_TABLES = {
     "autopilot_collaborator", "autopilot_rule_version", "autopilot_trigger", "webhook_delivery",
     "autopilot_run", "issue", "agent_task", "sys_cron_executions", "audit_log", "idempotency_key",
     "hookgate_migrations", "trigger_pace", "agent_slot", "hookgate_functions", "agent_health", "task_attempt",
-    "notification_channel", "notification", "trigger_rejection_alert",
+    "notification_channel", "notification", "trigger_rejection_alert", "webhook_delivery_dedupe",
 }
 EXPECTED_INDEXES = {
-    "webhook_delivery_dedupe_uq", "webhook_delivery_queue_idx", "autopilot_run_planned_uq",
+    "webhook_delivery_dedupe_pkey", "webhook_delivery_queue_idx", "autopilot_run_planned_uq",
     "autopilot_run_delivery_uq", "agent_task_queue_idx", "agent_task_lease_idx", "autopilot_trigger_due_idx",
     "sys_cron_executions_stale_idx", "notification_due_idx", "webhook_delivery_rejected_idx",
 }
@@ -38,15 +38,17 @@ async def test_applying_all_migrations_to_an_empty_database_gives_the_expected_s
         assert await migrations.pending(conn) == migrations.shipped()
         applied = await migrations.migrate(conn)
         assert applied == [m.name for m in migrations.shipped()] + [f.file_name for f in migrations.shipped_functions()]
-        tables = {r["tablename"] for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname='public'")}
+        tables = {r["relname"] for r in await conn.fetch(
+            "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'p') "
+            "AND NOT relispartition")}
         assert tables == EXPECTED_TABLES
         rows = await conn.fetch("SELECT indexname FROM pg_indexes WHERE schemaname='public'")
         indexes = {r["indexname"] for r in rows}
         assert EXPECTED_INDEXES <= indexes
-        predicate = await conn.fetchval(
-            "SELECT pg_get_indexdef('webhook_delivery_dedupe_uq'::regclass)"
-        )
-        assert "UNIQUE" in predicate and "rejected" in predicate
+        claim = await conn.fetchval(
+            "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = $1 AND tgrelid = $2::regclass",
+            "webhook_delivery_dedupe_claim", "webhook_delivery")
+        assert "BEFORE INSERT" in claim and "rejected" in claim
         assert await migrations.migrate(conn) == []
         assert await migrations.pending(conn) == []
         await conn.close()

@@ -26,11 +26,12 @@ async def _delivery(conn, w, ap, trigger, key, status="queued", signature="valid
     )
 
 
-async def test_second_delivery_with_same_trigger_and_dedupe_key_is_refused(conn, hook):
+async def test_second_delivery_with_same_trigger_and_dedupe_key_is_not_inserted(conn, hook):
+    # As ON CONFLICT DO NOTHING on the key: the key is held in webhook_delivery_dedupe (deliveries are partitioned).
     w, ap, trigger = hook
-    await _delivery(conn, w, ap, trigger, "d-1")
-    with pytest.raises(asyncpg.UniqueViolationError):
-        await _delivery(conn, w, ap, trigger, "d-1")
+    first = await _delivery(conn, w, ap, trigger, "d-1")
+    assert await _delivery(conn, w, ap, trigger, "d-1") is None
+    assert [r["id"] for r in await conn.fetch("SELECT id FROM webhook_delivery WHERE dedupe_key = 'd-1'")] == [first]
 
 
 async def test_rejected_deliveries_do_not_hold_the_dedupe_key(conn, hook):

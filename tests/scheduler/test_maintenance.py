@@ -4,6 +4,7 @@ from datetime import timedelta
 
 from scheduler.maintenance.auto_pause import auto_pause_job
 from scheduler.maintenance.leases import lease_watchdog_job
+from scheduler.maintenance.partitions import Retention, partitions_job
 from scheduler.maintenance.periodic import periodic_job
 from scheduler.maintenance.retention import retention_job
 from tests import factories
@@ -80,19 +81,26 @@ async def _attempt(conn, task_id, age):
            FROM agent_task WHERE id = $1 RETURNING id""", task_id, age)
 
 
-async def test_retention_deletes_task_attempts_older_than_the_retention_age_in_batches(setup, ctx):
+async def test_task_attempts_go_with_their_week_partition_past_the_retention_age(setup, ctx):
+    # No row-by-row DELETE any more: the partitions job, run here by the scheduler at a later instant, drops
+    # the week partitions of task_attempt whose whole range is older than the retention age.
     async with ctx.pool.acquire() as conn:
         task = await conn.fetchval(
             "INSERT INTO agent_task (workspace_id, agent_id, idempotency_key) VALUES ($1, $2, 'k') RETURNING id",
             setup.world.workspace_id, setup.autopilot["assignee_id"])
         for _ in range(3):
-            await _attempt(conn, task, timedelta(days=31))
-        recent = await _attempt(conn, task, timedelta(days=29))
-    await setup.scheduler([retention_job(timedelta(days=30), batch_size=2)]).run_once()
+            await _attempt(conn, task, timedelta(days=1))
+        now = await conn.fetchval("SELECT now()")
+    job = partitions_job(Retention(attempts=timedelta(days=30)))
+    await setup.scheduler([job]).run_once(now=now + timedelta(days=20))
     async with ctx.pool.acquire() as conn:
-        left = [r["id"] for r in await conn.fetch("SELECT id FROM task_attempt")]
-        result = await conn.fetchval("SELECT result FROM sys_cron_executions WHERE job_name = 'retention'")
-    assert left == [recent] and result["attempts_deleted"] == 3
+        assert await conn.fetchval("SELECT count(*) FROM task_attempt") == 3, "not yet past retention"
+    await setup.scheduler([job]).run_once(now=now + timedelta(days=45))
+    async with ctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM task_attempt") == 0
+        result = await conn.fetchval("SELECT result FROM sys_cron_executions WHERE job_name = 'partitions' "
+                                     "ORDER BY plan_time DESC LIMIT 1")
+    assert "task_attempt_legacy" in result["dropped"] and result["deferred"] == []
 
 
 async def _runs(conn, autopilot, failed, completed):
