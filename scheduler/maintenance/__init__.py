@@ -30,10 +30,12 @@ from scheduler.spec import JobSpec
 
 def jobs(settings: Settings) -> list[JobSpec]:
     """Every maintenance job, configured from settings."""
+    direct = settings.direct_database_url.get_secret_value() if settings.direct_database_url else None
     return [
         retention.retention_job(timedelta(days=settings.retention_age_days), settings.retention_batch_size),
         partitions.partitions_job(partitions.retention_of(
-            settings.delivery_retention_days, settings.retention_age_days, settings.audit_retention_days)),
+            settings.delivery_retention_days, settings.retention_age_days, settings.audit_retention_days),
+            direct_dsn=direct),
         auto_pause.auto_pause_job(),
         rejection_spikes.rejection_spikes_job(),
         leases.lease_watchdog_job(settings.heartbeat_timeout_s),

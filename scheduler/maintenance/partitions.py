@@ -14,12 +14,15 @@ half-way is finalized then).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import asyncpg
 
+from hookgate import database
 from hookgate.database import Conn
 from scheduler.maintenance.periodic import periodic_spec
 from scheduler.spec import Batch, JobSpec
@@ -117,12 +120,29 @@ def retention_of(delivery_days: float, attempt_days: float, audit_days: float) -
     return Retention(_days(delivery_days), _days(attempt_days), _days(audit_days))
 
 
-def partitions_job(keep: Retention, every: timedelta = EVERY) -> JobSpec:
-    """The job: once per ``every`` across all schedulers; its result names what it created and dropped."""
+def partitions_job(keep: Retention, every: timedelta = EVERY, direct_dsn: str | None = None) -> JobSpec:
+    """The job: once per ``every`` across all schedulers; its result names what it created and dropped.
+
+    ``direct_dsn``: a URL that gives a real session (HOOKGATE_DIRECT_DATABASE_URL). A detach sets its lock timeout
+    for the session (``DETACH ... CONCURRENTLY`` cannot run in a transaction), which a transaction-mode pooler
+    would apply to whichever server connection the next statement gets; without one, the pool's sessions are real.
+    """
+
+    @contextlib.asynccontextmanager
+    async def session(batch: Batch) -> AsyncIterator[Conn]:
+        if direct_dsn is None:
+            async with batch.pool.acquire() as pooled:
+                yield pooled
+            return
+        direct = await database.connect(direct_dsn)
+        try:
+            yield direct
+        finally:
+            await direct.close()
 
     async def handler(batch: Batch) -> None:
         for run in batch.runs:
-            async with batch.pool.acquire() as conn:
+            async with session(batch) as conn:
                 outcome = await maintain(conn, run.now, keep)
             run.result = {"created": outcome.created, "dropped": outcome.dropped, "deferred": outcome.deferred,
                           "dedupe_keys_released": outcome.keys_released}

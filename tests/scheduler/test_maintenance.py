@@ -2,6 +2,8 @@
 
 from datetime import timedelta
 
+import pytest
+
 from scheduler.maintenance.auto_pause import auto_pause_job
 from scheduler.maintenance.leases import lease_watchdog_job
 from scheduler.maintenance.partitions import Retention, partitions_job
@@ -81,9 +83,11 @@ async def _attempt(conn, task_id, age):
            FROM agent_task WHERE id = $1 RETURNING id""", task_id, age)
 
 
-async def test_task_attempts_go_with_their_week_partition_past_the_retention_age(setup, ctx):
+@pytest.mark.parametrize("direct", [False, True], ids=["pooled", "direct"])
+async def test_task_attempts_go_with_their_week_partition_past_the_retention_age(setup, ctx, direct):
     # No row-by-row DELETE any more: the partitions job, run here by the scheduler at a later instant, drops
-    # the week partitions of task_attempt whose whole range is older than the retention age.
+    # the week partitions of task_attempt whose whole range is older than the retention age. "direct": on a
+    # connection of its own (HOOKGATE_DIRECT_DATABASE_URL), as behind a transaction-mode pooler.
     async with ctx.pool.acquire() as conn:
         task = await conn.fetchval(
             "INSERT INTO agent_task (workspace_id, agent_id, idempotency_key) VALUES ($1, $2, 'k') RETURNING id",
@@ -91,7 +95,7 @@ async def test_task_attempts_go_with_their_week_partition_past_the_retention_age
         for _ in range(3):
             await _attempt(conn, task, timedelta(days=1))
         now = await conn.fetchval("SELECT now()")
-    job = partitions_job(Retention(attempts=timedelta(days=30)))
+    job = partitions_job(Retention(attempts=timedelta(days=30)), direct_dsn=ctx.direct_dsn if direct else None)
     await setup.scheduler([job]).run_once(now=now + timedelta(days=20))
     async with ctx.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM task_attempt") == 3, "not yet past retention"
