@@ -65,7 +65,8 @@ async def test_cold_start_anchors_on_last_fired_at_and_a_new_trigger_never_fires
         created = await conn.fetchval("SELECT created_at FROM autopilot_trigger WHERE id = $1", fresh["id"])
         await conn.execute("UPDATE autopilot_trigger SET next_fire_at = $2 WHERE id = $1",
                            fresh["id"], created.replace(second=0, microsecond=0))
-    await setup.scheduler().run_once(created + SEC)
+    # The last instant of the creation's minute: created + 1 s could reach the next minute, which is due.
+    await setup.scheduler().run_once(created.replace(second=59, microsecond=999999))
     assert await setup.runs(fresh["id"]) == []  # the occurrence before its creation is not fired
     old = await setup.trigger("0 9 * * *", DAY0)
     async with ctx.pool.acquire() as conn:
