@@ -173,45 +173,11 @@ DROP INDEX webhook_delivery_fair_idx;
 -- The parent's check is a valid one; the legacy table's was added NOT VALID (0011): one scan proves it.
 ALTER TABLE webhook_delivery_legacy VALIDATE CONSTRAINT webhook_delivery_body_mismatch_count_check;
 
+-- The same columns, defaults and checks as the legacy table (it must match them to be attached); no foreign
+-- key (LIKE copies none): the delivery a replay copies may be gone by retention, and see the header.
 CREATE TABLE webhook_delivery (
-    id                         uuid NOT NULL DEFAULT hookgate_uuid7(),
-    workspace_id               uuid NOT NULL,
-    trigger_id                 uuid NOT NULL,
-    autopilot_id               uuid NOT NULL,
-    received_at                timestamptz NOT NULL DEFAULT now(),
-    body                       bytea,
-    content_type               text,
-    headers                    jsonb NOT NULL DEFAULT '{}'::jsonb,
-    envelope                   jsonb,
-    provider                   text NOT NULL,
-    event                      text NOT NULL,
-    dedupe_key                 text,
-    dedupe_source              text,
-    signature_status           text NOT NULL,
-    status                     text NOT NULL DEFAULT 'queued',
-    attempt_count              integer NOT NULL DEFAULT 1,
-    dispatch_attempts          integer NOT NULL DEFAULT 0,
-    available_at               timestamptz NOT NULL DEFAULT now(),
-    lease_token                uuid,
-    lease_expires_at           timestamptz,
-    reason_code                text,
-    reason                     text,
-    response_status            integer,
-    response_body              jsonb,
-    run_id                     uuid,
-    -- No foreign key: the delivery it copies may be gone by retention.
-    replayed_from_delivery_id  uuid,
-    updated_at                 timestamptz NOT NULL DEFAULT now(),
-    body_mismatch_count        integer NOT NULL DEFAULT 0,
-    CONSTRAINT webhook_delivery_pkey PRIMARY KEY (id),
-    CONSTRAINT webhook_delivery_attempt_count_check CHECK (attempt_count >= 1),
-    CONSTRAINT webhook_delivery_check CHECK (status <> 'rejected' OR signature_status IN ('invalid', 'missing', 'expired')
-                                             OR reason_code = 'workspace_queue_full'),
-    CONSTRAINT webhook_delivery_dispatch_attempts_check CHECK (dispatch_attempts >= 0),
-    CONSTRAINT webhook_delivery_signature_status_check CHECK (signature_status IN
-        ('not_required', 'valid', 'invalid', 'missing', 'expired')),
-    CONSTRAINT webhook_delivery_status_check CHECK (status IN ('queued', 'dispatched', 'rejected', 'ignored', 'failed')),
-    CONSTRAINT webhook_delivery_body_mismatch_count_check CHECK (body_mismatch_count >= 0)
+    LIKE webhook_delivery_legacy INCLUDING DEFAULTS INCLUDING CONSTRAINTS,
+    CONSTRAINT webhook_delivery_pkey PRIMARY KEY (id)
 ) PARTITION BY RANGE (id);
 CREATE INDEX webhook_delivery_queue_idx ON webhook_delivery (available_at, received_at) WHERE status = 'queued';
 CREATE INDEX webhook_delivery_trigger_idx ON webhook_delivery (trigger_id, id DESC);
@@ -284,25 +250,8 @@ ALTER INDEX task_attempt_task_idx RENAME TO task_attempt_legacy_task_idx;
 ALTER INDEX task_attempt_finished_idx RENAME TO task_attempt_legacy_finished_idx;
 
 CREATE TABLE task_attempt (
-    id                uuid NOT NULL DEFAULT hookgate_uuid7(),
-    workspace_id      uuid NOT NULL,
-    task_id           uuid NOT NULL,
-    run_id            uuid,
-    agent_id          uuid NOT NULL,
-    attempt           integer NOT NULL,
-    started_at        timestamptz NOT NULL,
-    finished_at       timestamptz NOT NULL,
-    duration_ms       integer NOT NULL,
-    outcome           text NOT NULL,
-    http_status       integer,
-    error             text,
-    response_headers  jsonb,
-    response_body     text,
-    CONSTRAINT task_attempt_pkey PRIMARY KEY (id),
-    CONSTRAINT task_attempt_duration_ms_check CHECK (duration_ms >= 0),
-    CONSTRAINT task_attempt_outcome_check CHECK (outcome IN ('succeeded', 'accepted', 'failed', 'timeout', 'unreachable',
-                                                             'egress_forbidden', 'lease_lost', 'cancelled')),
-    CONSTRAINT task_attempt_response_body_check CHECK (octet_length(response_body) <= 4096)
+    LIKE task_attempt_legacy INCLUDING DEFAULTS INCLUDING CONSTRAINTS,
+    CONSTRAINT task_attempt_pkey PRIMARY KEY (id)
 ) PARTITION BY RANGE (id);
 CREATE INDEX task_attempt_task_idx ON task_attempt (task_id, id);
 CREATE INDEX task_attempt_finished_idx ON task_attempt (finished_at);
