@@ -62,12 +62,19 @@ async def test_a_commit_whose_answer_is_lost_is_answered_503_and_its_retry_names
         # One pooled connection, warmed by a first request: the frozen one then has only its insert to send.
         async with kit.app_client(proxied, pool_acquire_timeout=0.5, pool_min_size=1, pool_max_size=1) as (ctx, client):
             h = await kit.hook(ctx)
-            warm, headers = kit.github({"action": "warm"})
-            assert (await client.post(h.path, content=warm, headers=headers)).status_code == 200
-            for _ in range(500):  # its wake-up (NOTIFY) sent and answered: the connection is free for the next
-                if await direct.fetchval(NOTIFIED, name):
+            loop = asyncio.get_running_loop()
+            for attempt in range(20):
+                warm, headers = kit.github({"action": f"warm{attempt}"})
+                sent = loop.time()
+                assert (await client.post(h.path, content=warm, headers=headers)).status_code == 200
+                for _ in range(500):  # its wake-up (NOTIFY) sent and answered: the connection is free for the next
+                    if await direct.fetchval(NOTIFIED, name):
+                        break
+                    await asyncio.sleep(0.01)
+                # The trigger's lookup is cached for a second: on a slow machine it can run out before the next
+                # request, whose lookup would then be the statement frozen below instead of its insert. Warm again.
+                if loop.time() - sent < 0.5:
                     break
-                await asyncio.sleep(0.01)
             raw, headers = kit.github({"action": "opened"})
             proxy.freeze(answers_only=True)
             post = asyncio.create_task(client.post(h.path, content=raw, headers=headers))
@@ -85,7 +92,7 @@ async def test_a_commit_whose_answer_is_lost_is_answered_503_and_its_retry_names
             retry = await client.post(h.path, content=raw, headers=headers)
             assert retry.status_code == 200
             assert retry.json()["status"] == "duplicate" and retry.json()["delivery_id"] == stored
-        assert await direct.fetchval("SELECT count(*) FROM webhook_delivery") == 2  # the warm-up and this one
+        assert await direct.fetchval(STORED.replace("id::text", "count(*)"), headers["x-github-delivery"]) == 1
     finally:
         await direct.close()
         proxy.stop()
