@@ -47,8 +47,7 @@ class Case:
 
     async def run_of(self, column: str, value: Any) -> Any:
         """The one run whose ``column`` is ``value``."""
-        async with self.ctx.pool.acquire() as conn:
-            rows = await conn.fetch(f"SELECT * FROM autopilot_run WHERE {column} = $1", value)
+        rows = await self.ctx.pool.fetch(f"SELECT * FROM autopilot_run WHERE {column} = $1", value)
         assert len(rows) == 1
         return rows[0]
 
@@ -115,8 +114,7 @@ async def test_a_replay_uses_the_setting(case):
     trigger, token = await factories.webhook_trigger(case.world, case.autopilot)
     async with case.client() as http:
         await http.post(f"/hooks/{token}", json={"n": 1})
-        async with case.ctx.pool.acquire() as conn:
-            original = await conn.fetchval("SELECT id FROM webhook_delivery WHERE trigger_id = $1", trigger["id"])
+        original = await case.ctx.pool.fetchval("SELECT id FROM webhook_delivery WHERE trigger_id = $1", trigger["id"])
         replayed = await http.post(f"/v1/deliveries/{original}/replay", headers=case.world.auth)
     assert replayed.status_code == 201
     case.check(await case.run_of("id", replayed.json()["run_id"]))

@@ -64,8 +64,7 @@ async def test_documented_example_is_accepted_with_its_event(served: tuple[Conte
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert answer["status"] == "accepted", answer
-    async with ctx.pool.acquire() as conn:
-        row = await conn.fetchrow("SELECT event, signature_status FROM webhook_delivery WHERE id = $1",
+    row = await ctx.pool.fetchrow("SELECT event, signature_status FROM webhook_delivery WHERE id = $1",
                                   answer["delivery_id"])
     assert (row["event"], row["signature_status"]) == (event, "valid")
     assert answer["trigger_id"] == str(trigger["id"])

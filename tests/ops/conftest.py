@@ -86,14 +86,13 @@ async def insert_delivery(ctx: Context, small: Small, *, status: str = "queued",
                           reason_code: str | None = None) -> Any:
     """A delivery row as ingress writes it (for views that only read deliveries)."""
     signature = "invalid" if status == "rejected" else "not_required"
-    async with ctx.pool.acquire() as conn:
-        return await conn.fetchval(
-            "INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, provider,"
-            " event, signature_status, status, reason_code, envelope)"
-            " VALUES ($1, $2, $3, '{}'::bytea, 'application/json', 'generic', $4, $5, $6, $7, $8) RETURNING id",
-            small.world.workspace_id, small.trigger["id"], small.autopilot["id"], event, signature, status,
-            reason_code, {"event": event, "payload": {}},
-        )
+    return await ctx.pool.fetchval(
+        "INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, provider,"
+        " event, signature_status, status, reason_code, envelope)"
+        " VALUES ($1, $2, $3, '{}'::bytea, 'application/json', 'generic', $4, $5, $6, $7, $8) RETURNING id",
+        small.world.workspace_id, small.trigger["id"], small.autopilot["id"], event, signature, status,
+        reason_code, {"event": event, "payload": {}},
+    )
 
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')

@@ -248,11 +248,10 @@ async def test_replayed_deliveries_become_runs_that_reach_a_real_agent(
     assert await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once() == 3
     await pusher.stop(deadline=10)
     assert sorted(h.body["payload"]["payload"]["n"] for h in agent_server.of("a")) == [0, 1, 2]
-    async with wctx.pool.acquire() as conn:
-        rows = await conn.fetch(
-            """SELECT d.replayed_from_delivery_id, d.status, r.status AS run_status,
-                      r.webhook_delivery_id = d.id AS linked
-               FROM webhook_delivery d JOIN autopilot_run r ON r.id = d.run_id WHERE d.id = ANY($1::uuid[])""",
-            got.json()["delivery_ids"])
+    rows = await wctx.pool.fetch(
+        """SELECT d.replayed_from_delivery_id, d.status, r.status AS run_status,
+                  r.webhook_delivery_id = d.id AS linked
+           FROM webhook_delivery d JOIN autopilot_run r ON r.id = d.run_id WHERE d.id = ANY($1::uuid[])""",
+        got.json()["delivery_ids"])
     assert sorted(r["replayed_from_delivery_id"] for r in rows) == sorted(originals)
     assert {(r["status"], r["run_status"], r["linked"]) for r in rows} == {("dispatched", "completed", True)}
