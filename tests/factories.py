@@ -75,6 +75,27 @@ async def webhook_trigger(w: World, autopilot_row: asyncpg.Record, provider: str
     return row, token
 
 
+@dataclass
+class Small:
+    """A workspace with one agent, one autopilot assigned to it and one webhook trigger of that autopilot."""
+
+    world: World
+    agent: agents.NewAgent
+    autopilot: asyncpg.Record
+    trigger: asyncpg.Record
+    token: str
+
+
+async def small(ctx: Context, name: str = "acme", *, pull: bool = False, agent_url: str = "http://127.0.0.1:9/agent",
+                mode: str = "run_only", title: str = "triage", **trigger_kw: Any) -> Small:
+    """A :class:`Small` world: an HTTP agent (a pull agent if ``pull``), ``trigger_kw`` for :func:`webhook_trigger`."""
+    w = await world(ctx, name)
+    agent = await (pull_agent(w) if pull else http_agent(w, url=agent_url))
+    pilot = await autopilot(w, agent.row["id"], mode=mode, title=title)
+    trigger, token = await webhook_trigger(w, pilot, **trigger_kw)
+    return Small(w, agent, pilot, trigger, token)
+
+
 async def schedule_trigger(w: World, autopilot_row: asyncpg.Record, cron: str, next_fire_at: datetime,
                            timezone: str = "UTC", **kw: Any) -> asyncpg.Record:
     """A schedule trigger with a given first fire time."""

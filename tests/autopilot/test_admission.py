@@ -6,11 +6,8 @@ from tests import factories
 
 
 async def _setup(ctx, mode="run_only", pull=False):
-    w = await factories.world(ctx)
-    agent = await (factories.pull_agent(w) if pull else factories.http_agent(w))
-    ap = await factories.autopilot(w, agent.row["id"], mode=mode)
-    trigger, _ = await factories.webhook_trigger(w, ap)
-    return w, agent, ap, trigger
+    s = await factories.small(ctx, mode=mode, pull=pull)
+    return s.world, s.agent, s.autopilot, s.trigger
 
 
 async def test_admitted_run_is_pending_and_accountable_to_the_trigger_publisher(ctx, conn):

@@ -32,10 +32,8 @@ async def _to_0023(conn: asyncpg.Connection) -> None:
 
 async def _rows(conn: asyncpg.Connection, ctx) -> dict[str, object]:
     """A workspace with an autopilot and a trigger, deliveries of every kind, task attempts and audit entries."""
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap)
+    s = await factories.small(ctx)
+    w, agent, ap, trigger = s.world, s.agent, s.autopilot, s.trigger
     ids = {}
     for n, (status, signature, key) in enumerate([("dispatched", "valid", "live-1"), ("queued", "valid", "live-2"),
                                                   ("rejected", "invalid", "forged"), ("failed", "valid", "gone"),

@@ -10,11 +10,8 @@ from tests import factories
 
 @pytest.fixture
 async def hook(ctx):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap)
-    return w, ap, trigger
+    s = await factories.small(ctx)
+    return s.world, s.autopilot, s.trigger
 
 
 async def _delivery(conn, w, ap, trigger, key, status="queued", signature="valid"):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -14,34 +13,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autopilot import admission
 from hookgate.context import Context
-from tests import factories
 from tests.chaos.proxy import TcpProxy
 from tests.chaos.test_proxy import proxy_target
-
-
-@dataclass
-class Small:
-    """A workspace with one HTTP agent, one run_only autopilot and one webhook trigger."""
-
-    world: factories.World
-    agent: Any
-    autopilot: Any
-    trigger: Any
-    token: str
+from tests.factories import Small
+from tests.factories import small as make_small
 
 
 @pytest.fixture
 async def small(ctx: Context) -> Small:
+    """A workspace with one HTTP agent, one run_only autopilot and one webhook trigger."""
     return await make_small(ctx)
-
-
-async def make_small(ctx: Context) -> Small:
-    """A fresh :class:`Small` world (the ``small`` fixture, for test files outside tests/ops)."""
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    pilot = await factories.autopilot(w, agent.row["id"])
-    trigger, token = await factories.webhook_trigger(w, pilot)
-    return Small(w, agent, pilot, trigger, token)
 
 
 async def admit_runs(ctx: Context, small: Small, count: int) -> list[Any]:

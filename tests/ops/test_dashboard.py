@@ -181,15 +181,11 @@ async def test_times_are_relative_with_the_exact_utc_time_on_hover(client, ctx: 
 
 
 async def test_everything_is_scoped_to_the_key_workspace(client, ctx: Context, small: Small):
-    other = await factories.world(ctx, "other")
-    other_agent = await factories.http_agent(other)
-    other_pilot = await factories.autopilot(other, other_agent.row["id"], title="secret-project")
-    other_trigger, _ = await factories.webhook_trigger(other, other_pilot)
-    other_small = Small(other, other_agent, other_pilot, other_trigger, "")
-    await insert_delivery(ctx, other_small, event="foreign.event")
+    other = await factories.small(ctx, "other", title="secret-project")
+    await insert_delivery(ctx, other, event="foreign.event")
     csrf = await log_in(client, small.world.api_key)
     for path in ("/dashboard", "/dashboard/deliveries", "/dashboard/agents", "/dashboard/autopilots",
-                 f"/dashboard/deliveries?autopilot_id={other_pilot['id']}"):
+                 f"/dashboard/deliveries?autopilot_id={other.autopilot['id']}"):
         page = (await client.get(path)).text
         assert "secret-project" not in page and "foreign.event" not in page
     assert (await client.post("/dashboard/logout", data={"csrf": csrf})).status_code == 303

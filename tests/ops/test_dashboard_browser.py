@@ -187,10 +187,9 @@ async def test_open_a_failed_run_see_its_attempts_and_retry_it(page, live_url: s
 
 async def test_a_new_user_sees_why_their_github_webhook_was_rejected(page, live_url: str, ctx: Context, shots):
     # A fresh workspace: one agent, one autopilot, a GitHub trigger whose secret differs from GitHub's side.
-    w = await factories.world(ctx, "newcomer")
-    agent = await factories.http_agent(w)
-    pilot = await factories.autopilot(w, agent.row["id"], title="github pushes")
-    _, token = await factories.webhook_trigger(w, pilot, provider="github", secret="secret-typed-in-hookgate")
+    newcomer = await factories.small(ctx, "newcomer", title="github pushes", provider="github",
+                                     secret="secret-typed-in-hookgate")
+    w, token = newcomer.world, newcomer.token
     body = json.dumps({"ref": "refs/heads/main", "repository": {"full_name": "acme/api"}}).encode()
     signature = "sha256=" + hmac.new(b"secret-typed-on-github", body, hashlib.sha256).hexdigest()
     async with httpx.AsyncClient() as http:

@@ -60,10 +60,8 @@ async def test_errors_exit_nonzero_with_one_line(ctx, live_url, capsys, monkeypa
 
 
 async def test_replay_bulk_dry_runs_then_replays_what_the_filters_select(ctx, live_url, conn, capsys, monkeypatch):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap)
+    s = await factories.small(ctx)
+    w, ap, trigger = s.world, s.autopilot, s.trigger
     failed = [await conn.fetchval(
         """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope,
                                          signature_status, status, received_at)
