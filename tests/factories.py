@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -104,3 +105,17 @@ async def schedule_trigger(w: World, autopilot_row: asyncpg.Record, cron: str, n
             conn, autopilot=autopilot_row, publisher=rules.Publisher.member(w.owner_id), cron=cron,
             timezone=timezone, next_fire_at=next_fire_at, **kw,
         )
+
+
+async def delivery(conn: Any, trigger: Mapping[str, Any], **columns: Any) -> Any:
+    """Insert a ``webhook_delivery`` row of ``trigger`` directly, as ingress would have stored it; its id.
+
+    ``columns`` are the row's own (by default a queued, unsigned delivery of event ``e`` by the generic preset);
+    ``conn`` is a connection or a pool. None when the database stored no row (a dedupe key already held).
+    """
+    row = {"workspace_id": trigger.get("workspace_id"), "trigger_id": trigger["id"],
+           "autopilot_id": trigger.get("autopilot_id"), "provider": "generic", "event": "e",
+           "signature_status": "not_required", "status": "queued"} | columns
+    values = ", ".join(f"${n}" for n in range(1, len(row) + 1))
+    return await conn.fetchval(f"INSERT INTO webhook_delivery ({', '.join(row)}) VALUES ({values}) RETURNING id",
+                               *row.values())

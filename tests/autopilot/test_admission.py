@@ -71,11 +71,8 @@ async def test_squad_assignee_resolves_to_its_leader(ctx, conn):
 
 
 async def test_concurrent_admissions_of_one_delivery_make_one_run(ctx):
-    w, _, ap, trigger = await _setup(ctx)
-    delivery = await ctx.pool.fetchval(
-        """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event,
-                                         signature_status) VALUES ($1, $2, $3, 'generic', 'e', 'valid')
-           RETURNING id""", w.workspace_id, trigger["id"], ap["id"])
+    _, _, ap, trigger = await _setup(ctx)
+    delivery = await factories.delivery(ctx.pool, trigger, signature_status="valid")
 
     async def one_admission():
         async with ctx.pool.acquire() as conn:

@@ -83,12 +83,9 @@ async def test_webhook_ingress_uses_the_setting(case):
 
 async def test_the_delivery_worker_admits_a_crash_window_delivery_with_the_setting(case):
     trigger, _ = await factories.webhook_trigger(case.world, case.autopilot)
-    async with case.ctx.pool.acquire() as conn:  # what ingress stored before a crash: no run yet
-        delivery = await conn.fetchval(
-            """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope,
-                                             signature_status)
-               VALUES ($1, $2, $3, 'generic', 'push', '{"event": "push", "payload": {}}', 'valid') RETURNING id""",
-            case.autopilot["workspace_id"], trigger["id"], case.autopilot["id"])
+    # what ingress stored before a crash: no run yet
+    delivery = await factories.delivery(case.ctx.pool, trigger, event="push", signature_status="valid",
+                                        envelope={"event": "push", "payload": {}})
     await DeliveryWorker(case.ctx, holder="t1").run_once()
     case.check(await case.run_of("webhook_delivery_id", delivery))
 

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autopilot import admission
 from hookgate.context import Context
+from tests import factories
 from tests.chaos.proxy import TcpProxy
 from tests.chaos.test_proxy import proxy_target
 from tests.factories import Small
@@ -66,14 +67,10 @@ def db_proxy(server_url: str, db_url: str) -> Iterator[tuple[TcpProxy, str]]:
 async def insert_delivery(ctx: Context, small: Small, *, status: str = "queued", event: str = "push",
                           reason_code: str | None = None) -> Any:
     """A delivery row as ingress writes it (for views that only read deliveries)."""
-    signature = "invalid" if status == "rejected" else "not_required"
-    return await ctx.pool.fetchval(
-        "INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, provider,"
-        " event, signature_status, status, reason_code, envelope)"
-        " VALUES ($1, $2, $3, '{}'::bytea, 'application/json', 'generic', $4, $5, $6, $7, $8) RETURNING id",
-        small.world.workspace_id, small.trigger["id"], small.autopilot["id"], event, signature, status,
-        reason_code, {"event": event, "payload": {}},
-    )
+    return await factories.delivery(
+        ctx.pool, small.trigger, body=b"{}", content_type="application/json", event=event, status=status,
+        signature_status="invalid" if status == "rejected" else "not_required", reason_code=reason_code,
+        envelope={"event": event, "payload": {}})
 
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')

@@ -22,17 +22,11 @@ async def store_delivery(ctx: Context, small: Small, **values: Any) -> Any:
     row = {"event": "push", "status": "queued", "signature_status": "not_required", "reason_code": None,
            "headers": {}, "body": b"{}", "dedupe_key": None, "attempt_count": 1, "body_mismatch_count": 0,
            "received_at": datetime.now(UTC), "replayed_from": None, "trigger": small.trigger, "run_id": None} | values
-    return await ctx.pool.fetchval(
-        "INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, provider,"
-        " event, signature_status, status, reason_code, envelope, headers, dedupe_key, dedupe_source,"
-        " attempt_count, body_mismatch_count, received_at, replayed_from_delivery_id, run_id)"
-        " VALUES ($1, $2, $3, $4, 'application/json', 'github', $5, $6, $7, $8, $9, $10, $11,"
-        " CASE WHEN $11::text IS NULL THEN NULL ELSE 'header:x-github-delivery' END, $12, $13, $14, $15, $16)"
-        " RETURNING id",
-        small.world.workspace_id, row["trigger"]["id"], row["trigger"]["autopilot_id"], row["body"], row["event"],
-        row["signature_status"], row["status"], row["reason_code"], {"event": row["event"], "payload": {}},
-        row["headers"], row["dedupe_key"], row["attempt_count"], row["body_mismatch_count"], row["received_at"],
-        row["replayed_from"], row["run_id"])
+    trigger, replayed_from = row.pop("trigger"), row.pop("replayed_from")
+    return await factories.delivery(
+        ctx.pool, trigger, **row, content_type="application/json", provider="github",
+        envelope={"event": row["event"], "payload": {}}, replayed_from_delivery_id=replayed_from,
+        dedupe_source=None if row["dedupe_key"] is None else "header:x-github-delivery")
 
 
 def ids_on(page: str, kind: str) -> list[str]:
