@@ -37,6 +37,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from figures import cpu_seconds, percentile  # noqa: E402  (bench/, this script's folder)
+
 from autopilot import agents, rules, workspaces  # noqa: E402
 from hookgate import database  # noqa: E402
 from hookgate.crypto import Keyring  # noqa: E402
@@ -153,28 +155,11 @@ async def latency(conn: Any, ap: Any, trigger: Any, rate: float, seconds: float,
     return []
 
 
-def cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds the processes have used so far (Linux /proc; 0 elsewhere)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 async def backends(conn: Any) -> list[int]:
     """The server processes of the other sessions on the bench database (the workers' and gateway's)."""
     rows = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                             "AND pid <> pg_backend_pid()")
     return [r["pid"] for r in rows]
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -196,13 +181,13 @@ async def main(args: argparse.Namespace) -> None:
         drainers = [w.pid for w in workers[:args.workers]]
         await insert_backlog(conn, ap, trigger, args.runs)
         bouncer_pids = [bouncer.proc.pid] if bouncer is not None and bouncer.proc is not None else []
-        start, cpu0, bouncer0 = time.perf_counter(), cpu_s(drainers), cpu_s(bouncer_pids)
-        db0 = {pid: cpu_s([pid]) for pid in await backends(conn)}
+        start, cpu0, bouncer0 = time.perf_counter(), cpu_seconds(drainers), cpu_seconds(bouncer_pids)
+        db0 = {pid: cpu_seconds([pid]) for pid in await backends(conn)}
         end = await wait_done(conn, args.runs)
-        drain, drain_cpu = args.runs / (end - start), cpu_s(drainers) - cpu0
-        bouncer_cpu = cpu_s(bouncer_pids) - bouncer0
+        drain, drain_cpu = args.runs / (end - start), cpu_seconds(drainers) - cpu0
+        bouncer_cpu = cpu_seconds(bouncer_pids) - bouncer0
         # Sessions opened during the drain started from zero.
-        db_cpu = sum(cpu_s([pid]) - db0.get(pid, 0.0) for pid in await backends(conn))
+        db_cpu = sum(cpu_seconds([pid]) - db0.get(pid, 0.0) for pid in await backends(conn))
         async with httpx.AsyncClient() as http:
             await http.delete(f"http://127.0.0.1:{port}/stats")
             await latency(conn, ap, trigger, args.rate, args.seconds, args.runs)
@@ -221,10 +206,10 @@ async def main(args: argparse.Namespace) -> None:
             "drain_postgres_cpu_ms_per_run": round(db_cpu * 1000 / args.runs, 3),
             "drain_pgbouncer_cpu_ms_per_run": round(bouncer_cpu * 1000 / args.runs, 3),
             "latency_rate_per_s": args.rate, "latency_samples": len(lat),
-            "latency_p50_ms": round(statistics.median(lat), 2), "latency_p99_ms": round(pct(lat, 0.99), 2),
+            "latency_p50_ms": round(statistics.median(lat), 2), "latency_p99_ms": round(percentile(lat, 0.99), 2),
             "latency_max_ms": round(max(lat), 2),
             "e2e_post_to_agent_samples": len(e2e), "e2e_p50_ms": round(statistics.median(e2e), 2),
-            "e2e_p99_ms": round(pct(e2e, 0.99), 2), "e2e_max_ms": round(max(e2e), 2),
+            "e2e_p99_ms": round(percentile(e2e, 0.99), 2), "e2e_max_ms": round(max(e2e), 2),
         }, indent=2))
     finally:
         try:

@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import asyncpg  # noqa: E402
+from figures import cpu_seconds, percentile  # noqa: E402  (bench/, this script's folder)
 
 from tests.processes import free_port, stop_all  # noqa: E402
 
@@ -226,11 +227,6 @@ async def drive(port: int, requests: list[Request], connections: int, seconds: f
     return time.perf_counter() - started
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
 async def wal_lsn(dsn: str) -> int:
     """The server's current WAL position in bytes (WAL is server-wide: use a private server for exact figures)."""
     conn = await asyncpg.connect(dsn)
@@ -238,15 +234,6 @@ async def wal_lsn(dsn: str) -> int:
         return int(await conn.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
     finally:
         await conn.close()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (``/proc``; 0 where there is none)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tree(pid: int) -> list[int]:
@@ -265,7 +252,7 @@ def tree(pid: int) -> list[int]:
 
 def tree_cpu_seconds(pid: int) -> float:
     """CPU seconds so far of ``pid`` and its live descendants."""
-    return sum(cpu_seconds(p) for p in tree(pid))
+    return cpu_seconds(tree(pid))
 
 
 def connection_split(pid: int, port: int) -> list[int]:
@@ -295,7 +282,7 @@ async def database_cpu(dsn: str) -> float:
         pids = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
     finally:
         await conn.close()
-    return sum(cpu_seconds(row["pid"]) for row in pids)
+    return cpu_seconds(row["pid"] for row in pids)
 
 
 async def measure(label: str, port: int, path: str, args: argparse.Namespace, dsn: str,

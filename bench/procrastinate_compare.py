@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # the project, and bench/dispatch.py's helpers
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # the project, and bench/'s helpers
 
 DB = "hookgate_bench_procrastinate"
 TOKEN = "awt_bench_procrastinate_token"
@@ -183,7 +183,7 @@ async def _wait_listening(http: Any, url: str) -> None:
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
-    from dispatch import cpu_s, pct  # the same percentile and /proc CPU as bench/dispatch.py
+    from figures import cpu_seconds, percentile  # the same percentile and /proc CPU as bench/dispatch.py
 
     from tests.processes import free_port, stop_all
 
@@ -205,9 +205,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(1.0)  # the workers' LISTEN connections
             # (1) drain
             await push.batch_defer_async(*({"n": i} for i in range(args.runs)))
-            start, cpu0 = time.perf_counter(), cpu_s([w.pid for w in workers])
+            start, cpu0 = time.perf_counter(), cpu_seconds([w.pid for w in workers])
             end = await _wait_count(http, agent_port, args.runs)
-            drain, drain_cpu = args.runs / (end - start), cpu_s([w.pid for w in workers]) - cpu0
+            drain, drain_cpu = args.runs / (end - start), cpu_seconds([w.pid for w in workers]) - cpu0
             await http.delete(f"http://127.0.0.1:{agent_port}/stats")
             # (2) defer -> agent
             count = int(args.rate * args.seconds)
@@ -244,9 +244,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "workers": args.workers, "concurrency": args.concurrency,
             "drain_worker_cpu_ms_per_job": round(drain_cpu * 1000 / args.runs, 3),
             "latency_rate_per_s": args.rate, "latency_samples": len(lat),
-            "latency_p50_ms": round(statistics.median(lat), 2), "latency_p99_ms": round(pct(lat, 0.99), 2),
+            "latency_p50_ms": round(statistics.median(lat), 2), "latency_p99_ms": round(percentile(lat, 0.99), 2),
             "e2e_post_to_agent_samples": len(e2e), "e2e_p50_ms": round(statistics.median(e2e), 2),
-            "e2e_p99_ms": round(pct(e2e, 0.99), 2), "e2e_max_ms": round(max(e2e), 2),
+            "e2e_p99_ms": round(percentile(e2e, 0.99), 2), "e2e_max_ms": round(max(e2e), 2),
         }
     finally:
         stop_all(procs, 15)

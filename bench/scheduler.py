@@ -35,6 +35,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from figures import percentile  # noqa: E402  (bench/, this script's folder)
+
 from autopilot import agents, rules, workspaces  # noqa: E402
 from hookgate import crypto, database, migrations, notify  # noqa: E402
 from hookgate.context import with_database  # noqa: E402
@@ -202,13 +204,6 @@ async def backend_cpu(conn: asyncpg.Connection) -> dict[int, float]:
     return found
 
 
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 async def measure(dsn: str, args: argparse.Namespace, boundaries: list[datetime], log_dir: Path) -> dict[str, Any]:
     notified: dict[str, float] = {}
     listener = await asyncpg.connect(dsn)
@@ -282,10 +277,11 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
           f"fired exactly once={once} ({100 * once / max(1, expected):.2f} %)")
     print(f"duplicates={len(runs) - len(distinct) + max(0, executions - len(distinct))} "
           f"missed={expected - len(distinct)}")
-    print(f"fire lag created_at-planned_at (s): p50={pct(lag, .5):.3f} p99={pct(lag, .99):.3f} max={max(lag):.3f}")
+    print(f"fire lag created_at-planned_at (s): p50={percentile(lag, .5):.3f} p99={percentile(lag, .99):.3f} "
+          f"max={max(lag):.3f}")
     if visible:
-        print(f"fire lag committed (NOTIFY seen) (s): p50={pct(visible, .5):.3f} p99={pct(visible, .99):.3f} "
-              f"max={max(visible):.3f} (n={len(visible)})")
+        print(f"fire lag committed (NOTIFY seen) (s): p50={percentile(visible, .5):.3f} "
+              f"p99={percentile(visible, .99):.3f} max={max(visible):.3f} (n={len(visible)})")
     cpu = seen["cpu"]
     print(f"scheduler CPU over {seen['wall']:.0f} s: " + ", ".join(f"{c:.2f} s" for c in cpu)
           + f" (total {sum(cpu):.2f} s, {100 * sum(cpu) / seen['wall']:.1f} % of one core; "
@@ -310,8 +306,8 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
     for boundary in boundaries:
         one = [(r["created_at"] - r["planned_at"]).total_seconds() for r in runs if r["planned_at"] == boundary]
         if one:
-            print(f"  {boundary:%H:%M}: runs={len(one)} min={min(one):.3f} p50={pct(one, .5):.3f} "
-                  f"p99={pct(one, .99):.3f} max={max(one):.3f} mean={statistics.fmean(one):.3f}")
+            print(f"  {boundary:%H:%M}: runs={len(one)} min={min(one):.3f} p50={percentile(one, .5):.3f} "
+                  f"p99={percentile(one, .99):.3f} max={max(one):.3f} mean={statistics.fmean(one):.3f}")
     (l0, l1) = seen["load"]
     print(f"host: {os.cpu_count()} CPUs, load average (1/5/15 min) at the first boundary "
           f"{' '.join(f'{x:.2f}' for x in l0)}, at the end {' '.join(f'{x:.2f}' for x in l1)}")

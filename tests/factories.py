@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -75,6 +76,27 @@ async def webhook_trigger(w: World, autopilot_row: asyncpg.Record, provider: str
     return row, token
 
 
+@dataclass
+class Small:
+    """A workspace with one agent, one autopilot assigned to it and one webhook trigger of that autopilot."""
+
+    world: World
+    agent: agents.NewAgent
+    autopilot: asyncpg.Record
+    trigger: asyncpg.Record
+    token: str
+
+
+async def small(ctx: Context, name: str = "acme", *, pull: bool = False, agent_url: str = "http://127.0.0.1:9/agent",
+                mode: str = "run_only", title: str = "triage", **trigger_kw: Any) -> Small:
+    """A :class:`Small` world: an HTTP agent (a pull agent if ``pull``), ``trigger_kw`` for :func:`webhook_trigger`."""
+    w = await world(ctx, name)
+    agent = await (pull_agent(w) if pull else http_agent(w, url=agent_url))
+    pilot = await autopilot(w, agent.row["id"], mode=mode, title=title)
+    trigger, token = await webhook_trigger(w, pilot, **trigger_kw)
+    return Small(w, agent, pilot, trigger, token)
+
+
 async def schedule_trigger(w: World, autopilot_row: asyncpg.Record, cron: str, next_fire_at: datetime,
                            timezone: str = "UTC", **kw: Any) -> asyncpg.Record:
     """A schedule trigger with a given first fire time."""
@@ -83,3 +105,17 @@ async def schedule_trigger(w: World, autopilot_row: asyncpg.Record, cron: str, n
             conn, autopilot=autopilot_row, publisher=rules.Publisher.member(w.owner_id), cron=cron,
             timezone=timezone, next_fire_at=next_fire_at, **kw,
         )
+
+
+async def delivery(conn: Any, trigger: Mapping[str, Any], **columns: Any) -> Any:
+    """Insert a ``webhook_delivery`` row of ``trigger`` directly, as ingress would have stored it; its id.
+
+    ``columns`` are the row's own (by default a queued, unsigned delivery of event ``e`` by the generic preset);
+    ``conn`` is a connection or a pool. None when the database stored no row (a dedupe key already held).
+    """
+    row = {"workspace_id": trigger.get("workspace_id"), "trigger_id": trigger["id"],
+           "autopilot_id": trigger.get("autopilot_id"), "provider": "generic", "event": "e",
+           "signature_status": "not_required", "status": "queued"} | columns
+    values = ", ".join(f"${n}" for n in range(1, len(row) + 1))
+    return await conn.fetchval(f"INSERT INTO webhook_delivery ({', '.join(row)}) VALUES ({values}) RETURNING id",
+                               *row.values())

@@ -63,8 +63,7 @@ async def push_until(ctx: Context, run_id: UUID, status: str, *, timeout: float 
     try:
         while True:
             await pushes.run_once()
-            async with ctx.pool.acquire() as conn:
-                now = await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id)
+            now = await ctx.pool.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id)
             if now == status:
                 return
             if loop.time() > deadline:

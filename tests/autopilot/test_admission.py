@@ -6,11 +6,8 @@ from tests import factories
 
 
 async def _setup(ctx, mode="run_only", pull=False):
-    w = await factories.world(ctx)
-    agent = await (factories.pull_agent(w) if pull else factories.http_agent(w))
-    ap = await factories.autopilot(w, agent.row["id"], mode=mode)
-    trigger, _ = await factories.webhook_trigger(w, ap)
-    return w, agent, ap, trigger
+    s = await factories.small(ctx, mode=mode, pull=pull)
+    return s.world, s.agent, s.autopilot, s.trigger
 
 
 async def test_admitted_run_is_pending_and_accountable_to_the_trigger_publisher(ctx, conn):
@@ -74,12 +71,8 @@ async def test_squad_assignee_resolves_to_its_leader(ctx, conn):
 
 
 async def test_concurrent_admissions_of_one_delivery_make_one_run(ctx):
-    w, _, ap, trigger = await _setup(ctx)
-    async with ctx.pool.acquire() as conn:
-        delivery = await conn.fetchval(
-            """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event,
-                                             signature_status) VALUES ($1, $2, $3, 'generic', 'e', 'valid')
-               RETURNING id""", w.workspace_id, trigger["id"], ap["id"])
+    _, _, ap, trigger = await _setup(ctx)
+    delivery = await factories.delivery(ctx.pool, trigger, signature_status="valid")
 
     async def one_admission():
         async with ctx.pool.acquire() as conn:

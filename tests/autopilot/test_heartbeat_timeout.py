@@ -47,8 +47,7 @@ class Case:
 
     async def run_of(self, column: str, value: Any) -> Any:
         """The one run whose ``column`` is ``value``."""
-        async with self.ctx.pool.acquire() as conn:
-            rows = await conn.fetch(f"SELECT * FROM autopilot_run WHERE {column} = $1", value)
+        rows = await self.ctx.pool.fetch(f"SELECT * FROM autopilot_run WHERE {column} = $1", value)
         assert len(rows) == 1
         return rows[0]
 
@@ -84,12 +83,9 @@ async def test_webhook_ingress_uses_the_setting(case):
 
 async def test_the_delivery_worker_admits_a_crash_window_delivery_with_the_setting(case):
     trigger, _ = await factories.webhook_trigger(case.world, case.autopilot)
-    async with case.ctx.pool.acquire() as conn:  # what ingress stored before a crash: no run yet
-        delivery = await conn.fetchval(
-            """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope,
-                                             signature_status)
-               VALUES ($1, $2, $3, 'generic', 'push', '{"event": "push", "payload": {}}', 'valid') RETURNING id""",
-            case.autopilot["workspace_id"], trigger["id"], case.autopilot["id"])
+    # what ingress stored before a crash: no run yet
+    delivery = await factories.delivery(case.ctx.pool, trigger, event="push", signature_status="valid",
+                                        envelope={"event": "push", "payload": {}})
     await DeliveryWorker(case.ctx, holder="t1").run_once()
     case.check(await case.run_of("webhook_delivery_id", delivery))
 
@@ -115,8 +111,7 @@ async def test_a_replay_uses_the_setting(case):
     trigger, token = await factories.webhook_trigger(case.world, case.autopilot)
     async with case.client() as http:
         await http.post(f"/hooks/{token}", json={"n": 1})
-        async with case.ctx.pool.acquire() as conn:
-            original = await conn.fetchval("SELECT id FROM webhook_delivery WHERE trigger_id = $1", trigger["id"])
+        original = await case.ctx.pool.fetchval("SELECT id FROM webhook_delivery WHERE trigger_id = $1", trigger["id"])
         replayed = await http.post(f"/v1/deliveries/{original}/replay", headers=case.world.auth)
     assert replayed.status_code == 201
     case.check(await case.run_of("id", replayed.json()["run_id"]))

@@ -42,11 +42,9 @@ class Hook:
 async def hook(ctx: Context, provider: str = "github", secret: str | None = GITHUB_SECRET, *,
                mode: str = "run_only", pull: bool = False, **kw: Any) -> Hook:
     """A workspace, an agent (http unless ``pull``), an autopilot and a webhook trigger on it."""
-    w = await factories.world(ctx, kw.pop("workspace", "acme"))
-    agent = await (factories.pull_agent(w) if pull else factories.http_agent(w))
-    ap = await factories.autopilot(w, agent.row["id"], mode=mode)
-    trigger, token = await factories.webhook_trigger(w, ap, provider=provider, secret=secret, **kw)
-    return Hook(w, ap, trigger, token)
+    s = await factories.small(ctx, kw.pop("workspace", "acme"), pull=pull, mode=mode, provider=provider,
+                              secret=secret, **kw)
+    return Hook(s.world, s.autopilot, s.trigger, s.token)
 
 
 def github(body: dict[str, Any] | bytes, secret: str = GITHUB_SECRET, event: str = "issues",

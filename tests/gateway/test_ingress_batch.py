@@ -77,8 +77,7 @@ async def test_a_rotated_trigger_in_a_batch_is_404_and_its_neighbours_are_stored
         for h in (kept, rotated):  # warm both cache entries
             raw, headers = kit.github({"action": "opened"})
             assert (await client.post(h.path, content=raw, headers=headers)).status_code == 200
-        async with ctx.pool.acquire() as conn:
-            await conn.execute("UPDATE autopilot_trigger SET token_digest = $1 WHERE id = $2",
+        await ctx.pool.execute("UPDATE autopilot_trigger SET token_digest = $1 WHERE id = $2",
                                crypto.digest(crypto.new_token("awt_")), rotated.trigger["id"])
         posts = [(h, kit.github({"action": "edited", "n": i})) for i in range(6) for h in (kept, rotated)]
         answers = await asyncio.gather(*(client.post(h.path, content=raw, headers=headers)

@@ -62,8 +62,7 @@ async def test_forged_signature_headers_are_rejected_never_accepted(hooks, prese
                                headers={"content-type": "application/json", **sent})
     assert answer.status_code == 401, (preset, sent, answer.text)
     assert answer.json()["status"] == "rejected" and "Traceback" not in answer.text
-    async with ctx.pool.acquire() as conn:
-        row = await conn.fetchrow("SELECT status, signature_status FROM webhook_delivery WHERE id = $1::uuid",
+    row = await ctx.pool.fetchrow("SELECT status, signature_status FROM webhook_delivery WHERE id = $1::uuid",
                                   answer.json()["delivery_id"])
     assert row["status"] == "rejected" and row["signature_status"] in ("invalid", "missing", "expired")
 

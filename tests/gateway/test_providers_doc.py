@@ -54,18 +54,15 @@ async def test_documented_example_is_accepted_with_its_event(served: tuple[Conte
                                                              event: str, script: str) -> None:
     ctx, base = served
     secret = SECRETS.get(preset, "It's a Secret to Everybody")
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    autopilot = await factories.autopilot(w, agent.row["id"])
-    trigger, token = await factories.webhook_trigger(w, autopilot, provider=preset, secret=secret)
+    s = await factories.small(ctx, provider=preset, secret=secret)
+    trigger, token = s.trigger, s.token
     env = {"PATH": "/usr/bin:/bin", "URL": f"{base}/hooks/{token}", "SECRET": secret}
     done = await asyncio.to_thread(subprocess.run, ["bash", "-euo", "pipefail", "-c", script], env=env,
                                    capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert answer["status"] == "accepted", answer
-    async with ctx.pool.acquire() as conn:
-        row = await conn.fetchrow("SELECT event, signature_status FROM webhook_delivery WHERE id = $1",
+    row = await ctx.pool.fetchrow("SELECT event, signature_status FROM webhook_delivery WHERE id = $1",
                                   answer["delivery_id"])
     assert (row["event"], row["signature_status"]) == (event, "valid")
     assert answer["trigger_id"] == str(trigger["id"])

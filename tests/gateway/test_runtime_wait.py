@@ -51,8 +51,7 @@ class Served:
 
     async def task(self, task_id: Any) -> Any:
         """The task row."""
-        async with self.ctx.pool.acquire() as conn:
-            return await conn.fetchrow("SELECT * FROM agent_task WHERE id = $1", task_id)
+        return await self.ctx.pool.fetchrow("SELECT * FROM agent_task WHERE id = $1", task_id)
 
     async def until_waiting(self, n: int) -> None:
         """Until ``n`` claims wait and the listener is connected (so a NOTIFY cannot fall before LISTEN)."""
@@ -184,9 +183,8 @@ async def test_a_task_won_for_a_runtime_that_hung_up_during_the_claim_goes_back_
         gate.set()
         await until(lambda: s.waits.waiting == 0, timeout=2.0)
         row = await s.task(task_id)
-        async with s.ctx.pool.acquire() as conn:
-            reason = await conn.fetchval("SELECT detail->>'reason' FROM audit_log WHERE action = 'RELEASE' "
-                                         "AND subject_id = $1", str(task_id))
+        reason = await s.ctx.pool.fetchval("SELECT detail->>'reason' FROM audit_log WHERE action = 'RELEASE' "
+                                           "AND subject_id = $1", str(task_id))
         hold = False
         async with httpx.AsyncClient() as http:
             next_claim = await claim(http, s, wait_s=0)

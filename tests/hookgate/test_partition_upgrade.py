@@ -32,19 +32,14 @@ async def _to_0023(conn: asyncpg.Connection) -> None:
 
 async def _rows(conn: asyncpg.Connection, ctx) -> dict[str, object]:
     """A workspace with an autopilot and a trigger, deliveries of every kind, task attempts and audit entries."""
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap)
+    s = await factories.small(ctx)
+    w, agent, ap, trigger = s.world, s.agent, s.autopilot, s.trigger
     ids = {}
     for n, (status, signature, key) in enumerate([("dispatched", "valid", "live-1"), ("queued", "valid", "live-2"),
                                                   ("rejected", "invalid", "forged"), ("failed", "valid", "gone"),
                                                   ("ignored", "not_required", None)]):
-        ids[status] = await conn.fetchval(
-            """INSERT INTO webhook_delivery (id, workspace_id, trigger_id, autopilot_id, provider, event,
-                                             signature_status, status, dedupe_key, body_mismatch_count)
-               VALUES ($1, $2, $3, $4, 'generic', 'e', $5, $6, $7, $8) RETURNING id""",
-            uuid7(1_700_000_000 + n), w.workspace_id, trigger["id"], ap["id"], signature, status, key, n)
+        ids[status] = await factories.delivery(conn, trigger, id=uuid7(1_700_000_000 + n), signature_status=signature,
+                                               status=status, dedupe_key=key, body_mismatch_count=n)
     attempt = await conn.fetchval(
         """INSERT INTO task_attempt (workspace_id, task_id, agent_id, attempt, started_at, finished_at, duration_ms,
                                      outcome) VALUES ($1, $2, $3, 1, now(), now(), 5, 'succeeded') RETURNING id""",

@@ -67,8 +67,7 @@ async def test_runtime_claims_through_pgbouncer_are_held_to_the_agent_cap_and_wo
         w = await factories.world(ctx)
         agent = await factories.pull_agent(w, max_concurrency=2)
         ap = await factories.autopilot(w, agent.row["id"], mode="create_issue")
-        async with ctx.pool.acquire() as conn:
-            await conn.execute("UPDATE agent SET max_concurrency = 50 WHERE id = $1", agent.row["id"])  # an older row
+        await ctx.pool.execute("UPDATE agent SET max_concurrency = 50 WHERE id = $1", agent.row["id"])  # an older row
         app = create_app(ctx)
         auth = {"Authorization": f"Bearer {agent.runtime_token}"}
 
@@ -148,8 +147,7 @@ async def test_the_roles_migrate_on_the_direct_url(empty_db, read_only_bouncer):
         await probe.close()
     async with open_context(make_settings(pooled, direct_database_url=empty_db)) as ctx:
         assert ctx.pooler == "transaction"
-        async with ctx.pool.acquire() as conn:
-            assert await conn.fetchval(Q.workspace_count) == 0  # the pool reads the migrated schema
+        assert await ctx.pool.fetchval(Q.workspace_count) == 0  # the pool reads the migrated schema
     assert await _applied(empty_db) == len(migrations.shipped())
 
 

@@ -10,42 +10,34 @@ from tests import factories
 
 @pytest.fixture
 async def hook(ctx):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap)
-    return w, ap, trigger
+    s = await factories.small(ctx)
+    return s.world, s.autopilot, s.trigger
 
 
-async def _delivery(conn, w, ap, trigger, key, status="queued", signature="valid"):
-    return await conn.fetchval(
-        """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, dedupe_key,
-                                         signature_status, status)
-           VALUES ($1, $2, $3, 'generic', 'e', $4, $5, $6) RETURNING id""",
-        w.workspace_id, trigger["id"], ap["id"], key, signature, status,
-    )
+async def _delivery(conn, trigger, key, status="queued", signature="valid"):
+    return await factories.delivery(conn, trigger, dedupe_key=key, signature_status=signature, status=status)
 
 
 async def test_second_delivery_with_same_trigger_and_dedupe_key_is_not_inserted(conn, hook):
     # As ON CONFLICT DO NOTHING on the key: the key is held in webhook_delivery_dedupe (deliveries are partitioned).
-    w, ap, trigger = hook
-    first = await _delivery(conn, w, ap, trigger, "d-1")
-    assert await _delivery(conn, w, ap, trigger, "d-1") is None
+    _, _, trigger = hook
+    first = await _delivery(conn, trigger, "d-1")
+    assert await _delivery(conn, trigger, "d-1") is None
     assert [r["id"] for r in await conn.fetch("SELECT id FROM webhook_delivery WHERE dedupe_key = 'd-1'")] == [first]
 
 
 async def test_rejected_deliveries_do_not_hold_the_dedupe_key(conn, hook):
-    w, ap, trigger = hook
-    await _delivery(conn, w, ap, trigger, "d-2", status="rejected", signature="invalid")
-    await _delivery(conn, w, ap, trigger, "d-2", status="rejected", signature="missing")
-    await _delivery(conn, w, ap, trigger, "d-2")  # the real one still gets in
+    _, _, trigger = hook
+    await _delivery(conn, trigger, "d-2", status="rejected", signature="invalid")
+    await _delivery(conn, trigger, "d-2", status="rejected", signature="missing")
+    await _delivery(conn, trigger, "d-2")  # the real one still gets in
 
 
 async def test_same_dedupe_key_on_another_trigger_is_a_different_delivery(conn, hook):
     w, ap, trigger = hook
     other, _ = await factories.webhook_trigger(w, ap)
-    await _delivery(conn, w, ap, trigger, "gh-1")
-    await _delivery(conn, w, ap, other, "gh-1")
+    await _delivery(conn, trigger, "gh-1")
+    await _delivery(conn, other, "gh-1")
 
 
 async def _run(conn, w, ap, **kw):
@@ -58,7 +50,7 @@ async def _run(conn, w, ap, **kw):
 
 async def test_second_run_for_the_same_delivery_is_refused(conn, hook):
     w, ap, trigger = hook
-    delivery = await _delivery(conn, w, ap, trigger, "d-3")
+    delivery = await _delivery(conn, trigger, "d-3")
     await _run(conn, w, ap, trigger_id=trigger["id"], webhook_delivery_id=delivery)
     with pytest.raises(asyncpg.UniqueViolationError):
         await _run(conn, w, ap, trigger_id=trigger["id"], webhook_delivery_id=delivery)
@@ -103,7 +95,7 @@ async def test_rule_versions_are_immutable(conn, hook):
 async def test_status_checks_refuse_unknown_states(conn, hook):
     w, ap, trigger = hook
     with pytest.raises(asyncpg.CheckViolationError):
-        await _delivery(conn, w, ap, trigger, "d-4", status="lost")
+        await _delivery(conn, trigger, "d-4", status="lost")
     with pytest.raises(asyncpg.CheckViolationError):
         await _run(conn, w, ap, status="skipped")  # skipped needs a reason code
     with pytest.raises(asyncpg.CheckViolationError):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,31 +16,14 @@ from hookgate.context import Context
 from tests import factories
 from tests.chaos.proxy import TcpProxy
 from tests.chaos.test_proxy import proxy_target
-
-
-@dataclass
-class Small:
-    """A workspace with one HTTP agent, one run_only autopilot and one webhook trigger."""
-
-    world: factories.World
-    agent: Any
-    autopilot: Any
-    trigger: Any
-    token: str
+from tests.factories import Small
+from tests.factories import small as make_small
 
 
 @pytest.fixture
 async def small(ctx: Context) -> Small:
+    """A workspace with one HTTP agent, one run_only autopilot and one webhook trigger."""
     return await make_small(ctx)
-
-
-async def make_small(ctx: Context) -> Small:
-    """A fresh :class:`Small` world (the ``small`` fixture, for test files outside tests/ops)."""
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    pilot = await factories.autopilot(w, agent.row["id"])
-    trigger, token = await factories.webhook_trigger(w, pilot)
-    return Small(w, agent, pilot, trigger, token)
 
 
 async def admit_runs(ctx: Context, small: Small, count: int) -> list[Any]:
@@ -85,15 +67,10 @@ def db_proxy(server_url: str, db_url: str) -> Iterator[tuple[TcpProxy, str]]:
 async def insert_delivery(ctx: Context, small: Small, *, status: str = "queued", event: str = "push",
                           reason_code: str | None = None) -> Any:
     """A delivery row as ingress writes it (for views that only read deliveries)."""
-    signature = "invalid" if status == "rejected" else "not_required"
-    async with ctx.pool.acquire() as conn:
-        return await conn.fetchval(
-            "INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, provider,"
-            " event, signature_status, status, reason_code, envelope)"
-            " VALUES ($1, $2, $3, '{}'::bytea, 'application/json', 'generic', $4, $5, $6, $7, $8) RETURNING id",
-            small.world.workspace_id, small.trigger["id"], small.autopilot["id"], event, signature, status,
-            reason_code, {"event": event, "payload": {}},
-        )
+    return await factories.delivery(
+        ctx.pool, small.trigger, body=b"{}", content_type="application/json", event=event, status=status,
+        signature_status="invalid" if status == "rejected" else "not_required", reason_code=reason_code,
+        envelope={"event": event, "payload": {}})
 
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')

@@ -22,18 +22,11 @@ async def store_delivery(ctx: Context, small: Small, **values: Any) -> Any:
     row = {"event": "push", "status": "queued", "signature_status": "not_required", "reason_code": None,
            "headers": {}, "body": b"{}", "dedupe_key": None, "attempt_count": 1, "body_mismatch_count": 0,
            "received_at": datetime.now(UTC), "replayed_from": None, "trigger": small.trigger, "run_id": None} | values
-    async with ctx.pool.acquire() as conn:
-        return await conn.fetchval(
-            "INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, provider,"
-            " event, signature_status, status, reason_code, envelope, headers, dedupe_key, dedupe_source,"
-            " attempt_count, body_mismatch_count, received_at, replayed_from_delivery_id, run_id)"
-            " VALUES ($1, $2, $3, $4, 'application/json', 'github', $5, $6, $7, $8, $9, $10, $11,"
-            " CASE WHEN $11::text IS NULL THEN NULL ELSE 'header:x-github-delivery' END, $12, $13, $14, $15, $16)"
-            " RETURNING id",
-            small.world.workspace_id, row["trigger"]["id"], row["trigger"]["autopilot_id"], row["body"], row["event"],
-            row["signature_status"], row["status"], row["reason_code"], {"event": row["event"], "payload": {}},
-            row["headers"], row["dedupe_key"], row["attempt_count"], row["body_mismatch_count"], row["received_at"],
-            row["replayed_from"], row["run_id"])
+    trigger, replayed_from = row.pop("trigger"), row.pop("replayed_from")
+    return await factories.delivery(
+        ctx.pool, trigger, **row, content_type="application/json", provider="github",
+        envelope={"event": row["event"], "payload": {}}, replayed_from_delivery_id=replayed_from,
+        dedupe_source=None if row["dedupe_key"] is None else "header:x-github-delivery")
 
 
 def ids_on(page: str, kind: str) -> list[str]:
@@ -128,8 +121,7 @@ async def test_overview_shows_every_panel_for_the_workspace(client, ctx: Context
         skipped = await admission.admit(conn, autopilot_id=paused["id"], source="api", payload={},
                                         heartbeat_timeout_s=120.0)
     run_ids = await admit_runs(ctx, small, 2)
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("INSERT INTO agent_task (workspace_id, run_id, agent_id, idempotency_key) "
+    await ctx.pool.execute("INSERT INTO agent_task (workspace_id, run_id, agent_id, idempotency_key) "
                            "VALUES ($1, $2, $3, 'k1')", w.workspace_id, run_ids[0], small.agent.row["id"])
     fire = datetime.now(UTC) + timedelta(hours=1)
     await factories.schedule_trigger(w, small.autopilot, "0 * * * *", fire, timezone="Europe/Paris")
@@ -153,11 +145,10 @@ async def test_overview_charts_are_inline_svg_of_deliveries_by_outcome_and_push_
     for _ in range(3):
         await insert_delivery(ctx, small, status="dispatched")
     run_id = (await admit_runs(ctx, small, 1))[0]
-    async with ctx.pool.acquire() as conn:
-        await conn.execute(
-            "INSERT INTO agent_task (workspace_id, run_id, agent_id, idempotency_key, status, started_at, finished_at)"
-            " VALUES ($1, $2, $3, 'lat', 'succeeded', now() - interval '2.5 seconds', now())",
-            small.world.workspace_id, run_id, small.agent.row["id"])
+    await ctx.pool.execute(
+        "INSERT INTO agent_task (workspace_id, run_id, agent_id, idempotency_key, status, started_at, finished_at)"
+        " VALUES ($1, $2, $3, 'lat', 'succeeded', now() - interval '2.5 seconds', now())",
+        small.world.workspace_id, run_id, small.agent.row["id"])
     await log_in(client, small.world.api_key)
     page = (await client.get("/dashboard")).text
     deliveries = page[page.index('id="chart-deliveries"'):page.index('id="chart-latency"')]
@@ -184,15 +175,11 @@ async def test_times_are_relative_with_the_exact_utc_time_on_hover(client, ctx: 
 
 
 async def test_everything_is_scoped_to_the_key_workspace(client, ctx: Context, small: Small):
-    other = await factories.world(ctx, "other")
-    other_agent = await factories.http_agent(other)
-    other_pilot = await factories.autopilot(other, other_agent.row["id"], title="secret-project")
-    other_trigger, _ = await factories.webhook_trigger(other, other_pilot)
-    other_small = Small(other, other_agent, other_pilot, other_trigger, "")
-    await insert_delivery(ctx, other_small, event="foreign.event")
+    other = await factories.small(ctx, "other", title="secret-project")
+    await insert_delivery(ctx, other, event="foreign.event")
     csrf = await log_in(client, small.world.api_key)
     for path in ("/dashboard", "/dashboard/deliveries", "/dashboard/agents", "/dashboard/autopilots",
-                 f"/dashboard/deliveries?autopilot_id={other_pilot['id']}"):
+                 f"/dashboard/deliveries?autopilot_id={other.autopilot['id']}"):
         page = (await client.get(path)).text
         assert "secret-project" not in page and "foreign.event" not in page
     assert (await client.post("/dashboard/logout", data={"csrf": csrf})).status_code == 303
@@ -327,8 +314,7 @@ async def test_replay_asks_first_then_creates_a_new_delivery_audited_to_the_memb
     asked = await client.post(path, data={"csrf": csrf})
     assert asked.status_code == 200 and 'name="confirmed" value="yes"' in asked.text
     assert f'action="{path}"' in asked.text
-    async with ctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM webhook_delivery") == 1
+    assert await ctx.pool.fetchval("SELECT count(*) FROM webhook_delivery") == 1
     answer = await confirm_post(client, path, csrf)
     assert answer.status_code == 303 and answer.headers["location"].endswith("?replayed=1")
     new_id = answer.headers["location"].split("/")[-1].split("?")[0]
@@ -410,8 +396,7 @@ async def test_run_page_lists_every_attempt_and_a_writer_retries_the_failed_run(
     path = f"/dashboard/runs/{run_id}/retry"
     asked = await client.post(path, data={"csrf": csrf})
     assert asked.status_code == 200 and "Retry this run?" in asked.text and f'action="{path}"' in asked.text
-    async with ctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1
+    assert await ctx.pool.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1
     answer = await confirm_post(client, path, csrf)
     assert answer.status_code == 303 and answer.headers["location"] == f"/dashboard/runs/{run_id}?retried=1"
     async with ctx.pool.acquire() as conn:
@@ -440,8 +425,7 @@ async def test_a_member_sees_the_attempts_without_the_agents_answer_and_no_retry
     assert "Retry…" not in page and "Cancel run…" not in page
     refused = await confirm_post(client, f"/dashboard/runs/{run_id}/retry", csrf)
     assert refused.status_code == 403
-    async with ctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "failed"
+    assert await ctx.pool.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "failed"
 
 
 async def test_every_id_on_the_run_timeline_links_to_its_page_and_issue_and_task_pages_say_what_they_are(
@@ -603,8 +587,7 @@ async def test_rotating_an_agent_secret_shows_the_new_secret_once(client, ctx: C
     assert answer.status_code == 200 and answer.headers["cache-control"] == "no-store"
     detail = (await client.get(f"/dashboard/agents/{agent_id}")).text
     assert secret not in detail and f"…{secret[-4:]}" in detail
-    async with ctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM audit_log WHERE action = 'AGENT_SECRET_ROTATE'") == 1
+    assert await ctx.pool.fetchval("SELECT count(*) FROM audit_log WHERE action = 'AGENT_SECRET_ROTATE'") == 1
 
 
 async def test_autopilot_page_shows_the_webhook_url_to_writers_and_next_cron_fires(client, ctx: Context,
@@ -629,8 +612,7 @@ async def test_rotating_a_token_shows_the_new_url_and_the_old_one_stops(client, 
     answer = await confirm_post(client, path, csrf)
     url = re.search(r'id="secret-value" readonly value="([^"]+)"', answer.text).group(1)
     assert url.startswith("http://hooks.test/hooks/") and small.token not in url
-    async with ctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM audit_log WHERE action = 'TOKEN_ROTATE'") == 1
+    assert await ctx.pool.fetchval("SELECT count(*) FROM audit_log WHERE action = 'TOKEN_ROTATE'") == 1
     assert (await client.post(f"/hooks/{small.token}", json={})).status_code == 404
 
 
@@ -647,8 +629,7 @@ async def test_pause_and_resume_an_autopilot(client, ctx: Context, small: Small)
 
 
 async def test_trigger_event_filters_and_enabling_through_the_admin_patch(client, ctx: Context, small: Small):
-    async with ctx.pool.acquire() as conn:
-        before = await conn.fetchval("SELECT count(*) FROM autopilot_rule_version WHERE autopilot_id = $1",
+    before = await ctx.pool.fetchval("SELECT count(*) FROM autopilot_rule_version WHERE autopilot_id = $1",
                                      small.autopilot["id"])
     csrf = await log_in(client, small.world.api_key)
     path = f"/dashboard/triggers/{small.trigger['id']}/edit"

@@ -187,10 +187,9 @@ async def test_open_a_failed_run_see_its_attempts_and_retry_it(page, live_url: s
 
 async def test_a_new_user_sees_why_their_github_webhook_was_rejected(page, live_url: str, ctx: Context, shots):
     # A fresh workspace: one agent, one autopilot, a GitHub trigger whose secret differs from GitHub's side.
-    w = await factories.world(ctx, "newcomer")
-    agent = await factories.http_agent(w)
-    pilot = await factories.autopilot(w, agent.row["id"], title="github pushes")
-    _, token = await factories.webhook_trigger(w, pilot, provider="github", secret="secret-typed-in-hookgate")
+    newcomer = await factories.small(ctx, "newcomer", title="github pushes", provider="github",
+                                     secret="secret-typed-in-hookgate")
+    w, token = newcomer.world, newcomer.token
     body = json.dumps({"ref": "refs/heads/main", "repository": {"full_name": "acme/api"}}).encode()
     signature = "sha256=" + hmac.new(b"secret-typed-on-github", body, hashlib.sha256).hexdigest()
     async with httpx.AsyncClient() as http:
@@ -241,8 +240,7 @@ async def test_agents_list_agent_page_edit_the_timeout_and_rotate_the_secret(pag
     assert "timeout 12.5 s" in await page.inner_text("#health")
     await shots(page, "4-saved")
 
-    async with ctx.pool.acquire() as conn:
-        old_hint = await conn.fetchval("SELECT signing_secret_hint FROM agent WHERE id = $1", small.agent.row["id"])
+    old_hint = await ctx.pool.fetchval("SELECT signing_secret_hint FROM agent WHERE id = $1", small.agent.row["id"])
     await page.click("button:has-text('Rotate signing secret…')")
     await page.wait_for_selector("#confirm")
     assert "Rotate the signing secret" in await page.inner_text("#confirm")
@@ -254,8 +252,7 @@ async def test_agents_list_agent_page_edit_the_timeout_and_rotate_the_secret(pag
     await shots(page, "6-secret-shown-once")
     await page.click("#shown-once a:has-text('Done')")
     await page.wait_for_url(f"{live_url}/dashboard/agents/{agent_id}")
-    async with ctx.pool.acquire() as conn:
-        hint = await conn.fetchval("SELECT signing_secret_hint FROM agent WHERE id = $1", small.agent.row["id"])
+    hint = await ctx.pool.fetchval("SELECT signing_secret_hint FROM agent WHERE id = $1", small.agent.row["id"])
     assert hint != old_hint and secret.endswith(hint)
     assert f"…{hint}" in await page.inner_text("#health") and secret not in await page.content()  # once only
 
@@ -314,8 +311,7 @@ async def test_autopilots_pause_resume_rotate_a_token_and_edit_the_event_filters
     await page.wait_for_selector("#done")
     shown = await page.inner_text(f"#trigger-{webhook_id}")
     assert "order.*" in shown and "github.push" in shown
-    async with ctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT event_filters FROM autopilot_trigger WHERE id = $1",
+    assert await ctx.pool.fetchval("SELECT event_filters FROM autopilot_trigger WHERE id = $1",
                                    small.trigger["id"]) == ["order.*", "github.push"]
     await shots(page, "8-filters-saved")
 

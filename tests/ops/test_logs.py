@@ -196,23 +196,17 @@ async def test_an_unhandled_error_is_logged_once_with_its_request_id_and_answere
 
 
 async def test_admin_requests_log_the_ids_in_their_path(client, ctx: Context, json_lines):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    pilot = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, pilot)
-    await client.get(f"/v1/triggers/{trigger['id']}", headers=w.auth)
+    s = await factories.small(ctx)
+    await client.get(f"/v1/triggers/{s.trigger['id']}", headers=s.world.auth)
     access = [e for e in entries(json_lines) if e["logger"] == "hookgate.access"]
-    assert access[-1]["trigger_id"] == str(trigger["id"]) and access[-1]["status"] == 200
+    assert access[-1]["trigger_id"] == str(s.trigger["id"]) and access[-1]["status"] == 200
 
 
 async def test_a_webhook_access_line_carries_trigger_delivery_and_run_ids(client, ctx: Context, json_lines):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    pilot = await factories.autopilot(w, agent.row["id"])
-    trigger, token = await factories.webhook_trigger(w, pilot)
-    answer = await client.post(f"/hooks/{token}", json={"event": "ping"})
+    s = await factories.small(ctx)
+    answer = await client.post(f"/hooks/{s.token}", json={"event": "ping"})
     assert answer.status_code == 200
     line = [e for e in entries(json_lines) if e["logger"] == "hookgate.access"][-1]
-    assert line["trigger_id"] == str(trigger["id"]) and line["preset"] == "generic"
+    assert line["trigger_id"] == str(s.trigger["id"]) and line["preset"] == "generic"
     assert line["delivery_id"] == answer.json()["delivery_id"] and line["run_id"] == answer.json()["run_id"]
     assert line["outcome"] == "accepted" and line["path"] == REDACTED_HOOK_PATH

@@ -28,8 +28,7 @@ async def test_metrics_endpoint_declares_every_metric_family_in_text_format(clie
 
 async def test_queue_depth_and_oldest_age_come_from_the_database(client, ctx: Context, small: Small):
     await admit_runs(ctx, small, 3)
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("UPDATE autopilot_run SET created_at = now() - interval '90 seconds'")
+    await ctx.pool.execute("UPDATE autopilot_run SET created_at = now() - interval '90 seconds'")
     found = await scrape(client)
     runs = (("agent", ""), ("queue", "runs_pending"))
     assert found[("hookgate_queue_depth", runs)] == 3

@@ -47,11 +47,9 @@ def _value(found: dict, name: str, **labels: str) -> float:
 
 
 async def test_a_small_workload_moves_every_metric_family(spawn, ctx: Context, agent_url: str):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w, url=agent_url)
-    pilot = await factories.autopilot(w, agent.row["id"])
-    _, token = await factories.webhook_trigger(w, pilot, provider="github", rate_limit_per_minute=10_000)
-    await factories.schedule_trigger(w, pilot, "* * * * *", datetime.now(UTC) - timedelta(seconds=1))
+    s = await factories.small(ctx, agent_url=agent_url, provider="github", rate_limit_per_minute=10_000)
+    w, token = s.world, s.token
+    await factories.schedule_trigger(w, s.autopilot, "* * * * *", datetime.now(UTC) - timedelta(seconds=1))
     serve = spawn.start("serve", gateway=True, extra_env={"HOOKGATE_IP_BAD_CREDENTIAL_CAP": "2"})
     await asyncio.to_thread(serve.wait_ready)
     async with httpx.AsyncClient(base_url=serve.url, timeout=10) as http:
@@ -74,7 +72,7 @@ async def test_a_small_workload_moves_every_metric_family(spawn, ctx: Context, a
                 "claims": _value(found, "hookgate_claims_total", queue="deliveries") >= 5,
                 "completions": _value(found, "hookgate_completions_total", queue="deliveries") >= 5,
                 "task claims": _value(found, "hookgate_claims_total", queue="tasks") >= 1,
-                "pushes": _value(found, "hookgate_push_outcomes_total", agent=str(agent.row["id"])) >= 1,
+                "pushes": _value(found, "hookgate_push_outcomes_total", agent=str(s.agent.row["id"])) >= 1,
                 "plans": _value(found, "hookgate_scheduler_plans_total", outcome="claimed") >= 1,
                 "fire lag": _value(found, "hookgate_scheduler_fire_lag_seconds_count") >= 1,
                 "pool": _value(found, "hookgate_db_pool_connections", state="size") >= 1,

@@ -44,10 +44,9 @@ async def _settled(ctx: Context, ids: list[str], timeout: float) -> list[str]:
     """Poll until every delivery in ``ids`` is dispatched with a run; returns those still not."""
     deadline = time.monotonic() + timeout
     while True:
-        async with ctx.pool.acquire() as conn:
-            rows = await conn.fetch(
-                "SELECT id::text FROM webhook_delivery WHERE id::text = ANY($1) AND status = 'dispatched'"
-                " AND run_id IS NOT NULL", ids)
+        rows = await ctx.pool.fetch(
+            "SELECT id::text FROM webhook_delivery WHERE id::text = ANY($1) AND status = 'dispatched'"
+            " AND run_id IS NOT NULL", ids)
         missing = sorted(set(ids) - {r["id"] for r in rows})
         if not missing or time.monotonic() > deadline:
             return missing
@@ -73,17 +72,14 @@ async def test_sigterm_of_worker_and_gateway_under_load_loses_no_accepted_delive
     assert await asyncio.to_thread(worker.wait, 15) == 0, worker.output()
     assert await asyncio.to_thread(gateway.wait, 15) == 0, gateway.output()
     assert len(accepted) >= 40
-    async with ctx.pool.acquire() as conn:
-        held = await conn.fetchval("SELECT count(*) FROM webhook_delivery WHERE status = 'queued' "
+    held = await ctx.pool.fetchval("SELECT count(*) FROM webhook_delivery WHERE status = 'queued' "
                                    "AND lease_expires_at > now()")
     assert held == 0, "a stopped worker must release (not keep) its delivery leases"
     spawn.start("worker")
     missing = await _settled(ctx, accepted, timeout=30)
-    async with ctx.pool.acquire() as conn:
-        states = await conn.fetch("SELECT status, reason_code, run_id IS NOT NULL AS has_run, count(*) "
+    states = await ctx.pool.fetch("SELECT status, reason_code, run_id IS NOT NULL AS has_run, count(*) "
                                   "FROM webhook_delivery WHERE id::text = ANY($1) GROUP BY 1, 2, 3", missing)
     assert missing == [], [dict(r) for r in states]
-    async with ctx.pool.acquire() as conn:
-        runs = await conn.fetchval("SELECT count(*) FROM autopilot_run WHERE webhook_delivery_id::text = ANY($1)",
+    runs = await ctx.pool.fetchval("SELECT count(*) FROM autopilot_run WHERE webhook_delivery_id::text = ANY($1)",
                                    accepted)
     assert runs == len(accepted)

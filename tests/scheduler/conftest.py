@@ -40,21 +40,18 @@ class Setup:
 
     async def runs(self, trigger_id: Any) -> list[asyncpg.Record]:
         """The trigger's runs, by planned time."""
-        async with self.ctx.pool.acquire() as conn:
-            return await conn.fetch(
-                "SELECT * FROM autopilot_run WHERE trigger_id = $1 ORDER BY planned_at, created_at", trigger_id)
+        return await self.ctx.pool.fetch(
+            "SELECT * FROM autopilot_run WHERE trigger_id = $1 ORDER BY planned_at, created_at", trigger_id)
 
     async def executions(self, scope_id: Any, job: str = "autopilot_schedule_dispatch") -> list[asyncpg.Record]:
         """The job's execution rows for a scope, by plan time."""
-        async with self.ctx.pool.acquire() as conn:
-            return await conn.fetch(
-                "SELECT * FROM sys_cron_executions WHERE job_name = $1 AND scope_id = $2 ORDER BY plan_time",
-                job, str(scope_id))
+        return await self.ctx.pool.fetch(
+            "SELECT * FROM sys_cron_executions WHERE job_name = $1 AND scope_id = $2 ORDER BY plan_time",
+            job, str(scope_id))
 
     async def trigger_row(self, trigger_id: Any) -> asyncpg.Record:
         """The trigger as stored now."""
-        async with self.ctx.pool.acquire() as conn:
-            row = await conn.fetchrow("SELECT * FROM autopilot_trigger WHERE id = $1", trigger_id)
+        row = await self.ctx.pool.fetchrow("SELECT * FROM autopilot_trigger WHERE id = $1", trigger_id)
         assert row is not None
         return row
 
@@ -70,15 +67,13 @@ async def setup(ctx: Context) -> Setup:
 
 async def break_run_inserts(ctx: Context) -> None:
     """Make every insert into ``autopilot_run`` fail (as a run store that is down would) until repaired."""
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("""
-            CREATE FUNCTION test_refuse_runs() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION 'run store unavailable'; END $$;
-            CREATE TRIGGER test_refuse_runs BEFORE INSERT ON autopilot_run
-                FOR EACH ROW EXECUTE FUNCTION test_refuse_runs();""")
+    await ctx.pool.execute("""
+        CREATE FUNCTION test_refuse_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'run store unavailable'; END $$;
+        CREATE TRIGGER test_refuse_runs BEFORE INSERT ON autopilot_run
+            FOR EACH ROW EXECUTE FUNCTION test_refuse_runs();""")
 
 
 async def repair_run_inserts(ctx: Context) -> None:
     """Undo :func:`break_run_inserts`."""
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("DROP TRIGGER test_refuse_runs ON autopilot_run")
+    await ctx.pool.execute("DROP TRIGGER test_refuse_runs ON autopilot_run")

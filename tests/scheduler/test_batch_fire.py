@@ -21,14 +21,13 @@ BATCH = 40
 
 async def _herd(setup, ctx, count, cron, first, **columns):
     """``count`` schedule triggers of the setup's autopilot, made by one statement (as a large install has them)."""
-    async with ctx.pool.acquire() as conn:
-        return await conn.fetch(
-            """INSERT INTO autopilot_trigger (workspace_id, autopilot_id, kind, cron, timezone, overlap_policy,
-                                              next_fire_at, last_fired_at, published_by_type, published_by_id)
-               SELECT $1, $2, 'schedule', $3, 'UTC', $4, $5, $6, 'member', $7 FROM generate_series(1, $8)
-               RETURNING id""",
-            setup.world.workspace_id, setup.autopilot["id"], cron, columns.get("overlap", "allow"), first,
-            columns.get("last_fired_at"), setup.world.owner_id, count)
+    return await ctx.pool.fetch(
+        """INSERT INTO autopilot_trigger (workspace_id, autopilot_id, kind, cron, timezone, overlap_policy,
+                                          next_fire_at, last_fired_at, published_by_type, published_by_id)
+           SELECT $1, $2, 'schedule', $3, 'UTC', $4, $5, $6, 'member', $7 FROM generate_series(1, $8)
+           RETURNING id""",
+        setup.world.workspace_id, setup.autopilot["id"], cron, columns.get("overlap", "allow"), first,
+        columns.get("last_fired_at"), setup.world.owner_id, count)
 
 
 def _scheduler(ctx, **kw):
@@ -73,8 +72,7 @@ async def test_catch_up_stays_latest_only_for_a_whole_batch(setup, ctx):
     await _scheduler(ctx).run_once(utc(2027, 2, 1, 15, 4, 59))
     runs, _ = await _fired(ctx, utc(2027, 2, 1, 15))
     assert sorted(r["trigger_id"] for r in runs) == sorted(t["id"] for t in hourly + daily)
-    async with ctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM autopilot_run") == 120
+    assert await ctx.pool.fetchval("SELECT count(*) FROM autopilot_run") == 120
     # Down again until 21:05:01: 21:00 is more than 5 minutes late; nothing fires, no burst, and every
     # trigger waits for its next occurrence.
     late = await _scheduler(ctx).run_once(utc(2027, 2, 1, 21, 5, 1))
@@ -107,8 +105,7 @@ async def test_one_batch_gives_each_occurrence_its_own_verdict(setup, ctx):
     runs, executions = await _fired(ctx, DAY0)
     assert len({e["tx"] for e in executions}) == 1  # one batch
     found = {r["trigger_id"]: r for r in runs}
-    async with ctx.pool.acquire() as conn:
-        rows = await conn.fetch("SELECT trigger_id, status, reason_code, finished_at FROM autopilot_run "
+    rows = await ctx.pool.fetch("SELECT trigger_id, status, reason_code, finished_at FROM autopilot_run "
                                 "WHERE planned_at = $1", DAY0)
     detail = {r["trigger_id"]: (r["status"], r["reason_code"], r["finished_at"] is not None) for r in rows}
     assert detail == {
@@ -134,14 +131,12 @@ async def test_an_autopilot_paused_while_its_batch_fires_is_not_fired(setup, ctx
     try:
         firing = asyncio.create_task(_scheduler(ctx, concurrency=1).run_once(DAY0 + SEC))
         for _ in range(500):
-            async with ctx.pool.acquire() as conn:
-                if await conn.fetchval("SELECT count(*) FROM pg_locks WHERE relation = 'autopilot_run'::regclass "
+            if await ctx.pool.fetchval("SELECT count(*) FROM pg_locks WHERE relation = 'autopilot_run'::regclass "
                                        "AND NOT granted"):
-                    break
+                break
             await asyncio.sleep(0.005)
         # Planned (triggers locked, next_fire_at moved) but not fired yet: the autopilot is paused now.
-        async with ctx.pool.acquire() as conn:
-            await conn.execute("UPDATE autopilot SET status = 'paused' WHERE id = $1", setup.autopilot["id"])
+        await ctx.pool.execute("UPDATE autopilot SET status = 'paused' WHERE id = $1", setup.autopilot["id"])
     finally:
         await held.rollback()
         await blocker.close()
@@ -160,8 +155,7 @@ async def test_a_trigger_deleted_between_its_claim_and_its_retry_is_not_fired(se
     (failed,) = await setup.executions(trigger["id"])
     assert (failed["status"], failed["attempt"]) == ("FAILED", 1)  # claimed, waiting for its retry
     await repair_run_inserts(ctx)
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("UPDATE autopilot_trigger SET deleted_at = now(), enabled = false WHERE id = $1",
+    await ctx.pool.execute("UPDATE autopilot_trigger SET deleted_at = now(), enabled = false WHERE id = $1",
                            trigger["id"])
     await scheduler.run_once(failed["next_retry_at"])
     (row,) = await setup.executions(trigger["id"])
@@ -170,8 +164,7 @@ async def test_a_trigger_deleted_between_its_claim_and_its_retry_is_not_fired(se
 
 
 async def test_scheduler_processes_share_a_herd_batch_by_batch_and_fire_it_once(setup, ctx, spawn):
-    async with ctx.pool.acquire() as conn:
-        db_now = await conn.fetchval("SELECT clock_timestamp()")
+    db_now = await ctx.pool.fetchval("SELECT clock_timestamp()")
     planned = (db_now + timedelta(days=1)).replace(second=0, microsecond=0)
     triggers = {row["id"] for row in await _herd(setup, ctx, HERD, "* * * * *", planned)}
     offset = (planned - timedelta(seconds=3) - db_now).total_seconds()

@@ -42,8 +42,8 @@ class Gate:
                 await self.release.wait()
                 run.result = {"attempt": 1}
             else:  # what the retry sees of the failed attempt, while it runs
-                async with self.ctx.pool.acquire() as conn:
-                    previous = await conn.fetchval("SELECT error_code FROM sys_cron_executions WHERE id = $1", run.id)
+                previous = await self.ctx.pool.fetchval("SELECT error_code FROM sys_cron_executions WHERE id = $1",
+                                                        run.id)
                 run.result = {"attempt": run.attempt, "previous_error": previous}
 
     async def started(self, count=1):
@@ -56,35 +56,31 @@ def job(handler, **kw):
 
 
 async def rows(ctx):
-    async with ctx.pool.acquire() as conn:
-        return await conn.fetch("SELECT * FROM sys_cron_executions WHERE job_name = 'liveness' ORDER BY plan_time")
+    return await ctx.pool.fetch("SELECT * FROM sys_cron_executions WHERE job_name = 'liveness' ORDER BY plan_time")
 
 
 async def holder(ctx, key):
     """The backend pid holding liveness key ``key`` in the test database, or None."""
-    async with ctx.pool.acquire() as conn:
-        return await conn.fetchval(HOLDER, LOCK_SPACE, key)
+    return await ctx.pool.fetchval(HOLDER, LOCK_SPACE, key)
 
 
 async def end_session(ctx, key):
     """End the session holding liveness key ``key`` (as PostgreSQL does when its process dies)."""
     pid = await holder(ctx, key)
     assert pid is not None
-    async with ctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
+    assert await ctx.pool.fetchval("SELECT pg_terminate_backend($1)", pid)
     while await holder(ctx, key) is not None:
         await asyncio.sleep(0.01)
 
 
 async def insert_running(ctx, runner_lock):
     """A RUNNING execution of PLAN far from stale, held by a runner with liveness key ``runner_lock``."""
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("""
-            INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status, attempt,
-                                             max_attempts, runner_id, lease_token, heartbeat_at, stale_after,
-                                             started_at, runner_lock)
-            VALUES ('liveness', 'global', '-', $1, 'RUNNING', 1, 3, 'old-host:1', gen_random_uuid(), $2,
-                    $2::timestamptz + interval '5 minutes', $2, $3)""", PLAN, T0, runner_lock)
+    await ctx.pool.execute("""
+        INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status, attempt,
+                                         max_attempts, runner_id, lease_token, heartbeat_at, stale_after,
+                                         started_at, runner_lock)
+        VALUES ('liveness', 'global', '-', $1, 'RUNNING', 1, 3, 'old-host:1', gen_random_uuid(), $2,
+                $2::timestamptz + interval '5 minutes', $2, $3)""", PLAN, T0, runner_lock)
 
 
 async def test_a_runner_whose_session_ended_has_its_execution_failed_runner_gone_and_retried_at_once(ctx):

@@ -97,8 +97,7 @@ async def test_task_attempts_go_with_their_week_partition_past_the_retention_age
         now = await conn.fetchval("SELECT now()")
     job = partitions_job(Retention(attempts=timedelta(days=30)), direct_dsn=ctx.direct_dsn if direct else None)
     await setup.scheduler([job]).run_once(now=now + timedelta(days=20))
-    async with ctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM task_attempt") == 3, "not yet past retention"
+    assert await ctx.pool.fetchval("SELECT count(*) FROM task_attempt") == 3, "not yet past retention"
     await setup.scheduler([job]).run_once(now=now + timedelta(days=45))
     async with ctx.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM task_attempt") == 0
@@ -152,15 +151,13 @@ async def test_a_one_line_maintenance_job_runs_once_per_interval_across_schedule
     await second.run_once(at + timedelta(seconds=60))
     await first.run_once(at + timedelta(hours=3))  # after downtime: one run, not a burst
     assert len(calls) == 3
-    async with ctx.pool.acquire() as conn:
-        results = await conn.fetch("SELECT result FROM sys_cron_executions WHERE job_name = 'lease_watchdog'")
+    results = await ctx.pool.fetch("SELECT result FROM sys_cron_executions WHERE job_name = 'lease_watchdog'")
     assert {r["result"]["expired"] for r in results} == {0}
 
 
 async def test_the_lease_watchdog_job_records_what_its_sweep_did(setup, ctx):
     await setup.scheduler([lease_watchdog_job(120.0)]).run_once()
-    async with ctx.pool.acquire() as conn:
-        result = await conn.fetchval("SELECT result FROM sys_cron_executions WHERE job_name = 'lease_watchdog'")
+    result = await ctx.pool.fetchval("SELECT result FROM sys_cron_executions WHERE job_name = 'lease_watchdog'")
     assert result == {"requeued": 0, "failed": 0, "offline": 0}
 
 
@@ -185,11 +182,9 @@ async def test_resuming_an_auto_paused_autopilot_starts_its_failure_window_afres
         await _runs(conn, setup.autopilot, failed=1, completed=0)
     await scheduler.run_once(now + 18 * timedelta(minutes=1))
     assert await _status(ctx, setup.autopilot) == "paused"
-    async with ctx.pool.acquire() as conn:
-        audits = await conn.fetch("SELECT detail FROM audit_log WHERE action = 'AUTO_PAUSE' ORDER BY id")
+    audits = await ctx.pool.fetch("SELECT detail FROM audit_log WHERE action = 'AUTO_PAUSE' ORDER BY id")
     assert [a["detail"]["failed_runs"] for a in audits] == [50, 50]
 
 
 async def _status(ctx, autopilot):
-    async with ctx.pool.acquire() as conn:
-        return await conn.fetchval("SELECT status FROM autopilot WHERE id = $1", autopilot["id"])
+    return await ctx.pool.fetchval("SELECT status FROM autopilot WHERE id = $1", autopilot["id"])

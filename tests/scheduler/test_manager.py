@@ -45,8 +45,7 @@ def scopes(*names):
 
 
 async def rows(ctx, name="sweeper"):
-    async with ctx.pool.acquire() as conn:
-        return await conn.fetch("SELECT * FROM sys_cron_executions WHERE job_name = $1 ORDER BY scope_id, plan_time",
+    return await ctx.pool.fetch("SELECT * FROM sys_cron_executions WHERE job_name = $1 ORDER BY scope_id, plan_time",
                                 name)
 
 
@@ -232,8 +231,7 @@ async def test_the_scheduler_sleeps_until_the_next_due_plan(ctx):
 
 
 async def test_rows_of_jobs_this_scheduler_does_not_run_never_keep_it_awake(ctx):
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("""INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status,
+    await ctx.pool.execute("""INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status,
                                                                lease_token, stale_after, next_retry_at)
                               VALUES ('retired_job', 'global', '-', $1, 'FAILED', gen_random_uuid(), $1, $1)""", T0)
     scheduler = Scheduler(ctx.pool, [job(Recorder(), cadence=DAILY)], SchedulerConfig(max_tick=30))

@@ -17,6 +17,7 @@ import pytest
 from gateway.ingress.batch import uuid7
 from scheduler.maintenance import partitions
 from scheduler.maintenance.partitions import Retention
+from tests import factories
 from tests.gateway import ingress_kit as kit
 
 DAY = timedelta(days=1)
@@ -38,13 +39,9 @@ def _at(day: datetime) -> uuid.UUID:
 
 async def _delivery(conn, h: kit.Hook, id_: uuid.UUID, status: str = "dispatched", key: str | None = None) -> bool:
     """Insert a delivery with id ``id_`` directly; whether a row was inserted (a held key inserts none)."""
-    done = await conn.fetchval(
-        """WITH d AS (INSERT INTO webhook_delivery (id, workspace_id, trigger_id, autopilot_id, provider, event,
-                                                    signature_status, status, dedupe_key)
-                      VALUES ($1, $2, $3, $4, 'github', 'e', 'valid', $5, $6) RETURNING 1)
-           SELECT count(*) FROM d""",
-        id_, h.w.workspace_id, h.trigger["id"], h.autopilot["id"], status, key)
-    return bool(done)
+    stored = await factories.delivery(conn, h.trigger, id=id_, provider="github", signature_status="valid",
+                                      status=status, dedupe_key=key)
+    return stored is not None
 
 
 async def test_partitions_exist_ahead_and_the_job_makes_the_missing_ones_idempotently(conn):
@@ -73,9 +70,7 @@ async def test_past_retention_partitions_are_dropped_whole_but_a_queued_delivery
     for day, id_ in zip(days, ids, strict=True):
         assert await _delivery(conn, h, id_, "dispatched", key=f"k-{day.date()}")
     assert await _delivery(conn, h, kept_queued, "queued")
-    today = await conn.fetchval("INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, "
-                                "event, signature_status, status) VALUES ($1, $2, $3, 'github', 'e', 'valid', "
-                                "'dispatched') RETURNING id", h.w.workspace_id, h.trigger["id"], h.autopilot["id"])
+    today = await factories.delivery(conn, h.trigger, provider="github", signature_status="valid", status="dispatched")
     later_partition = "webhook_delivery_p" + (now + 6 * DAY).strftime("%Y%m%d")
     relfilenode_before = await conn.fetchval("SELECT pg_relation_filenode($1::regclass)", later_partition)
     outcome = await partitions.maintain(conn, now + 8 * DAY, Retention(deliveries=3 * DAY))
@@ -134,11 +129,8 @@ async def test_ingress_finds_the_original_of_a_duplicate_in_an_older_partition(c
     raw, headers = kit.github({"action": "opened"}, delivery="gh-1")
     # the original, stored two days ago (legacy partition); the retry today lands in today's partition
     original = uuid7((now - 2 * DAY).timestamp())
-    await conn.execute(
-        """INSERT INTO webhook_delivery (id, workspace_id, trigger_id, autopilot_id, provider, event,
-                                         signature_status, status, dedupe_key, body)
-           VALUES ($1, $2, $3, $4, 'github', 'github.issues', 'valid', 'dispatched', 'gh-1', $5)""",
-        original, h.w.workspace_id, h.trigger["id"], h.autopilot["id"], raw)
+    await factories.delivery(conn, h.trigger, id=original, provider="github", event="github.issues",
+                             signature_status="valid", status="dispatched", dedupe_key="gh-1", body=raw)
     again = await client.post(h.path, content=raw, headers=headers)
     assert again.status_code == 200 and again.json()["status"] == "duplicate"
     assert again.json()["delivery_id"] == str(original) and again.json()["body_matches"] is True

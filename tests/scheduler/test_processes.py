@@ -18,8 +18,7 @@ TRIGGERS = 40
 async def _wait_for_runs(ctx, planned_at, count, procs, timeout=30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        async with ctx.pool.acquire() as conn:
-            found = await conn.fetchval("SELECT count(*) FROM autopilot_run WHERE planned_at = $1", planned_at)
+        found = await ctx.pool.fetchval("SELECT count(*) FROM autopilot_run WHERE planned_at = $1", planned_at)
         if found >= count:
             return found
         for proc in procs:
@@ -30,8 +29,7 @@ async def _wait_for_runs(ctx, planned_at, count, procs, timeout=30.0):
 
 async def _clock_offset(ctx, at):
     """The test-only clock offset that puts a process started now 3 s before ``at`` on the database clock."""
-    async with ctx.pool.acquire() as conn:
-        db_now = await conn.fetchval("SELECT clock_timestamp()")
+    db_now = await ctx.pool.fetchval("SELECT clock_timestamp()")
     return {"HOOKGATE_SCHEDULER_CLOCK_OFFSET_S": str((at - db_now).total_seconds()), "HOOKGATE_POOL_MIN_SIZE": "1"}
 
 
@@ -39,8 +37,7 @@ async def _poll(ctx, query, *args, procs=(), timeout=30.0):
     """The first truthy value of ``query`` within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        async with ctx.pool.acquire() as conn:
-            found = await conn.fetchval(query, *args)
+        found = await ctx.pool.fetchval(query, *args)
         if found:
             return found
         for proc in procs:
@@ -60,16 +57,14 @@ def _stop(procs):
 
 @pytest.mark.parametrize("count", [2, 3])
 async def test_scheduler_processes_racing_fire_each_occurrence_exactly_once(setup, ctx, spawn, count):
-    async with ctx.pool.acquire() as conn:
-        db_now = await conn.fetchval("SELECT clock_timestamp()")
+    db_now = await ctx.pool.fetchval("SELECT clock_timestamp()")
     first = (db_now + timedelta(days=1)).replace(second=0, microsecond=0)
     triggers = [await setup.trigger("* * * * *", first, overlap_policy="allow") for _ in range(TRIGGERS)]
     for minute in range(2):
         planned = first + timedelta(minutes=minute)
         # Test-only clock offset: the processes live 3 s before `planned` on the database clock, so they
         # are all up and asleep when the occurrence falls due, and wake to race for it.
-        async with ctx.pool.acquire() as conn:
-            db_now = await conn.fetchval("SELECT clock_timestamp()")
+        db_now = await ctx.pool.fetchval("SELECT clock_timestamp()")
         offset = (planned - timedelta(seconds=3) - db_now).total_seconds()
         env = {"HOOKGATE_SCHEDULER_CLOCK_OFFSET_S": str(offset), "HOOKGATE_POOL_MIN_SIZE": "1"}
         procs = [spawn.start("scheduler", extra_env=env) for _ in range(count)]
@@ -88,8 +83,7 @@ async def test_scheduler_processes_racing_fire_each_occurrence_exactly_once(setu
 
 
 async def test_a_scheduler_killed_while_firing_does_not_block_the_triggers_next_occurrence(setup, ctx, spawn):
-    async with ctx.pool.acquire() as conn:
-        db_now = await conn.fetchval("SELECT clock_timestamp()")
+    db_now = await ctx.pool.fetchval("SELECT clock_timestamp()")
     planned = (db_now + timedelta(days=1)).replace(second=0, microsecond=0)
     following = planned + timedelta(minutes=1)
     trigger = await setup.trigger("* * * * *", planned, overlap_policy="allow")

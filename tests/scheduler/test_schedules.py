@@ -69,8 +69,7 @@ async def test_cold_start_anchors_on_last_fired_at_and_a_new_trigger_never_fires
     await setup.scheduler().run_once(created.replace(second=59, microsecond=999999))
     assert await setup.runs(fresh["id"]) == []  # the occurrence before its creation is not fired
     old = await setup.trigger("0 9 * * *", DAY0)
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("UPDATE autopilot_trigger SET last_fired_at = $2 WHERE id = $1", old["id"], DAY0)
+    await ctx.pool.execute("UPDATE autopilot_trigger SET last_fired_at = $2 WHERE id = $1", old["id"], DAY0)
     await setup.scheduler().run_once(DAY0 + 2 * MIN)
     assert await setup.runs(old["id"]) == []  # already fired before a (simulated) restart
 
@@ -127,8 +126,7 @@ async def test_a_crash_after_the_run_was_admitted_is_repaired_by_reusing_that_ru
     (first,) = await setup.runs(trigger["id"])
     # Simulate the crash window: the run is committed, but the execution never reached SUCCESS (its
     # holder died). The sweep marks it stale and the retry must find the run, not make a second one.
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("""UPDATE sys_cron_executions SET status = 'RUNNING', stale_after = $2, result = NULL
+    await ctx.pool.execute("""UPDATE sys_cron_executions SET status = 'RUNNING', stale_after = $2, result = NULL
                               WHERE job_name = $1""", SCHEDULE_JOB, DAY0 + 5 * MIN)
     woken: list[str] = []
     listener = await asyncpg.connect(ctx.dsn)
@@ -173,8 +171,7 @@ async def test_overlap_buffer_one_keeps_one_waiting_and_allow_never_skips(setup)
 
 async def test_the_handler_rechecks_state_and_records_a_no_op_with_its_reason(setup, ctx):
     trigger = await setup.trigger("0 9 * * *", DAY0)
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("UPDATE autopilot SET status = 'paused' WHERE id = $1", setup.autopilot["id"])
+    await ctx.pool.execute("UPDATE autopilot SET status = 'paused' WHERE id = $1", setup.autopilot["id"])
     await setup.scheduler().run_once(DAY0 + SEC)
     assert await setup.runs(trigger["id"]) == []
     (execution,) = await setup.executions(trigger["id"])
@@ -298,12 +295,11 @@ async def test_a_run_the_admission_gate_refuses_is_recorded_skipped_with_its_rea
 async def test_one_failing_trigger_fails_alone_when_its_batch_is_split(setup, ctx):
     good = await setup.trigger("0 9 * * *", DAY0)
     bad = await setup.trigger("0 9 * * *", DAY0)
-    async with ctx.pool.acquire() as conn:
-        await conn.execute(f"""
-            CREATE FUNCTION test_refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN IF NEW.trigger_id = '{bad["id"]}' THEN RAISE EXCEPTION 'bad trigger'; END IF; RETURN NEW; END $$;
-            CREATE TRIGGER test_refuse_one BEFORE INSERT ON autopilot_run
-                FOR EACH ROW EXECUTE FUNCTION test_refuse_one();""")
+    await ctx.pool.execute(f"""
+        CREATE FUNCTION test_refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN IF NEW.trigger_id = '{bad["id"]}' THEN RAISE EXCEPTION 'bad trigger'; END IF; RETURN NEW; END $$;
+        CREATE TRIGGER test_refuse_one BEFORE INSERT ON autopilot_run
+            FOR EACH ROW EXECUTE FUNCTION test_refuse_one();""")
     await setup.scheduler().run_once(DAY0 + SEC)
     assert [r["status"] for r in await setup.runs(good["id"])] == ["pending"]
     assert await setup.runs(bad["id"]) == []
@@ -314,8 +310,7 @@ async def test_one_failing_trigger_fails_alone_when_its_batch_is_split(setup, ct
 
 
 async def _tx(ctx, table, key, value):
-    async with ctx.pool.acquire() as conn:
-        return await conn.fetchval(f"SELECT xmin::text FROM {table} WHERE {key} = $1", value)
+    return await ctx.pool.fetchval(f"SELECT xmin::text FROM {table} WHERE {key} = $1", value)
 
 
 async def test_an_on_time_occurrence_is_claimed_handled_and_recorded_in_one_transaction(setup, ctx):
@@ -343,16 +338,14 @@ async def test_a_session_ending_inside_the_transaction_leaves_the_occurrence_due
         dying = asyncio.create_task(setup.scheduler(concurrency=1).run_once(DAY0 + SEC))
         waiting = None
         for _ in range(200):
-            async with ctx.pool.acquire() as conn:
-                waiting = await conn.fetchval("SELECT pid FROM pg_locks WHERE relation = 'autopilot_run'::regclass "
+            waiting = await ctx.pool.fetchval("SELECT pid FROM pg_locks WHERE relation = 'autopilot_run'::regclass "
                                               "AND NOT granted")
             if waiting:
                 break
             await asyncio.sleep(0.01)
         # Its session ends (as when its process dies) before the attempt gave up on the lock: nothing of it
         # was committed.
-        async with ctx.pool.acquire() as conn:
-            assert await conn.fetchval("SELECT pg_terminate_backend($1)", waiting)
+        assert await ctx.pool.fetchval("SELECT pg_terminate_backend($1)", waiting)
         with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
             await asyncio.wait_for(dying, 10)
     finally:

@@ -58,19 +58,16 @@ def job(ordinary, fused, **kw):
 
 @pytest.fixture
 async def work(ctx):
-    async with ctx.pool.acquire() as conn:
-        await conn.execute("CREATE TABLE work (scope_id text, plan_time timestamptz)")
+    await ctx.pool.execute("CREATE TABLE work (scope_id text, plan_time timestamptz)")
 
 
 async def executions(ctx):
-    async with ctx.pool.acquire() as conn:
-        return await conn.fetch("SELECT *, xmin::text AS tx FROM sys_cron_executions WHERE job_name = 'fused' "
+    return await ctx.pool.fetch("SELECT *, xmin::text AS tx FROM sys_cron_executions WHERE job_name = 'fused' "
                                 "ORDER BY scope_id")
 
 
 async def written(ctx):
-    async with ctx.pool.acquire() as conn:
-        return await conn.fetch("SELECT scope_id, plan_time, xmin::text AS tx FROM work ORDER BY scope_id")
+    return await ctx.pool.fetch("SELECT scope_id, plan_time, xmin::text AS tx FROM work ORDER BY scope_id")
 
 
 async def test_a_transactional_job_commits_its_work_and_its_success_rows_in_one_transaction(ctx, work):

@@ -60,15 +60,12 @@ async def test_errors_exit_nonzero_with_one_line(ctx, live_url, capsys, monkeypa
 
 
 async def test_replay_bulk_dry_runs_then_replays_what_the_filters_select(ctx, live_url, conn, capsys, monkeypatch):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap)
-    failed = [await conn.fetchval(
-        """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope,
-                                         signature_status, status, received_at)
-           VALUES ($1, $2, $3, 'generic', 'push', '{}', 'valid', $4, now() - interval '1 hour') RETURNING id::text""",
-        w.workspace_id, trigger["id"], ap["id"], status) for status in ("failed", "failed", "dispatched")][:2]
+    s = await factories.small(ctx)
+    w, trigger = s.world, s.trigger
+    hour_ago = await conn.fetchval("SELECT now() - interval '1 hour'")
+    failed = [str(await factories.delivery(conn, trigger, event="push", envelope={}, signature_status="valid",
+                                           status=status, received_at=hour_ago))
+              for status in ("failed", "failed", "dispatched")][:2]
     monkeypatch.setenv("HOOKGATE_URL", live_url)
     monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
     select = ("--trigger", str(trigger["id"]), "--status", "failed", "--since", "2h", "--until", "30m")

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from autopilot import admission
 from hookgate import database
+from tests import factories
 from worker.deliveries import DeliveryWorker
 
 
@@ -24,13 +25,11 @@ async def _delivery(conn, team, trigger, status="dispatched", event="github.push
     envelope = {"event": event, "payload": {"ref": "refs/heads/main"},
                 "request": {"received_at": "2026-01-01T00:00:00Z", "content_type": "application/json"}}
     signature = "invalid" if status == "rejected" else "valid"
-    delivery = await conn.fetchval(
-        """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, headers, envelope,
-                                         provider, event, dedupe_key, dedupe_source, signature_status, status)
-           VALUES ($1, $2, $3, $4, 'application/json', $5, $6, 'github', $7, $8, 'X-GitHub-Delivery', $9, $10)
-           RETURNING id""",
-        team.world.workspace_id, trigger["id"], team.autopilot_id, body,
-        {"x-github-event": "push", "x-hub-signature-256": {"present": True}}, envelope, event, key, signature, status)
+    delivery = await factories.delivery(
+        conn, trigger, workspace_id=team.world.workspace_id, autopilot_id=team.autopilot_id, body=body,
+        content_type="application/json", headers={"x-github-event": "push", "x-hub-signature-256": {"present": True}},
+        envelope=envelope, provider="github", event=event, dedupe_key=key, dedupe_source="X-GitHub-Delivery",
+        signature_status=signature, status=status)
     if admit and status != "rejected":
         run = await admission.admit(conn, autopilot_id=team.autopilot_id, source="webhook", payload=envelope,
                                     trigger_id=trigger["id"], delivery_id=delivery, heartbeat_timeout_s=120.0)

@@ -81,11 +81,8 @@ async def test_bulk_replay_only_touches_autopilots_the_caller_may_write(client, 
     agent = await factories.http_agent(team.world, name="other")
     other_ap = await factories.autopilot(team.world, agent.row["id"], title="other")
     other_trigger, _ = await factories.webhook_trigger(team.world, other_ap, provider="github")
-    theirs = str(await conn.fetchval(
-        """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope,
-                                         signature_status, status)
-           VALUES ($1, $2, $3, 'github', 'github.push', '{}', 'valid', 'failed') RETURNING id""",
-        team.world.workspace_id, other_trigger["id"], other_ap["id"]))
+    theirs = str(await factories.delivery(conn, other_trigger, provider="github", event="github.push", envelope={},
+                                          signature_status="valid", status="failed"))
     for role in ("owner", "admin"):
         assert await _matched(client, team, role, status=["failed"]) == {mine, theirs}
     # A collaborator of one autopilot: only its deliveries; asking for another's by name is refused.
@@ -131,11 +128,8 @@ async def test_each_filter_narrows_the_selection(client, team, conn):
     await _at(conn, await _delivery(conn, team, first, status="rejected", key="r"), T0)  # never replayable
     ap = await factories.autopilot(team.world, team.agent_id, title="elsewhere")
     elsewhere_trigger, _ = await factories.webhook_trigger(team.world, ap, provider="github")
-    e = str(await conn.fetchval(
-        """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, provider, event, envelope,
-                                         signature_status, status, received_at)
-           VALUES ($1, $2, $3, 'github', 'github.push', '{}', 'valid', 'failed', $4) RETURNING id""",
-        team.world.workspace_id, elsewhere_trigger["id"], ap["id"], T0 + timedelta(minutes=40)))
+    e = str(await factories.delivery(conn, elsewhere_trigger, provider="github", event="github.push", envelope={},
+                                     signature_status="valid", status="failed", received_at=T0 + timedelta(minutes=40)))
     assert await _matched(client, team, received_after=_iso(T0 - timedelta(days=1))) == {a, b, c, d, e}
     assert await _matched(client, team, trigger_id=first["id"]) == {a, b}
     assert await _matched(client, team, autopilot_id=team.autopilot_id) == {a, b, c, d}
@@ -248,11 +242,10 @@ async def test_replayed_deliveries_become_runs_that_reach_a_real_agent(
     assert await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once() == 3
     await pusher.stop(deadline=10)
     assert sorted(h.body["payload"]["payload"]["n"] for h in agent_server.of("a")) == [0, 1, 2]
-    async with wctx.pool.acquire() as conn:
-        rows = await conn.fetch(
-            """SELECT d.replayed_from_delivery_id, d.status, r.status AS run_status,
-                      r.webhook_delivery_id = d.id AS linked
-               FROM webhook_delivery d JOIN autopilot_run r ON r.id = d.run_id WHERE d.id = ANY($1::uuid[])""",
-            got.json()["delivery_ids"])
+    rows = await wctx.pool.fetch(
+        """SELECT d.replayed_from_delivery_id, d.status, r.status AS run_status,
+                  r.webhook_delivery_id = d.id AS linked
+           FROM webhook_delivery d JOIN autopilot_run r ON r.id = d.run_id WHERE d.id = ANY($1::uuid[])""",
+        got.json()["delivery_ids"])
     assert sorted(r["replayed_from_delivery_id"] for r in rows) == sorted(originals)
     assert {(r["status"], r["run_status"], r["linked"]) for r in rows} == {("dispatched", "completed", True)}

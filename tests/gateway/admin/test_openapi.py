@@ -165,8 +165,7 @@ async def test_every_kind_of_webhook_answer_matches_its_documented_schema(db_url
                 await client.post("/hooks/awt_unknown", json={})]  # 404
         pulled = await kit.hook(ctx, pull=True, workspace="pulled")  # a pull runtime never seen: skipped
         seen.append(await client.post(pulled.path, content=raw, headers=kit.github({"action": "opened"})[1]))
-        async with ctx.pool.acquire() as conn:
-            await conn.execute("UPDATE autopilot_trigger SET enabled = false WHERE id = $1", h.trigger["id"])
+        await ctx.pool.execute("UPDATE autopilot_trigger SET enabled = false WHERE id = $1", h.trigger["id"])
         ignored = kit.github({"action": "closed"})
         seen.append(await client.post(h.path, content=ignored[0], headers=ignored[1]))
         slack = await kit.hook(ctx, "slack", "slack-secret", workspace="slack")
@@ -241,5 +240,4 @@ async def test_schemathesis_finds_no_server_errors_and_no_schema_drift_in_the_ru
             await dispatch.dispatch_run(conn, run.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
     text = await _schemathesis(live_url, agent.runtime_token, tmp_path, "--include-tag", "runtime")
     assert "Tested: 4" in text, text[-3000:]
-    async with ctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE lease_token IS NOT NULL") > 0
+    assert await ctx.pool.fetchval("SELECT count(*) FROM agent_task WHERE lease_token IS NOT NULL") > 0
