@@ -410,3 +410,16 @@ def test_the_setting_is_validated_and_listed_in_help():
     with pytest.raises(ValueError, match="not a CIDR"):
         Settings(database_url="postgresql://x/y", agent_allow_cidrs="10.0.0.0/8,nonsense")
     assert "HOOKGATE_AGENT_ALLOW_CIDRS" in cli.build_parser().format_help()
+
+
+@pytest.mark.parametrize("reply", [
+    b"[" * 5000 + b"]" * 5000,  # past the parser's recursion limit
+    b'{"a":' + b"[" * 64 + b"]" * 64 + b"}",  # past the nesting limit every request body has (65 levels)
+    b'{"text":"a\\u0000b"}', b'{"text":"\\udcff"}', b'{"n":1e999}',  # jsonb holds no NUL, lone surrogate, inf
+], ids=["recursion", "too_deep", "nul", "surrogate", "infinite"])
+async def test_a_json_reply_too_deep_or_unstorable_still_succeeds_without_its_body(db_url, reply, caplog):
+    async with listener(_chunked([reply])) as port, gateway(db_url, agent_allow_cidrs=LOOPBACK) as (ctx, _http):
+        with caplog.at_level(logging.ERROR):
+            out = await asyncio.wait_for(push_once(ctx, f"http://127.0.0.1:{port}/agent"), 30)
+    assert "push failed unexpectedly" not in caplog.text
+    assert out["task"]["status"] == "succeeded" and out["task"]["result"] == {"http_status": 200}, out["task"]
