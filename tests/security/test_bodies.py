@@ -297,3 +297,18 @@ async def test_runtime_text_no_database_can_hold_is_400_not_500(ctx, client, raw
     for path in ("/v1/runtime/heartbeat", "/v1/runtime/claim"):
         answer = await client.post(path, content=raw, headers=bearer(agent.runtime_token))
         assert answer.status_code == 400 and answer.json()["error"] == "invalid_body", (path, answer.text)
+
+
+@pytest.mark.parametrize("result", [b"NaN", b"-Infinity", b'{"x":Infinity}', b'[1,NaN]'])
+async def test_nan_or_infinity_in_a_runtime_report_is_400_not_500(ctx, conn, client, result):
+    w = await factories.world(ctx)
+    agent = await factories.pull_agent(w)
+    ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
+    adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
+    await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+    claimed = (await client.post("/v1/runtime/claim", headers=bearer(agent.runtime_token), json={})).json()
+    raw = b'{"lease_token":"%s","status":"succeeded","result":%s}' % (claimed["lease_token"].encode(), result)
+    answer = await client.post(f"/v1/runtime/tasks/{claimed['task']['id']}/report", content=raw,
+                               headers=bearer(agent.runtime_token))
+    assert answer.status_code == 400 and answer.json()["error"] == "invalid_body", answer.text
+    assert await conn.fetchval("SELECT status FROM agent_task WHERE id = $1", claimed["task"]["id"]) == "running"
