@@ -11,10 +11,10 @@ Checks: no 5xx, no stack trace, every error a JSON ``error`` code
 non-zero on any failure. ``--examples 300`` (the default) sends over 10,000 requests. See docs/RELIABILITY.md.
 
 Then ``--hostile N`` requests (default 3,000) hit the runtime API with what a schema does not generate:
-bodies that are binary, deeply nested, over the size cap or of the wrong JSON shape; no, malformed, unknown
-or foreign bearers (an admin key, the pull token); a real HTTP agent task (no bearer, random lease tokens),
-random and malformed task ids and paths; odd content types. Same checks, plus every answer is JSON.
-``--only runtime`` skips the admin API (a run of about two minutes with ``--examples 20``).
+bodies that are binary, deeply nested, over the size cap, of the wrong JSON shape or holding NaN/Infinity;
+no, malformed, unknown or foreign bearers (an admin key, the pull token); a real HTTP agent task (no bearer,
+random lease tokens), random and malformed task ids and paths; odd content types. Same checks, plus every
+answer is JSON. ``--only runtime`` skips the admin API (a run of about two minutes with ``--examples 20``).
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ def _body(rng: random.Random, lease: str | None) -> bytes:
     """A hostile body: binary, deep, oversized, wrong shapes, or a plausible one with a random lease."""
     token = lease if lease and rng.random() < 0.1 else rng.choice([str(uuid.uuid4()), "x", "", "0" * 40])
     plausible: Any = {"lease_token": token, "status": rng.choice(["succeeded", "failed", "nope", None, 1]),
-                      "result": rng.choice([None, {"a": [1, 2]}, "x" * rng.randint(0, 5000)]),
+                      "result": rng.choice([None, {"a": [1, 2]}, "x" * rng.randint(0, 5000),
+                                            float("nan"), {"a": float("inf")}]),  # dumped as NaN / Infinity
                       "error": rng.choice([None, "boom", 7, ["e"]]), "retry_class": rng.choice([None, "transient", 3]),
                       "wait_s": rng.choice([0, -1, 0.01, "1", True, 1e308]),
                       "instance": rng.choice(["a", "", "x" * 300, 5, None])}

@@ -47,6 +47,7 @@ from hookgate import crypto, notify
 from hookgate.context import Context
 from hookgate.database import Conn
 from hookgate.errors import LeaseLost, TaskCancelled
+from hookgate.jsontext import refuse_constant
 from sql import Q
 
 DEFAULT_INSTANCE = "default"
@@ -147,10 +148,10 @@ def _object(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        body = bodies.loads(raw)
+        body = bodies.loads(raw, parse_constant=refuse_constant)  # NaN/Infinity: not JSON, and jsonb refuses them
     except bodies.TooDeep:
         raise ApiError(400, "invalid_body", f"the JSON is nested deeper than {bodies.MAX_DEPTH} levels") from None
-    except ValueError:  # UnicodeDecodeError included
+    except ValueError:  # UnicodeDecodeError and NaN/Infinity included
         raise ApiError(400, "invalid_body", "the body is not JSON") from None
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_body", "the body must be a JSON object")

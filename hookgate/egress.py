@@ -135,6 +135,8 @@ class Policy:
     allow: tuple[IPNetwork, ...] = ()
     public_host: str = ""
     own: tuple[Endpoint, ...] = field(default_factory=tuple)
+    #: The public host when it is an address (not this machine's): refused in any spelling of it.
+    public_ip: IPAddress | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Policy:
@@ -146,7 +148,15 @@ class Policy:
             Endpoint(_names(bind), settings.port, "/hooks/"),
         )
         allow = tuple(ipaddress.ip_network(c, strict=False) for c in settings.agent_allow_cidrs or ())
-        return cls(allow=allow, public_host=_host(public), own=own)
+        public_ip = parse_ip(_host(public))
+        if public_ip is not None:
+            public_ip = embedded_ipv4(public_ip) or public_ip
+        return cls(allow=allow, public_host=_host(public), own=own,
+                   public_ip=None if _is_local(public_ip) else public_ip)
+
+    def is_public_ip(self, ip: IPAddress) -> bool:
+        """Whether ``ip`` is the public host's address (when HOOKGATE_PUBLIC_URL names one), however spelt."""
+        return self.public_ip is not None and (embedded_ipv4(ip) or ip) == self.public_ip
 
     def address_allowed(self, ip: IPAddress) -> bool:
         """Whether the policy lets a connection go to ``ip``."""
@@ -187,6 +197,8 @@ class Policy:
         addresses = await resolve(_host(parts), _port(parts))
         if not addresses:
             raise EgressRefused(UNRESOLVABLE, "the agent URL's host name does not resolve")
+        if any(self.is_public_ip(ip) for ip in addresses):
+            raise _refused("the agent URL points at this gateway")
         if not all(self.address_allowed(ip) for ip in addresses):
             raise _refused("the agent URL's host is or resolves to a loopback, private, link-local or "
                            "otherwise internal address")
@@ -225,7 +237,7 @@ class Policy:
         family, type_, proto, _, sockaddr = addr_info
         ip, port = parse_ip(str(sockaddr[0])), int(sockaddr[1])
         attempt = _ATTEMPT.get()
-        if ip is None or not self.address_allowed(ip) or _to_gateway(attempt, ip, port):
+        if ip is None or not self.address_allowed(ip) or self.is_public_ip(ip) or _to_gateway(attempt, ip, port):
             if attempt is not None:
                 attempt.refused = True
             raise ConnectRefused()

@@ -43,7 +43,7 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from autopilot import agents, alerts, tasks
-from hookgate import crypto, database, egress, metrics, notify, retry
+from hookgate import crypto, database, egress, jsontext, metrics, notify, retry
 from hookgate.context import Context
 from hookgate.errors import LeaseLost
 from hookgate.notify import NotifyListener
@@ -157,10 +157,16 @@ def excerpt(body: bytes) -> str | None:
 
 
 def _result(status: int, headers: Mapping[str, str], body: bytes) -> Any:
+    """The task's result: the status, and the reply's JSON when it is small, nested at most MAX_DEPTH and storable.
+
+    A reply the agent controls must not reach a recursion limit here or fail the group commit of other tasks.
+    """
     result: dict[str, Any] = {"http_status": status}
     if body and len(body) <= MAX_RESULT_BYTES and "json" in headers.get("content-type", ""):
-        with contextlib.suppress(ValueError):
-            result["body"] = json.loads(body)
+        with contextlib.suppress(ValueError):  # not UTF-8 JSON, NaN/Infinity, or nested too deep (TooDeep)
+            value = jsontext.loads(body, parse_constant=jsontext.refuse_constant)
+            if jsontext.unstorable(body, value) is None:
+                result["body"] = value
     return result
 
 

@@ -21,7 +21,9 @@ import psutil
 import pytest
 
 from autopilot import admission, dispatch, tasks
+from hookgate.context import open_context
 from tests import factories
+from tests.conftest import asgi_client, make_settings
 from tests.gateway import ingress_kit as kit
 
 LIMIT = 64  # gateway.bodies.MAX_DEPTH, written out so these tests also run (and fail) on the code before it
@@ -297,3 +299,36 @@ async def test_runtime_text_no_database_can_hold_is_400_not_500(ctx, client, raw
     for path in ("/v1/runtime/heartbeat", "/v1/runtime/claim"):
         answer = await client.post(path, content=raw, headers=bearer(agent.runtime_token))
         assert answer.status_code == 400 and answer.json()["error"] == "invalid_body", (path, answer.text)
+
+
+@pytest.mark.parametrize("result", [b"NaN", b"-Infinity", b'{"x":Infinity}', b'[1,NaN]'])
+async def test_nan_or_infinity_in_a_runtime_report_is_400_not_500(ctx, conn, client, result):
+    w = await factories.world(ctx)
+    agent = await factories.pull_agent(w)
+    ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
+    adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
+    await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+    claimed = (await client.post("/v1/runtime/claim", headers=bearer(agent.runtime_token), json={})).json()
+    raw = b'{"lease_token":"%s","status":"succeeded","result":%s}' % (claimed["lease_token"].encode(), result)
+    answer = await client.post(f"/v1/runtime/tasks/{claimed['task']['id']}/report", content=raw,
+                               headers=bearer(agent.runtime_token))
+    assert answer.status_code == 400 and answer.json()["error"] == "invalid_body", answer.text
+    assert await conn.fetchval("SELECT status FROM agent_task WHERE id = $1", claimed["task"]["id"]) == "running"
+
+
+async def test_the_api_body_cap_is_the_setting_and_defaults_to_1_mib(db_url, monkeypatch):
+    monkeypatch.setenv("HOOKGATE_API_MAX_BODY_BYTES", "4096")
+    assert make_settings(db_url).api_max_body_bytes == 4096  # read from the environment
+    monkeypatch.delenv("HOOKGATE_API_MAX_BODY_BYTES")
+    assert make_settings(db_url).api_max_body_bytes == CAP
+    async with open_context(make_settings(db_url, api_max_body_bytes=4096), migrate=False) as ctx, \
+            asgi_client(ctx) as client:
+        w = await factories.world(ctx)
+        agent = await factories.pull_agent(w)
+        for size, status in ((4096, 200), (4097, 413)):
+            padded = b'{"instance":"a"' + b" " * (size - 16) + b"}"  # whitespace: any size, the same body
+            answer = await client.post("/v1/runtime/heartbeat", content=padded, headers=bearer(agent.runtime_token))
+            assert (len(padded), answer.status_code) == (size, status), answer.text
+            admin = b'{"name":"a","runtime":{"kind":"pull"}' + b" " * (size - 38) + b"}"
+            answer = await client.post("/v1/agents", content=admin, headers=w.auth)
+            assert (len(admin), answer.status_code) == (size, 201 if status == 200 else 413), answer.text

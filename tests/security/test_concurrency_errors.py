@@ -235,6 +235,47 @@ async def test_a_request_that_keeps_losing_deadlocks_gets_503_busy_with_retry_af
     assert [r["n"] for r in await race.fetch("SELECT n FROM race ORDER BY id")] == [0, 0]
 
 
+@dataclass
+class Conflicts:
+    """A handler whose first ``losses`` runs lose a serialization conflict (SQLSTATE 40001, raised by PostgreSQL).
+
+    PostgreSQL raises it here on demand (``RAISE … USING ERRCODE``): the driver and the edge see exactly what
+    a REPEATABLE READ or SERIALIZABLE transaction that lost a conflict gets.
+    """
+
+    losses: int
+    runs: int = 0
+
+    async def handler(self, call: Call) -> dict[str, Any]:
+        async def write() -> dict[str, Any]:
+            self.runs += 1
+            await call.conn.execute("UPDATE race SET n = n + 1 WHERE id = 1")
+            if self.runs <= self.losses:
+                await call.conn.execute("DO $$ BEGIN RAISE EXCEPTION 'could not serialize access due to concurrent "
+                                        "update' USING ERRCODE = 'serialization_failure'; END $$")
+            return {"runs": self.runs}
+
+        return await call.once(write)
+
+
+@pytest.mark.parametrize("losses", [overload.CONFLICT_ATTEMPTS - 1, overload.CONFLICT_ATTEMPTS])
+async def test_serialization_failures_are_retried_like_deadlocks_then_503_busy(
+    db_url: str, race: asyncpg.Connection, caplog: pytest.LogCaptureFixture, losses: int,
+) -> None:
+    conflicts = Conflicts(losses)
+    with caplog.at_level(logging.INFO):
+        async with _edge(db_url, conflicts) as (http, w):  # type: ignore[arg-type]
+            answer = await asyncio.wait_for(http.post("/v1/race", headers=w.auth, json={}), 30)
+    assert _lost(caplog) == ["40001"] * min(losses, overload.CONFLICT_ATTEMPTS - 1)
+    n = (await race.fetchval("SELECT n FROM race WHERE id = 1"))
+    if losses < overload.CONFLICT_ATTEMPTS:
+        assert (answer.status_code, answer.json(), n) == (200, {"runs": losses + 1}, 1)
+    else:
+        assert answer.status_code == 503 and answer.json()["error"] == "busy", answer.text
+        assert answer.headers["retry-after"] == str(overload.BUSY_RETRY_AFTER_S)
+        assert (conflicts.runs, n) == (overload.CONFLICT_ATTEMPTS, 0)
+
+
 async def _waiting_pid(db_url: str, besides: int) -> int:
     """The session of this database, other than ``besides``, that waits for a lock."""
     watch = await asyncpg.connect(db_url)

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hookgate import cli, logs
+from hookgate import cli, egress, logs
 from hookgate.context import Context, open_context
 from hookgate.settings import Settings
 from tests import factories
@@ -410,3 +410,38 @@ def test_the_setting_is_validated_and_listed_in_help():
     with pytest.raises(ValueError, match="not a CIDR"):
         Settings(database_url="postgresql://x/y", agent_allow_cidrs="10.0.0.0/8,nonsense")
     assert "HOOKGATE_AGENT_ALLOW_CIDRS" in cli.build_parser().format_help()
+
+
+@pytest.mark.parametrize("reply", [
+    b"[" * 5000 + b"]" * 5000,  # past the parser's recursion limit
+    b'{"a":' + b"[" * 64 + b"]" * 64 + b"}",  # past the nesting limit every request body has (65 levels)
+    b'{"text":"a\\u0000b"}', b'{"text":"\\udcff"}', b'{"n":1e999}',  # jsonb holds no NUL, lone surrogate, inf
+], ids=["recursion", "too_deep", "nul", "surrogate", "infinite"])
+async def test_a_json_reply_too_deep_or_unstorable_still_succeeds_without_its_body(db_url, reply, caplog):
+    async with listener(_chunked([reply])) as port, gateway(db_url, agent_allow_cidrs=LOOPBACK) as (ctx, _http):
+        with caplog.at_level(logging.ERROR):
+            out = await asyncio.wait_for(push_once(ctx, f"http://127.0.0.1:{port}/agent"), 30)
+    assert "push failed unexpectedly" not in caplog.text
+    assert out["task"]["status"] == "succeeded" and out["task"]["result"] == {"http_status": 200}, out["task"]
+
+
+async def test_a_public_url_given_as_an_address_is_refused_in_every_spelling(db_url):
+    async with gateway(db_url, public_url="https://203.0.113.50:8443") as (ctx, http):
+        w = await factories.world(ctx)
+        for url in ("https://203.0.113.50:8443/agent", "http://203.0.113.50/agent", "http://[::ffff:203.0.113.50]/a",
+                    "http://[::ffff:cb00:7132]:8443/a", "http://3405803826/agent", "http://0xcb.0.0x71.0x32/agent"):
+            answer = await _create(http, w.auth, url)
+            assert answer.status_code == 422 and answer.json()["error"] == "agent_url_forbidden", (url, answer.text)
+        assert (await _create(http, w.auth, "http://203.0.113.51/agent")).status_code == 201
+
+
+def test_the_connect_time_check_refuses_the_public_address_in_every_spelling():
+    # No test can listen on a public address, so the connector's check is called with what it gets from
+    # the resolver: a sockaddr per address tried.
+    policy = egress.Policy.from_settings(make_settings("postgresql://x/y", public_url="https://203.0.113.50"))
+    for family, sockaddr in ((socket.AF_INET, ("203.0.113.50", 443)),
+                             (socket.AF_INET6, ("::ffff:203.0.113.50", 443, 0, 0)),
+                             (socket.AF_INET6, ("::ffff:cb00:7132", 80, 0, 0))):
+        with pytest.raises(egress.ConnectRefused):
+            policy._socket((family, socket.SOCK_STREAM, 0, "", sockaddr))
+    policy._socket((socket.AF_INET, socket.SOCK_STREAM, 0, "", ("203.0.113.51", 443))).close()

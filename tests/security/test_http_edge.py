@@ -20,6 +20,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.ingress.endpoint import ingress_state
 from gateway.server import HttpServer
+from hookgate.context import open_context
 from tests import conftest
 from tests.conftest import make_settings
 
@@ -234,3 +235,10 @@ async def test_past_the_connection_cap_new_connections_are_closed_and_open_ones_
                 await asyncio.sleep(0.02)
         assert len(fresh) == 2
         assert not await _serves(await connect())  # full again
+
+
+async def test_the_connection_cap_defaults_to_1024_per_server_and_reads_the_environment(db_url, monkeypatch):
+    async with open_context(make_settings(db_url), migrate=False) as ctx:
+        assert HttpServer(ctx).connections.limit == 1024
+    monkeypatch.setenv("HOOKGATE_MAX_CONNECTIONS", "8")
+    assert make_settings(db_url).max_connections == 8
