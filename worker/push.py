@@ -227,6 +227,8 @@ class Pusher:
         #: The fair shares of this process's push slots, by workspace then agent.
         self.shares = Shares(min(self.settings.push_inflight, self.settings.push_connections))
         self._outcomes: list[Pending] = []
+        #: How long a flush waits for the outcomes of pushes still in flight (FLUSH_GATHER_S).
+        self.flush_gather_s = FLUSH_GATHER_S
         self._flusher: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self.stopping = False
@@ -393,7 +395,7 @@ class Pusher:
         """
         while self._outcomes:
             if len(self._outcomes) < OUTCOME_GROUP and len(self._inflight) > len(self._outcomes):
-                await asyncio.sleep(FLUSH_GATHER_S)
+                await asyncio.sleep(self.flush_gather_s)
             group, self._outcomes = self._outcomes[:OUTCOME_GROUP], self._outcomes[OUTCOME_GROUP:]
             try:
                 async with self.ctx.pool.acquire() as conn:

@@ -242,6 +242,50 @@ async def test_the_push_loop_claims_for_a_busy_agent_once_enough_slots_are_free_
         await pusher.stop(deadline=5)
 
 
+async def test_a_flush_waits_for_pushes_still_in_flight_but_not_when_none_is(wctx, agent_server):
+    # Two pushes, the second answered 0.3 s after the first: one flush writes both (it waits for the one still in
+    # flight, here up to 1 s). A push alone is written at once, without that wait.
+    async def second_later(n, hit):
+        if n == 1:
+            await asyncio.sleep(0.3)
+        return JSONResponse({"ok": True})
+
+    agent_server.behaviours["a"] = second_later
+    _w, _agent, ap, trigger = await _world(wctx, agent_server)
+    async with wctx.pool.acquire() as conn:
+        for _ in range(2):
+            await add_delivery(conn, ap, trigger)
+    pusher = _GroupingPusher(wctx, holder="t1")
+    pusher.flush_gather_s = 1.0
+    deliveries = DeliveryWorker(wctx, holder="t1", pusher=pusher)
+    try:
+        assert await deliveries.run_once() == 2
+        async with wctx.pool.acquire() as conn:
+            await wait_for(lambda: _succeeded(conn, 2), timeout=10)
+        assert pusher.groups == [2]
+        async with wctx.pool.acquire() as conn:
+            await add_delivery(conn, ap, trigger)
+        started = time.monotonic()
+        assert await deliveries.run_once() == 1
+        async with wctx.pool.acquire() as conn:
+            await wait_for(lambda: _succeeded(conn, 3), timeout=10, every=0.01)
+        assert time.monotonic() - started < 0.9 and pusher.groups == [2, 1]
+    finally:
+        await pusher.stop(deadline=5)
+
+
+class _GroupingPusher(Pusher):
+    """The real pusher, recording the size of each flush group."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.groups = []
+
+    async def _write_attempts(self, conn, group):
+        self.groups.append(len(group))
+        return await super()._write_attempts(conn, group)
+
+
 async def test_stop_releases_pushes_still_in_flight_after_the_deadline(wctx, agent_server):
     async def hang(n, hit):
         await asyncio.sleep(30)
