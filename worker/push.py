@@ -66,10 +66,10 @@ FLUSH_GATHER_S = 0.005
 #: The most tasks one claim of the push loop takes for an agent.
 CLAIM_BATCH = 32
 #: An agent whose queued tasks wait for its slots is claimed for once a quarter of its slots (at most CLAIM_BATCH)
-#: are free, or once it has waited CLAIM_WAIT_S for that: a claim's and a flush's fixed cost (a few statements,
-#: a commit) is most of what a queued task costs the database, so claiming for every slot or two that frees
-#: doubled the statements per run. While an agent waits, the loop looks again every CLAIM_GATHER_S instead of at
-#: every finished push (a lookup each).
+#: are free, or once it has waited CLAIM_WAIT_S for that: part of a claim's cost is fixed (about a dozen
+#: statements, a commit), and claiming for every slot or two that freed (~12 tasks per claim in bench/dispatch.py
+#: at the default cap) paid it over and over. While an agent waits, the loop looks again every CLAIM_GATHER_S
+#: instead of at every finished push (a lookup each).
 CLAIM_WAIT_S = 0.05
 CLAIM_GATHER_S = 0.01
 #: Of an agent's answer an attempt keeps these headers and the first EXCERPT_BYTES of its body.
