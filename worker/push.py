@@ -60,6 +60,18 @@ UNREACHABLE = "unreachable: the agent could not be reached"
 TIMEOUT = "timeout: the agent did not answer in time"
 #: Push outcomes written per transaction when many finish together.
 OUTCOME_GROUP = 64
+#: While other pushes are still in flight, a flush waits this long for their outcomes to join its group: a flush's
+#: statements cost about as much for one outcome as for a dozen.
+FLUSH_GATHER_S = 0.005
+#: The most tasks one claim of the push loop takes for an agent.
+CLAIM_BATCH = 32
+#: An agent whose queued tasks wait for its slots is claimed for once a quarter of its slots (at most CLAIM_BATCH)
+#: are free, or once it has waited CLAIM_WAIT_S for that: part of a claim's cost is fixed (about a dozen
+#: statements, a commit), and claiming for every slot or two that freed (~12 tasks per claim in bench/dispatch.py
+#: at the default cap) paid it over and over. While an agent waits, the loop looks again every CLAIM_GATHER_S
+#: instead of at every finished push (a lookup each).
+CLAIM_WAIT_S = 0.05
+CLAIM_GATHER_S = 0.01
 #: Of an agent's answer an attempt keeps these headers and the first EXCERPT_BYTES of its body.
 KEPT_HEADERS = ("content-type", "content-length", "retry-after", "date", "server", "location", "x-request-id",
                 "request-id", "x-correlation-id")
@@ -110,6 +122,11 @@ class Health:
 EGRESS_FORBIDDEN = Outcome("terminal", egress.CONNECT_REFUSED_TEXT, "egress_forbidden", retry_class="egress_forbidden")
 #: A push aborted because its task was cancelled meanwhile.
 CANCELLED = Outcome("cancelled", "the task was cancelled; the push was aborted", "cancelled")
+
+
+def claim_floor(cap: int) -> int:
+    """How many free slots of an agent of concurrency ``cap`` the push loop waits for before it claims."""
+    return max(1, min(CLAIM_BATCH, cap // 4))
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
@@ -216,6 +233,8 @@ class Pusher:
         #: The fair shares of this process's push slots, by workspace then agent.
         self.shares = Shares(min(self.settings.push_inflight, self.settings.push_connections))
         self._outcomes: list[Pending] = []
+        #: How long a flush waits for the outcomes of pushes still in flight (FLUSH_GATHER_S).
+        self.flush_gather_s = FLUSH_GATHER_S
         self._flusher: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self.stopping = False
@@ -381,6 +400,8 @@ class Pusher:
         the tasks' outcomes.
         """
         while self._outcomes:
+            if len(self._outcomes) < OUTCOME_GROUP and len(self._inflight) > len(self._outcomes):
+                await asyncio.sleep(self.flush_gather_s)
             group, self._outcomes = self._outcomes[:OUTCOME_GROUP], self._outcomes[OUTCOME_GROUP:]
             try:
                 async with self.ctx.pool.acquire() as conn:
@@ -550,34 +571,53 @@ class PushWorker(PollingService):
         # settle: a finished push pokes this loop; coalesce bursts of pokes into one pass.
         super().__init__(interval=ctx.settings.worker_poll_s, wake=wake, settle=0.005)
         self.ctx, self.holder, self.pusher = ctx, holder, pusher
+        #: Agents whose claim waits for more free slots (claim_floor), with when they started waiting (monotonic).
+        self.waiting: dict[UUID, float] = {}
 
     async def run_once(self, now: datetime | None = None) -> int:
         """Claim for every agent with due work and a free slot, within its fair share of this process's capacity.
 
-        Least recently served first (workspace, then agent), each up to its share (:mod:`worker.fairshare`).
+        Least recently served first (workspace, then agent), each up to its share (:mod:`worker.fairshare`), once
+        enough of its slots are free (:func:`claim_floor`) or it has waited ``CLAIM_WAIT_S`` for them.
         """
         s = self.ctx.settings
         started = 0
         # Cleared before the lookup: a notification during this pass sets it again.
         self.pusher.backlog = False
         shares = self.pusher.shares
+        waiting: dict[UUID, float] = {}
         async with self.ctx.pool.acquire() as conn:
             due = await conn.fetch(Q.task_agents_due, 64, now, s.agent_max_concurrency)
             shares.wanting({a["id"]: a["workspace_id"] for a in due})
             allotments = shares.allotments()
             # Tasks are waiting (for a slot, or for this process's capacity): finished pushes look again.
             self.pusher.backlog = bool(due)
-            for agent in sorted(due, key=lambda a: (not a["free"], shares.order(a["id"]))):
+            clock = time.monotonic()
+            for agent in sorted(due, key=lambda a: (not a["has_free"], shares.order(a["id"]))):
                 free = self.pusher.capacity()
-                if free <= 0 or not agent["free"]:
+                if free <= 0 or not agent["has_free"]:
                     break
                 room = shares.room(agent["id"], allotments)
                 if room <= 0:
                     continue
+                limit = min(free, room, CLAIM_BATCH)
+                since = self.waiting.get(agent["id"], clock)
+                if agent["free"] < min(limit, claim_floor(agent["cap"])) and clock - since < CLAIM_WAIT_S:
+                    waiting[agent["id"]] = since
+                    continue
                 lease = tasks.push_lease_s(agent["timeout_s"], s.push_timeout_cap_s, s.push_lease_margin_s)
-                for claimed in await tasks.claim(conn, agent_id=agent["id"], limit=min(free, room, 32),
-                                                 lease_s=lease, holder=self.holder, actor_type="worker", now=now,
+                for claimed in await tasks.claim(conn, agent_id=agent["id"], limit=limit, lease_s=lease,
+                                                 holder=self.holder, actor_type="worker", now=now,
                                                  cap=s.agent_max_concurrency):
                     self.pusher.submit(claimed)
                     started += 1
+        self.waiting = waiting
         return started
+
+    async def _idle(self) -> None:
+        """Wait for work; while an agent waits for more free slots, only CLAIM_GATHER_S (pokes are not needed)."""
+        if not self.waiting:
+            await super()._idle()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), CLAIM_GATHER_S)

@@ -45,23 +45,27 @@ LEFT JOIN autopilot_run r ON r.id = c.run_id
 LEFT JOIN autopilot ap ON ap.id = r.autopilot_id;
 
 -- name: task_agents_due
--- HTTP agents that have due queued tasks, with their push timeout and whether a concurrency slot is free (the
--- push worker claims for those; the others' tasks wait for a slot, so a finished push should look again).
+-- HTTP agents that have due queued tasks, with their push timeout, their concurrency cap and how many of its slots
+-- are free (the push worker claims for those with free slots; the others' tasks wait for a slot, so a finished push
+-- should look again; a negative count: more tasks run than a lowered cap allows).
 -- $1 = at most this many agents, $2 = clock override (nullable), $3 = the concurrency bound of every agent
 -- (HOOKGATE_AGENT_MAX_CONCURRENCY). Agents with a free slot come first, then the least recently served (by any
 -- worker: the newest served_at of its slots); an unhealthy agent only once its next probe is due. With each
 -- agent its workspace (the push worker's fair shares are per workspace first).
-SELECT a.id, a.workspace_id, a.timeout_s,
-       (SELECT count(*) FROM agent_task r WHERE r.agent_id = a.id AND r.status = 'running')
-           < least(a.max_concurrency, $3) AS free,
+SELECT a.id, a.workspace_id, a.timeout_s, c.cap, c.free, c.free > 0 AS has_free,
        (SELECT max(sl.served_at) FROM agent_slot sl WHERE sl.agent_id = a.id) AS served_at
 FROM agent a
+CROSS JOIN LATERAL (
+    SELECT least(a.max_concurrency, $3) AS cap,
+           least(a.max_concurrency, $3)
+               - (SELECT count(*) FROM agent_task r WHERE r.agent_id = a.id AND r.status = 'running')::integer AS free
+) c
 WHERE a.runtime_kind = 'http' AND a.archived_at IS NULL
   AND EXISTS (SELECT 1 FROM agent_task t WHERE t.agent_id = a.id AND t.status = 'queued'
                 AND t.available_at <= coalesce($2::timestamptz, now()))
   AND NOT EXISTS (SELECT 1 FROM agent_health h WHERE h.agent_id = a.id AND h.state = 'unhealthy'
                     AND h.next_probe_at > now())
-ORDER BY free DESC, served_at NULLS FIRST
+ORDER BY has_free DESC, served_at NULLS FIRST
 LIMIT $1;
 
 -- name: task_state

@@ -17,7 +17,7 @@ from tests import factories
 from tests.conftest import make_settings
 from tests.worker.conftest import FAST, add_delivery, wait_for
 from worker.deliveries import DeliveryWorker
-from worker.push import Pusher, PushWorker, classify, retry_after_s
+from worker.push import CLAIM_WAIT_S, Pusher, PushWorker, claim_floor, classify, retry_after_s
 
 
 async def _world(ctx, agent_server, name="a", **agent_kw):
@@ -204,6 +204,86 @@ async def test_a_hanging_agent_does_not_stall_the_others(wctx, agent_server):
     assert agent_server.peak["fine"] <= 2
     release.set()
     await pusher.stop(deadline=10)
+
+
+async def test_the_push_loop_claims_for_a_busy_agent_once_enough_slots_are_free_or_it_waited(wctx, agent_server):
+    # A claim's fixed cost is most of what a queued task costs: with 1 of 8 slots free the loop waits for a
+    # quarter of them (2), at most CLAIM_WAIT_S; with more free it claims at once.
+    release = asyncio.Event()
+
+    async def most_hang(n, hit):
+        if n < 7:
+            await release.wait()
+        return JSONResponse({"ok": True})
+
+    agent_server.behaviours["a"] = most_hang
+    _w, agent, ap, trigger = await _world(wctx, agent_server, max_concurrency=8, timeout_s=30)
+    assert claim_floor(8) == 2
+    async with wctx.pool.acquire() as conn:
+        for _ in range(12):
+            await add_delivery(conn, ap, trigger)
+    pusher = Pusher(wctx, holder="t1")
+    pushes = PushWorker(wctx, holder="t1", pusher=pusher)
+    try:
+        await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once()  # 8 born claimed: 7 hang, 1 ends
+        async with wctx.pool.acquire() as conn:
+            await wait_for(lambda: _succeeded(conn, 1))
+            assert await pushes.run_once() == 0 and agent.row["id"] in pushes.waiting  # 1 free of 8: it waits
+            await asyncio.sleep(CLAIM_WAIT_S)
+            assert await pushes.run_once() == 1 and not pushes.waiting  # waited long enough
+            await wait_for(lambda: _succeeded(conn, 2))
+            assert await pushes.run_once() == 0 and agent.row["id"] in pushes.waiting
+            release.set()
+            await wait_for(lambda: _succeeded(conn, 9))
+            assert await pushes.run_once() == 3  # 8 free: the rest at once
+            await wait_for(lambda: _succeeded(conn, 12))
+    finally:
+        release.set()
+        await pusher.stop(deadline=5)
+
+
+async def test_a_flush_waits_for_pushes_still_in_flight_but_not_when_none_is(wctx, agent_server):
+    # Two pushes, the second answered 0.3 s after the first: one flush writes both (it waits for the one still in
+    # flight, here up to 1 s). A push alone is written at once, without that wait.
+    async def second_later(n, hit):
+        if n == 1:
+            await asyncio.sleep(0.3)
+        return JSONResponse({"ok": True})
+
+    agent_server.behaviours["a"] = second_later
+    _w, _agent, ap, trigger = await _world(wctx, agent_server)
+    async with wctx.pool.acquire() as conn:
+        for _ in range(2):
+            await add_delivery(conn, ap, trigger)
+    pusher = _GroupingPusher(wctx, holder="t1")
+    pusher.flush_gather_s = 1.0
+    deliveries = DeliveryWorker(wctx, holder="t1", pusher=pusher)
+    try:
+        assert await deliveries.run_once() == 2
+        async with wctx.pool.acquire() as conn:
+            await wait_for(lambda: _succeeded(conn, 2), timeout=10)
+        assert pusher.groups == [2]
+        async with wctx.pool.acquire() as conn:
+            await add_delivery(conn, ap, trigger)
+        started = time.monotonic()
+        assert await deliveries.run_once() == 1
+        async with wctx.pool.acquire() as conn:
+            await wait_for(lambda: _succeeded(conn, 3), timeout=10, every=0.01)
+        assert time.monotonic() - started < 0.9 and pusher.groups == [2, 1]
+    finally:
+        await pusher.stop(deadline=5)
+
+
+class _GroupingPusher(Pusher):
+    """The real pusher, recording the size of each flush group."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.groups = []
+
+    async def _write_attempts(self, conn, group):
+        self.groups.append(len(group))
+        return await super()._write_attempts(conn, group)
 
 
 async def test_stop_releases_pushes_still_in_flight_after_the_deadline(wctx, agent_server):
