@@ -2,10 +2,8 @@
 
 :func:`read_capped` is the one bounded reader (ingress, runtime and admin APIs): it stops at the cap,
 whatever Content-Length claims (a declared size past the cap is refused before a byte is read), so a
-client can make the process buffer at most ``cap`` bytes. :func:`loads` (from :mod:`hookgate.jsontext`,
-shared with the push worker) refuses JSON nested deeper than :data:`MAX_DEPTH` before parsing it, so
-neither the parser nor any code walking a parsed body (encoders, validators, our own checks) recurses
-deeper than that.
+client can make the process buffer at most ``cap`` bytes. Parsing what was read is
+:func:`hookgate.jsontext.loads` (nesting bounded before parsing; shared with the push worker).
 """
 
 from __future__ import annotations
@@ -14,9 +12,6 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive
 
 from gateway.errors import ApiError
-from hookgate.jsontext import MAX_DEPTH, TooDeep, loads, too_deep
-
-__all__ = ["MAX_DEPTH", "TooDeep", "loads", "read_body", "read_capped", "too_deep"]
 
 
 async def read_capped(receive: Receive, declared: str, cap: int) -> bytes | None:

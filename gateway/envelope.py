@@ -4,7 +4,7 @@ Errors (the ingress maps `code` to the HTTP status):
 
     BodyError                 base; `code` and a short `detail` that never echoes the input
     ├── InvalidBody           "invalid_body", 400: empty, not UTF-8, invalid or scalar JSON
-    │   └── NestedTooDeep     "invalid_body", 400: JSON nested deeper than `gateway.bodies.MAX_DEPTH`
+    │   └── NestedTooDeep     "invalid_body", 400: JSON nested deeper than `hookgate.jsontext.MAX_DEPTH`
     └── UnsupportedMediaType  "unsupported_media_type", 415: neither JSON nor a form
 
 Choices:
@@ -13,7 +13,7 @@ Choices:
 - A missing or empty Content-Type is read as JSON: curl and many small senders omit it, and JSON is
   what a webhook almost always is. A body that is not JSON then fails as `invalid_body`.
 - JSON means `application/json` or any `<type>/<subtype>+json`. It must be an object or an array;
-  `NaN`/`Infinity` are refused (not JSON) and so is nesting deeper than `gateway.bodies.MAX_DEPTH` (64),
+  `NaN`/`Infinity` are refused (not JSON) and so is nesting deeper than `hookgate.jsontext.MAX_DEPTH` (64),
   checked before parsing, so nothing downstream recurses deeper.
 - A form (`application/x-www-form-urlencoded`) becomes an object of strings; a key sent more than once
   keeps every value, as a list in arrival order, so nothing a sender signed is lost.
@@ -29,8 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl
 
-from gateway import bodies
-from hookgate.jsontext import refuse_constant, unstorable
+from hookgate import jsontext
 
 __all__ = [
     "BodyError",
@@ -44,7 +43,6 @@ __all__ = [
     "media_type",
     "parse_body",
     "rfc3339",
-    "unstorable",
 ]
 
 Payload = dict[str, Any] | list[Any]
@@ -71,7 +69,7 @@ class InvalidBody(BodyError):
 
 
 class NestedTooDeep(InvalidBody):
-    """The JSON nests deeper than `gateway.bodies.MAX_DEPTH`."""
+    """The JSON nests deeper than `hookgate.jsontext.MAX_DEPTH`."""
 
 
 class UnsupportedMediaType(BodyError):
@@ -138,9 +136,9 @@ def _decode(raw: bytes) -> str:
 
 def _json_payload(text: str) -> Payload:
     try:
-        value = bodies.loads(text, parse_constant=refuse_constant)
-    except bodies.TooDeep:
-        raise NestedTooDeep(f"invalid JSON: nested too deeply (over {bodies.MAX_DEPTH} levels)") from None
+        value = jsontext.loads(text, parse_constant=jsontext.refuse_constant)
+    except jsontext.TooDeep:
+        raise NestedTooDeep(f"invalid JSON: nested too deeply (over {jsontext.MAX_DEPTH} levels)") from None
     except json.JSONDecodeError as exc:
         raise InvalidBody(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except ValueError:  # NaN/Infinity, or an integer longer than Python's digit limit

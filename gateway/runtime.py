@@ -41,13 +41,11 @@ from autopilot import agents, tasks
 from gateway import bodies, overload, ratelimit
 from gateway.admin.openapi import Answer, Error, Operation
 from gateway.claim_wait import ClaimWaits
-from gateway.envelope import unstorable
 from gateway.errors import ApiError
-from hookgate import crypto, notify
+from hookgate import crypto, jsontext, notify
 from hookgate.context import Context
 from hookgate.database import Conn
 from hookgate.errors import LeaseLost, TaskCancelled
-from hookgate.jsontext import refuse_constant
 from sql import Q
 
 DEFAULT_INSTANCE = "default"
@@ -148,14 +146,15 @@ def _object(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        body = bodies.loads(raw, parse_constant=refuse_constant)  # NaN/Infinity: not JSON, and jsonb refuses them
-    except bodies.TooDeep:
-        raise ApiError(400, "invalid_body", f"the JSON is nested deeper than {bodies.MAX_DEPTH} levels") from None
+        # NaN/Infinity: not JSON, and jsonb refuses them.
+        body = jsontext.loads(raw, parse_constant=jsontext.refuse_constant)
+    except jsontext.TooDeep:
+        raise ApiError(400, "invalid_body", f"the JSON is nested deeper than {jsontext.MAX_DEPTH} levels") from None
     except ValueError:  # UnicodeDecodeError and NaN/Infinity included
         raise ApiError(400, "invalid_body", "the body is not JSON") from None
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_body", "the body must be a JSON object")
-    if (why := unstorable(raw, body)) is not None:  # NUL or a lone surrogate: no database text holds them
+    if (why := jsontext.unstorable(raw, body)) is not None:  # NUL or a lone surrogate: no database text holds them
         raise ApiError(400, "invalid_body", why)
     return body
 

@@ -28,7 +28,7 @@ from autopilot.workspaces import Principal
 from gateway import bodies, overload
 from gateway.admin import auth, idempotency
 from gateway.errors import ApiError
-from hookgate import logs
+from hookgate import jsontext, logs
 from hookgate.context import Context
 from hookgate.database import Conn
 
@@ -177,9 +177,9 @@ async def _json_body(request: Request, cap: int) -> Any:
     if not raw.strip():
         return {}
     try:
-        return bodies.loads(raw)
-    except bodies.TooDeep:
-        raise ApiError(400, "invalid_json", f"the JSON is nested deeper than {bodies.MAX_DEPTH} levels") from None
+        return jsontext.loads(raw)
+    except jsontext.TooDeep:
+        raise ApiError(400, "invalid_json", f"the JSON is nested deeper than {jsontext.MAX_DEPTH} levels") from None
     except ValueError:  # UnicodeDecodeError included
         raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
 

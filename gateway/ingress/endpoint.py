@@ -27,14 +27,14 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway import bodies, ratelimit
-from gateway.envelope import BodyError, parse_body, unstorable
+from gateway.envelope import BodyError, parse_body
 from gateway.ingress import decision, persist
 from gateway.ingress.batch import IngestBatcher
 from gateway.ingress.notifier import DeliveryNotifier
 from gateway.ingress.quota import WorkspaceQueues
 from gateway.ingress.triggers import Trigger, TriggerLookup
 from gateway.providers import Inbound, slack_challenge
-from hookgate import crypto, database, logs
+from hookgate import crypto, database, jsontext, logs
 from hookgate.context import Context
 
 log = logging.getLogger("hookgate.ingress")
@@ -135,7 +135,7 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
     headers = _headers(scope)
     try:  # step 5
         payload = parse_body(raw, headers.get("content-type"))
-        if (why := unstorable(raw, payload)) is not None:
+        if (why := jsontext.unstorable(raw, payload)) is not None:
             raise BodyError(why)
     except BodyError as exc:
         status = 415 if exc.code == "unsupported_media_type" else 400

@@ -26,7 +26,7 @@ from tests import factories
 from tests.conftest import asgi_client, make_settings
 from tests.gateway import ingress_kit as kit
 
-LIMIT = 64  # gateway.bodies.MAX_DEPTH, written out so these tests also run (and fail) on the code before it
+LIMIT = 64  # hookgate.jsontext.MAX_DEPTH, written out so these tests also run (and fail) on the code before it
 CAP = 1024 * 1024  # the default HOOKGATE_API_MAX_BODY_BYTES
 MiB = 1024 * 1024
 UNKNOWN_RUNTIME = {"Authorization": "Bearer hgr_" + "x" * 43}
@@ -278,7 +278,7 @@ async def test_deep_json_on_the_admin_api_is_400_invalid_json(ctx, client):
 
 
 def test_the_documented_limit_is_the_code_limit():
-    from gateway.bodies import MAX_DEPTH
+    from hookgate.jsontext import MAX_DEPTH
 
     assert MAX_DEPTH == LIMIT
 
