@@ -20,6 +20,24 @@ MIGRATION_LOCK_KEY = 0x686F6F6B67617465
 FILE_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 FUNCTION_FILE_NAME = re.compile(r"^([a-z][a-z0-9_]*)\.sql$")
 
+#: Released migrations whose full-line comments were reworded after release, their statements untouched:
+#: version -> (SHA-256 of the file as released, SHA-256 of its statements). A database that recorded the
+#: released checksum has applied the same statements, so it is not refused as edited, as long as the
+#: statements still hash the same (a later edit of a statement is refused as any other edit).
+REWORDED: dict[int, tuple[str, str]] = {
+    1: ("5245dfb3960eb006bc7ea5ed8fffbd93880c4d4181c5ea9d2972d1e905533442",
+        "0d5d6e97a0a6063402513a98b751bc32c9791855433f095fa5ea442eb89b2f7f"),
+    2: ("1bc0320925c083bdadac01fbddd5695b42cbd4846a62d85654b98f47357a25eb",
+        "88708f5a25c9e7a6ae0218dac6d2a164301f0877fdaabfe151d643d5101e6a77"),
+    3: ("ee9fa1220c25a8fd8c245b5a6d0598b1af80ee0d9c74711cc66f59af685fa461",
+        "e19faa6f6fdadfdc8f60e1cade5e0fa7d82c5184c685e14f8145a68d2fcf88c1"),
+    5: ("1f1b73e4275fa3ccb97956b5a8bc47ac2491cb6472dc0588688e71d6ddb3b0c4",
+        "43e15c43ecb9e6c49a1a6c5959a3773a4d12bca4c58fd57586629ece6f011ec4"),
+    8: ("80697e65e9e70b243ea0843a2d41c392e48bf181cb62684586b7ac448fae2187",
+        "46cc897db685237fdbf6f5b0aaf4f8f782ba8ede1299eff2878a7e42bc3d7261"),
+}
+
+
 class MigrationError(HookgateError):
     """The shipped migrations and the database disagree (edited file, unknown version, bad name)."""
 
@@ -36,6 +54,16 @@ class Migration:
     def checksum(self) -> str:
         """SHA-256 of the file, recorded so an edited, already-applied migration is noticed."""
         return hashlib.sha256(self.sql.encode()).hexdigest()
+
+    @property
+    def statements_checksum(self) -> str:
+        """SHA-256 of the file without its full-line comments: what a rewording of them leaves unchanged."""
+        statements = [line for line in self.sql.splitlines() if not line.lstrip().startswith("--")]
+        return hashlib.sha256("\n".join(statements).encode()).hexdigest()
+
+    def applied_as(self, checksum: str) -> bool:
+        """Whether a database that recorded ``checksum`` for this version applied these statements."""
+        return checksum == self.checksum or REWORDED.get(self.version) == (checksum, self.statements_checksum)
 
 
 @dataclass(frozen=True)
@@ -100,7 +128,7 @@ async def pending(conn: Conn) -> list[Migration]:
     for version, checksum in done.items():
         if version not in known:
             raise MigrationError(f"database has migration {version} that this version of Hookgate lacks")
-        if known[version].checksum != checksum:
+        if not known[version].applied_as(checksum):
             raise MigrationError(f"migration {known[version].name} was edited after it was applied")
     return [m for m in files if m.version not in done]
 

@@ -1,5 +1,5 @@
--- 0001_init: the whole data model of DESIGN §3.
--- Constraints here are the contract: the promises of DESIGN §1 are enforced by the database itself,
+-- 0001_init: the whole data model of ARCHITECTURE §3.
+-- Constraints here are the contract: the promises of ARCHITECTURE §1 are enforced by the database itself,
 -- so a bug in any process can fail a statement but can never double a delivery, a run or a firing.
 
 -- Time-ordered UUIDs (UUIDv7 layout): 48-bit unix-millisecond prefix, then random bits. Index locality
@@ -84,7 +84,7 @@ CREATE TABLE agent (
 );
 CREATE INDEX agent_workspace_idx ON agent (workspace_id, id);
 
--- One row per pull-runtime instance; online = heartbeat within the heartbeat timeout (DESIGN §11).
+-- One row per pull-runtime instance; online = heartbeat within the heartbeat timeout (ARCHITECTURE §11).
 CREATE TABLE agent_instance (
     id            uuid PRIMARY KEY DEFAULT hookgate_uuid7(),
     agent_id      uuid NOT NULL REFERENCES agent(id),
@@ -336,7 +336,7 @@ CREATE INDEX agent_task_workspace_idx ON agent_task (workspace_id, id DESC);
 
 -- ---------------------------------------------------------------------------------------------
 -- Scheduler: one row per (job, scope, plan time). At once the distributed lock, the execution
--- audit log, the retry state, the lease and the catch-up watermark (DESIGN §3, §8).
+-- audit log, the retry state, the lease and the catch-up watermark (ARCHITECTURE §3, §8).
 -- ---------------------------------------------------------------------------------------------
 CREATE TABLE sys_cron_executions (
     id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -390,7 +390,7 @@ CREATE TRIGGER audit_log_no_truncate
     FOR EACH STATEMENT EXECUTE FUNCTION hookgate_refuse_change();
 
 -- ---------------------------------------------------------------------------------------------
--- Idempotency-Key replay store for API writes (5-minute window, DESIGN §1).
+-- Idempotency-Key replay store for API writes (5-minute window, ARCHITECTURE §1).
 -- ---------------------------------------------------------------------------------------------
 CREATE TABLE idempotency_key (
     workspace_id     uuid NOT NULL REFERENCES workspace(id),

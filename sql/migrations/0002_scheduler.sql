@@ -3,7 +3,7 @@
 
 -- A job may declare that a scope never has two occurrences in flight (autopilot schedules do). The
 -- flight slot is held by a RUNNING row or by a FAILED row still waiting for its retry, so a newer
--- occurrence can neither overlap the running one nor strand an older failed retry (DESIGN §8).
+-- occurrence can neither overlap the running one nor strand an older failed retry (ARCHITECTURE §8).
 ALTER TABLE sys_cron_executions ADD COLUMN single_flight boolean NOT NULL DEFAULT false;
 CREATE UNIQUE INDEX sys_cron_executions_flight_uq ON sys_cron_executions (job_name, scope_kind, scope_id)
     WHERE single_flight AND (status = 'RUNNING' OR (status = 'FAILED' AND next_retry_at IS NOT NULL));

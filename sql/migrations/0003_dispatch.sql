@@ -1,6 +1,6 @@
 -- 0003_dispatch: what the delivery worker, the push worker and the pull runtime API need beyond 0001.
 
--- Round-robin claims walk the queued deliveries trigger by trigger (DESIGN §5 fairness), so the queue
+-- Round-robin claims walk the queued deliveries trigger by trigger (ARCHITECTURE §5 fairness), so the queue
 -- also needs an index by trigger.
 CREATE INDEX webhook_delivery_trigger_queue_idx ON webhook_delivery (trigger_id, available_at)
     WHERE status = 'queued';
@@ -13,7 +13,7 @@ CREATE INDEX autopilot_run_pending_idx ON autopilot_run (updated_at) WHERE statu
 -- report is answered 200 (idempotent), while any other token stays a late result (409).
 ALTER TABLE agent_task ADD COLUMN released_token uuid;
 
--- Per-trigger pacing (DESIGN §5): a fixed one-minute window per trigger. Over budget, a delivery is
+-- Per-trigger pacing (ARCHITECTURE §5): a fixed one-minute window per trigger. Over budget, a delivery is
 -- released to the window's end without spending a dispatch attempt.
 CREATE TABLE trigger_pace (
     trigger_id    uuid PRIMARY KEY REFERENCES autopilot_trigger(id),
@@ -44,7 +44,7 @@ BEGIN
 END
 $$;
 
--- Per-agent concurrency slots (DESIGN §7 P3). A running task holds one slot: the slot row stores the lease
+-- Per-agent concurrency slots (ARCHITECTURE §7). A running task holds one slot: the slot row stores the lease
 -- token it was claimed with, so the slot is free again as soon as that lease ends (report, retry, expiry,
 -- cancel) without any write on release. Claimers lock different slots (SKIP LOCKED), so claims for one
 -- agent run in parallel while the cap stays strict.

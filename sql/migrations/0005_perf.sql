@@ -1,7 +1,7 @@
 -- 0005_perf: the set-based fast path of delivery dispatch, one round trip per claimed batch.
 
 -- Claim the given queued, due tasks p_tasks of agent p_agent (in that order) for p_holder, as many as the
--- agent has free concurrency slots (DESIGN §7 P3), each leased for p_lease_s seconds from p_at. The same slot
+-- agent has free concurrency slots (ARCHITECTURE §7), each leased for p_lease_s seconds from p_at. The same slot
 -- rule as hookgate_task_claim, for many tasks in a few statements: lock free slots (SKIP LOCKED), re-check
 -- them with a fresh snapshot (READ COMMITTED, volatile function: a claim committed before our lock is seen,
 -- none can come after it), lock the tasks, then give each task a slot and a fresh lease token.

@@ -1,6 +1,6 @@
 -- 0008_dispatch_take: claim, pace and dispatch a batch of deliveries in one round trip (the worker's hot path).
 
--- Lock up to p_want free concurrency slots of agent p_agent (DESIGN §7 P3) and return their numbers; the
+-- Lock up to p_want free concurrency slots of agent p_agent (ARCHITECTURE §7) and return their numbers; the
 -- caller gives each a fresh lease token in the same transaction. The slot rule of hookgate_task_claim_many:
 -- lock free slots in slot order from a random start (SKIP LOCKED, so concurrent claimers take different
 -- ones), then re-check them with a fresh snapshot (READ COMMITTED, volatile function: a claim committed

@@ -1,4 +1,5 @@
 import asyncio
+import dataclasses
 import re
 
 import pytest
@@ -72,6 +73,27 @@ async def test_an_edited_applied_migration_is_refused(conn):
     await conn.execute("UPDATE hookgate_migrations SET checksum = 'x' WHERE version = 1")
     with pytest.raises(migrations.MigrationError, match="edited"):
         await migrations.pending(conn)
+
+
+async def test_a_database_migrated_before_a_comment_rewording_is_not_refused(conn):
+    for version, (released, _) in migrations.REWORDED.items():
+        await conn.execute("UPDATE hookgate_migrations SET checksum = $2 WHERE version = $1", version, released)
+    assert await migrations.pending(conn) == []
+
+
+def test_a_reworded_migration_accepts_its_released_checksum_only_while_its_statements_stay():
+    shipped = {m.version: m for m in migrations.shipped()}
+    assert sorted(migrations.REWORDED) == [1, 2, 3, 5, 8]
+    for version, (released, statements) in migrations.REWORDED.items():
+        migration = shipped[version]
+        assert migration.checksum != released
+        assert migration.statements_checksum == statements
+        assert migration.applied_as(released)
+        reworded = dataclasses.replace(migration, sql="-- reworded again\n" + migration.sql)
+        assert reworded.applied_as(released)
+        edited = dataclasses.replace(migration, sql=migration.sql + "\nSELECT 1;\n")
+        assert not edited.applied_as(released)
+        assert not migration.applied_as("x")
 
 
 async def test_a_database_ahead_of_the_code_is_refused(conn):
