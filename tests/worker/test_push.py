@@ -15,17 +15,14 @@ from hookgate.crypto import webhook_signature as sign
 from hookgate.notify import NotifyListener
 from tests import factories
 from tests.conftest import make_settings
-from tests.worker.conftest import FAST, add_delivery, wait_for
+from tests.worker.conftest import FAST, UNPACED, add_delivery, agent_world, answer, wait_for
 from worker.deliveries import DeliveryWorker
 from worker.push import CLAIM_WAIT_S, Pusher, PushWorker, claim_floor, classify, retry_after_s
 
 
 async def _world(ctx, agent_server, name="a", **agent_kw):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w, url=agent_server.url(name), name=name, **agent_kw)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
-    return w, agent, ap, trigger
+    s = await agent_world(ctx, agent_server.url(name), name=name, trigger=UNPACED, **agent_kw)
+    return s.world, s.agent, s.autopilot, s.trigger
 
 
 async def _task(conn, run_id):
@@ -116,8 +113,8 @@ async def test_agent_answering_500_then_200_gets_the_same_webhook_id_and_complet
 
 
 async def test_retry_after_is_honoured_and_4xx_is_terminal(ctx, agent_server):
-    agent_server.behaviours["slow"] = lambda n, h: _const(Response(status_code=429, headers={"Retry-After": "30"}))
-    agent_server.behaviours["gone"] = lambda n, h: _const(Response(status_code=404))
+    agent_server.behaviours["slow"] = answer(Response(status_code=429, headers={"Retry-After": "30"}))
+    agent_server.behaviours["gone"] = answer(Response(status_code=404))
     w = await factories.world(ctx)
     runs = {}
     for name in ("slow", "gone"):
@@ -139,12 +136,8 @@ async def test_retry_after_is_honoured_and_4xx_is_terminal(ctx, agent_server):
     assert failed_run["status"] == "failed" and failed_run["reason_code"] == "task_failed"
 
 
-async def _const(response):
-    return response
-
-
 async def test_accepted_push_is_finished_by_the_agent_reporting_with_its_lease_token(wctx, agent_server):
-    agent_server.behaviours["a"] = lambda n, h: _const(Response(status_code=202))
+    agent_server.behaviours["a"] = answer(Response(status_code=202))
     _w, _agent, ap, trigger = await _world(wctx, agent_server)
     async with wctx.pool.acquire() as conn:
         _, run_id = await add_delivery(conn, ap, trigger)
@@ -184,7 +177,7 @@ async def test_a_hanging_agent_does_not_stall_the_others(wctx, agent_server):
         agent = await factories.http_agent(w, url=agent_server.url(name), name=name, timeout_s=30,
                                            max_concurrency=2)
         ap = await factories.autopilot(w, agent.row["id"], title=name)
-        trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
+        trigger, _ = await factories.webhook_trigger(w, ap, **UNPACED)
         async with wctx.pool.acquire() as conn:
             for _ in range(6 if name == "hang" else 20):
                 runs[name].append((await add_delivery(conn, ap, trigger))[1])
@@ -297,7 +290,7 @@ async def test_stop_releases_pushes_still_in_flight_after_the_deadline(wctx, age
         _, run_id = await add_delivery(conn, ap, trigger)
     pusher = Pusher(wctx, holder="t1")
     await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once()
-    await wait_for(lambda: _const(len(agent_server.of("a")) == 1))
+    await wait_for(lambda: len(agent_server.of("a")) == 1)
     await pusher.stop(deadline=0.2)
     async with wctx.pool.acquire() as conn:
         task = await _task(conn, run_id)
@@ -315,7 +308,7 @@ async def test_dispatch_without_a_pusher_leaves_the_task_queued_and_notifies(wct
         async with wctx.pool.acquire() as conn:
             _, run_id = await add_delivery(conn, ap, trigger)
             result = await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
-        await wait_for(lambda: _const(bool(heard)))
+        await wait_for(lambda: bool(heard))
     finally:
         await listener.close()
     assert result.status == "queued" and result.claimed is None
@@ -345,9 +338,9 @@ async def test_a_finished_push_wakes_the_pushes_loop_only_while_tasks_wait(db_ur
                 for _ in range(2):
                     await add_delivery(conn, ap, trigger)
             await deliveries.run_once()  # one pushed (the cap), one queued and announced
-            await wait_for(lambda: _const(len(agent_server.of("a")) == 1 and pusher.backlog))
+            await wait_for(lambda: len(agent_server.of("a")) == 1 and pusher.backlog)
             release.set()  # the slot frees: the waiting task is pushed at once, not at the next poll
-            await wait_for(lambda: _const(len(agent_server.of("a")) == 2), timeout=5)
+            await wait_for(lambda: len(agent_server.of("a")) == 2, timeout=5)
             async with ctx.pool.acquire() as conn:
                 await wait_for(lambda: _succeeded(conn, 2), timeout=5)
             await asyncio.sleep(0.2)  # the last completion's wake-up pass found nothing waiting

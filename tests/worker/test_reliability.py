@@ -18,9 +18,8 @@ from starlette.responses import JSONResponse, Response
 from autopilot import tasks
 from hookgate.context import open_context
 from hookgate.notify import NotifyListener
-from tests import factories
 from tests.conftest import make_settings
-from tests.worker.conftest import AgentServer, add_delivery, bulk_deliveries, wait_for
+from tests.worker.conftest import UNPACED, AgentServer, add_delivery, agent_world, answer, bulk_deliveries, wait_for
 from worker.deliveries import DeliveryWorker
 from worker.push import Attempt, Outcome, Pusher, PushWorker, classify
 
@@ -70,15 +69,10 @@ async def _one_agent(ctx: Any, agent_server: AgentServer, schedule: list[float] 
 
     The autopilot is assigned to it and has one unpaced webhook trigger. Returns ``(agent id, autopilot, trigger)``.
     """
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w, url=agent_server.url("a"), name="a", **agent_kw)
+    s = await agent_world(ctx, agent_server.url("a"), name="a", trigger=UNPACED, **agent_kw)
     if schedule is not None:
-        async with ctx.pool.acquire() as conn:
-            await conn.execute("UPDATE agent SET retry_schedule = $2 WHERE id = $1",
-                               agent.row["id"], schedule)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
-    return agent.row["id"], ap, trigger
+        await ctx.pool.execute("UPDATE agent SET retry_schedule = $2 WHERE id = $1", s.agent.row["id"], schedule)
+    return s.agent.row["id"], s.autopilot, s.trigger
 
 
 async def _rows(ctx: Any, query: str, *args: Any) -> list[Any]:
@@ -142,10 +136,8 @@ async def test_an_agent_down_for_14_s_loses_nothing_its_circuit_opens_and_closes
 
 async def test_without_an_outage_the_schedule_runs_out_and_the_task_fails_with_every_attempt_kept(
         db_url: str, agent_server: AgentServer) -> None:
-    async def broken(_n: int, _hit: Any) -> Response:
-        return JSONResponse({"why": "x" * 5000}, status_code=500, headers={"set-cookie": "s=1", "x-request-id": "r"})
-
-    agent_server.behaviours["a"] = broken
+    agent_server.behaviours["a"] = answer(
+        JSONResponse({"why": "x" * 5000}, status_code=500, headers={"set-cookie": "s=1", "x-request-id": "r"}))
     settings = OUTAGE | {"push_retry_schedule": "0.05,0.05", "agent_trip_after": 100}
     async with open_context(make_settings(db_url, **settings), migrate=False) as ctx:
         agent_id, ap, trigger = await _one_agent(ctx, agent_server)
@@ -174,10 +166,7 @@ async def test_without_an_outage_the_schedule_runs_out_and_the_task_fails_with_e
 
 async def test_an_agents_own_schedule_sets_its_attempts_and_retry_after_is_honoured_up_to_a_day(
         db_url: str, agent_server: AgentServer) -> None:
-    async def later(_n: int, _hit: Any) -> Response:
-        return Response(status_code=503, headers={"retry-after": str(3 * 86400)})
-
-    agent_server.behaviours["a"] = later
+    agent_server.behaviours["a"] = answer(Response(status_code=503, headers={"retry-after": str(3 * 86400)}))
     async with open_context(make_settings(db_url, **OUTAGE), migrate=False) as ctx:
         _, ap, trigger = await _one_agent(ctx, agent_server, [60, 600])
         async with ctx.pool.acquire() as conn:

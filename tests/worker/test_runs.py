@@ -1,5 +1,6 @@
 from autopilot import admission
 from tests import factories
+from tests.worker.conftest import add_delivery
 from worker.runs import RunWorker
 
 
@@ -19,14 +20,9 @@ async def test_pending_runs_without_a_delivery_are_dispatched_once(wctx):
 
 
 async def test_a_stale_half_made_webhook_run_is_repaired_after_the_repair_delay(wctx):
-    w = await factories.world(wctx)
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap)
+    s = await factories.small(wctx)
     async with wctx.pool.acquire() as conn:
-        from tests.worker.conftest import add_delivery
-
-        delivery_id, run_id = await add_delivery(conn, ap, trigger)
+        delivery_id, run_id = await add_delivery(conn, s.autopilot, s.trigger)
         # The delivery says dispatched, but the run never got its task (a crash between the two).
         await conn.execute("UPDATE webhook_delivery SET status = 'dispatched' WHERE id = $1", delivery_id)
         later = await conn.fetchval("SELECT now() + interval '61 s'")
