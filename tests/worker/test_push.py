@@ -25,6 +25,15 @@ async def _world(ctx, agent_server, name="a", **agent_kw):
     return s.world, s.agent, s.autopilot, s.trigger
 
 
+async def _taken(ctx, ap, trigger, **delivery_kw):
+    """One delivery, taken by a delivery worker with a fresh pusher (the push starts); the run's id and the pusher."""
+    async with ctx.pool.acquire() as conn:
+        _, run_id = await add_delivery(conn, ap, trigger, **delivery_kw)
+    pusher = Pusher(ctx, holder="t1")
+    assert await DeliveryWorker(ctx, holder="t1", pusher=pusher).run_once() == 1
+    return run_id, pusher
+
+
 async def _task(conn, run_id):
     return await conn.fetchrow("SELECT * FROM agent_task WHERE run_id = $1", run_id)
 
@@ -60,11 +69,7 @@ def test_outcomes_map_status_codes_and_honour_retry_after():
 
 async def test_fast_path_pushes_once_with_the_contract_body_and_a_valid_signature(wctx, agent_server):
     _w, agent, ap, trigger = await _world(wctx, agent_server)
-    async with wctx.pool.acquire() as conn:
-        _, run_id = await add_delivery(conn, ap, trigger, payload={"x": 1})
-    pusher = Pusher(wctx, holder="t1")
-    worker = DeliveryWorker(wctx, holder="t1", pusher=pusher)
-    assert await worker.run_once() == 1
+    run_id, pusher = await _taken(wctx, ap, trigger, payload={"x": 1})
     await pusher.stop(deadline=10)
     [hit] = agent_server.of("a")
     async with wctx.pool.acquire() as conn:
@@ -88,10 +93,7 @@ async def test_agent_answering_500_then_200_gets_the_same_webhook_id_and_complet
 
     agent_server.behaviours["a"] = flaky
     _w, _agent, ap, trigger = await _world(wctx, agent_server)
-    async with wctx.pool.acquire() as conn:
-        _, run_id = await add_delivery(conn, ap, trigger)
-    pusher = Pusher(wctx, holder="t1")
-    await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once()
+    run_id, pusher = await _taken(wctx, ap, trigger)
     pushes = PushWorker(wctx, holder="t1", pusher=pusher)
 
     async def finished():
@@ -139,10 +141,7 @@ async def test_retry_after_is_honoured_and_4xx_is_terminal(ctx, agent_server):
 async def test_accepted_push_is_finished_by_the_agent_reporting_with_its_lease_token(wctx, agent_server):
     agent_server.behaviours["a"] = answer(Response(status_code=202))
     _w, _agent, ap, trigger = await _world(wctx, agent_server)
-    async with wctx.pool.acquire() as conn:
-        _, run_id = await add_delivery(conn, ap, trigger)
-    pusher = Pusher(wctx, holder="t1")
-    await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once()
+    run_id, pusher = await _taken(wctx, ap, trigger)
     await pusher.stop(deadline=10)
     body = agent_server.of("a")[0].body
     async with wctx.pool.acquire() as conn:
@@ -286,10 +285,7 @@ async def test_stop_releases_pushes_still_in_flight_after_the_deadline(wctx, age
 
     agent_server.behaviours["a"] = hang
     _w, _agent, ap, trigger = await _world(wctx, agent_server, timeout_s=60)
-    async with wctx.pool.acquire() as conn:
-        _, run_id = await add_delivery(conn, ap, trigger)
-    pusher = Pusher(wctx, holder="t1")
-    await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once()
+    run_id, pusher = await _taken(wctx, ap, trigger)
     await wait_for(lambda: len(agent_server.of("a")) == 1)
     await pusher.stop(deadline=0.2)
     async with wctx.pool.acquire() as conn:
