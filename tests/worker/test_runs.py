@@ -5,12 +5,10 @@ from worker.runs import RunWorker
 
 
 async def test_pending_runs_without_a_delivery_are_dispatched_once(wctx):
-    w = await factories.world(wctx)
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"], mode="create_issue")
+    s = await factories.small(wctx, mode="create_issue")
     async with wctx.pool.acquire() as conn:
-        adm = await admission.admit(conn, autopilot_id=ap["id"], source="manual", payload={}, clicker_id=w.owner_id,
-                                    heartbeat_timeout_s=120.0)
+        adm = await admission.admit(conn, autopilot_id=s.autopilot["id"], source="manual", payload={},
+                                    clicker_id=s.world.owner_id, heartbeat_timeout_s=120.0)
     worker = RunWorker(wctx, holder="t")
     assert await worker.run_once() == 1
     assert await worker.run_once() == 0
