@@ -45,7 +45,7 @@ from hookgate.crypto import Keyring  # noqa: E402
 from tests import databases  # noqa: E402
 from tests.fairness.scenarios import insert_backlog, post_steady, tenant  # noqa: E402
 from tests.pooler import PgBouncer  # noqa: E402
-from tests.processes import free_port, wait_listeners  # noqa: E402
+from tests.processes import free_port, stop_all, wait_listeners  # noqa: E402
 
 KEY = base64.b64encode(b"b" * 32).decode()
 #: The bench agent is a local process: loopback is allowed explicitly, as an operator would.
@@ -208,10 +208,7 @@ async def main(args: argparse.Namespace) -> None:
         }, indent=2))
     finally:
         try:
-            for proc in [*workers, agent_proc]:
-                proc.terminate()
-            for proc in [*workers, agent_proc]:
-                proc.wait(30)
+            stop_all([*workers, agent_proc], 30)
         finally:
             if bouncer is not None:
                 bouncer.stop()
