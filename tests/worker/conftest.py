@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,10 +17,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from autopilot import admission
+from hookgate import notify
 from hookgate.context import Context, open_context
+from hookgate.notify import NotifyListener
 from tests import factories
 from tests.conftest import make_settings
 from tests.servers import serving_app
+from worker.push import Pusher, PushWorker
 
 #: Worker settings that make retries and polls fast enough for tests.
 FAST = {
@@ -117,6 +121,28 @@ async def agent_world(ctx: Context, url: str, *, autopilot: dict[str, Any] | Non
     pilot = await factories.autopilot(w, agent.row["id"], **(autopilot or {}))
     made, token = await factories.webhook_trigger(w, pilot, **(trigger or {}))
     return factories.Small(w, agent, pilot, made, token)
+
+
+@contextlib.asynccontextmanager
+async def push_loop(ctx: Context, *, deadline: float, loop: type[PushWorker] = PushWorker,
+                    ) -> AsyncIterator[tuple[Pusher, PushWorker, NotifyListener]]:
+    """Yields a pusher, a push loop (``loop``) running with their listener until the block ends, and the listener.
+
+    The pusher is stopped after the loop, with ``deadline``.
+    """
+    wake = NotifyListener(ctx.dsn)
+    pusher = Pusher(ctx, holder="t1", wake=wake)
+    pushes = loop(ctx, holder="t1", pusher=pusher, wake=wake)
+    await wake.ensure()
+    running = asyncio.create_task(pushes.run())
+    try:
+        yield pusher, pushes, wake
+    finally:
+        await pushes.stop()
+        wake.poke(notify.TASKS)
+        await asyncio.wait_for(running, 5)
+        await pusher.stop(deadline=deadline)
+        await wake.close()
 
 
 async def add_delivery(conn: Any, ap: Any, trigger: Any, *, event: str = "push", admit: bool = True,

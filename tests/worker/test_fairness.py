@@ -5,20 +5,17 @@ and agents. Real local agents, the real push loop and the real runtime API.
 """
 
 import asyncio
-import contextlib
 import time
 
 from starlette.responses import JSONResponse
 
 from autopilot import admission, dispatch, tasks
-from hookgate import database, notify
+from hookgate import database
 from hookgate.context import open_context
-from hookgate.notify import NotifyListener
 from tests import factories
 from tests.conftest import make_settings
-from tests.worker.conftest import FAST, add_delivery, bulk_deliveries, wait_for
+from tests.worker.conftest import FAST, add_delivery, bulk_deliveries, push_loop, wait_for
 from worker.deliveries import DeliveryWorker
-from worker.push import Pusher, PushWorker
 
 
 async def _quick(_n, _hit):
@@ -37,24 +34,6 @@ async def _queued(ctx, ap, trigger, count):
     assert taken.dispatched == count and taken.claimed == []
 
 
-@contextlib.asynccontextmanager
-async def _push_loop(ctx):
-    """A push loop running with its LISTEN connection until the block ends; yields its pusher and listener."""
-    wake = NotifyListener(ctx.dsn)
-    pusher = Pusher(ctx, holder="t1", wake=wake)
-    await wake.ensure()
-    pushes = PushWorker(ctx, holder="t1", pusher=pusher, wake=wake)
-    loop = asyncio.create_task(pushes.run())
-    try:
-        yield pusher, wake
-    finally:
-        await pushes.stop()
-        wake.poke(notify.TASKS)
-        await asyncio.wait_for(loop, 5)
-        await pusher.stop(deadline=0.2)
-        await wake.close()
-
-
 async def test_a_quiet_autopilots_task_reaches_the_agent_while_a_floods_backlog_waits(wctx, agent_server):
     agent_server.behaviours["a"] = _quick
     w = await factories.world(wctx)
@@ -65,7 +44,7 @@ async def test_a_quiet_autopilots_task_reaches_the_agent_while_a_floods_backlog_
     quiet, _ = await factories.webhook_trigger(w, quiet_ap, rate_limit_per_minute=100000)
     await _queued(wctx, flood_ap, flood, 2000)
     await _queued(wctx, quiet_ap, quiet, 1)  # queued after the whole flood
-    async with _push_loop(wctx):
+    async with push_loop(wctx, deadline=0.2):
         started = time.monotonic()
         await wait_for(lambda: any(h.body["autopilot"]["id"] == str(quiet_ap["id"]) for h in agent_server.of("a")),
                        timeout=10)
@@ -97,7 +76,7 @@ async def test_a_hanging_workspace_leaves_another_workspaces_pushes_fast(db_url,
         hung_t, _ = await factories.webhook_trigger(hung_w, hung_ap, rate_limit_per_minute=100000)
         fast_t, _ = await factories.webhook_trigger(fast_w, fast_ap, rate_limit_per_minute=100000)
         await _queued(ctx, hung_ap, hung_t, 40)
-        async with _push_loop(ctx) as (pusher, wake):
+        async with push_loop(ctx, deadline=0.2) as (pusher, _pushes, wake):
             deliveries = DeliveryWorker(ctx, holder="t1", pusher=pusher, wake=wake)
             # Alone, the hanging agent takes all but the headroom (one of eight slots) and hangs there.
             await wait_for(lambda: len(agent_server.of("hang")) == 7, timeout=5)

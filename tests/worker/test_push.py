@@ -9,13 +9,12 @@ from starlette.responses import JSONResponse, Response
 
 from autopilot import dispatch
 from gateway.app import create_app
-from hookgate import database, notify
+from hookgate import database
 from hookgate.context import open_context
 from hookgate.crypto import webhook_signature as sign
-from hookgate.notify import NotifyListener
 from tests import factories
 from tests.conftest import make_settings
-from tests.worker.conftest import FAST, UNPACED, add_delivery, agent_world, answer, wait_for
+from tests.worker.conftest import FAST, UNPACED, add_delivery, agent_world, answer, push_loop, wait_for
 from worker.deliveries import DeliveryWorker
 from worker.push import CLAIM_WAIT_S, Pusher, PushWorker, claim_floor, classify, retry_after_s
 
@@ -323,13 +322,8 @@ async def test_a_finished_push_wakes_the_pushes_loop_only_while_tasks_wait(db_ur
 
         agent_server.behaviours["a"] = first_waits
         _w, _agent, ap, trigger = await _world(ctx, agent_server, max_concurrency=1)
-        wake = NotifyListener(ctx.dsn)
-        pusher = Pusher(ctx, holder="t1", wake=wake)
-        pushes = _CountingPushWorker(ctx, holder="t1", pusher=pusher, wake=wake)
-        deliveries = DeliveryWorker(ctx, holder="t1", pusher=pusher, wake=wake)
-        await wake.ensure()
-        loop = asyncio.create_task(pushes.run())
-        try:
+        async with push_loop(ctx, deadline=5, loop=_CountingPushWorker) as (pusher, pushes, wake):
+            deliveries = DeliveryWorker(ctx, holder="t1", pusher=pusher, wake=wake)
             async with ctx.pool.acquire() as conn:
                 for _ in range(2):
                     await add_delivery(conn, ap, trigger)
@@ -349,12 +343,6 @@ async def test_a_finished_push_wakes_the_pushes_loop_only_while_tasks_wait(db_ur
                 await wait_for(lambda: _succeeded(conn, 3), timeout=5)
             await asyncio.sleep(0.2)
             assert pushes.passes == passes  # the finished push cost no lookup
-        finally:
-            await pushes.stop()
-            wake.poke(notify.TASKS)
-            await asyncio.wait_for(loop, 5)
-            await pusher.stop(deadline=5)
-            await wake.close()
 
 
 class _CountingPushWorker(PushWorker):
