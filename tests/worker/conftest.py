@@ -110,13 +110,13 @@ async def wctx(db_url: str) -> AsyncIterator[Context]:
         yield context
 
 
-async def agent_world(ctx: Context, url: str, *, autopilot: dict[str, Any] | None = None,
+async def agent_world(ctx: Context, url: str, *, workspace: str = "acme", autopilot: dict[str, Any] | None = None,
                       trigger: dict[str, Any] | None = None, **agent_kw: Any) -> factories.Small:
     """A workspace with an HTTP agent at ``url`` (``agent_kw``: name, timeout, …), an autopilot and a webhook trigger.
 
     ``autopilot`` and ``trigger`` are keyword arguments of ``factories.autopilot`` and ``factories.webhook_trigger``.
     """
-    w = await factories.world(ctx)
+    w = await factories.world(ctx, workspace)
     agent = await factories.http_agent(w, url=url, **agent_kw)
     pilot = await factories.autopilot(w, agent.row["id"], **(autopilot or {}))
     made, token = await factories.webhook_trigger(w, pilot, **(trigger or {}))
