@@ -39,13 +39,13 @@ sys.path.insert(0, str(ROOT))
 
 from figures import cpu_seconds, percentile  # noqa: E402  (bench/, this script's folder)
 
-from autopilot import agents, rules, workspaces  # noqa: E402
+from autopilot import agents, workspaces  # noqa: E402
 from hookgate import database  # noqa: E402
 from hookgate.crypto import Keyring  # noqa: E402
 from tests import databases  # noqa: E402
-from tests.fairness.scenarios import insert_backlog, post_steady  # noqa: E402
+from tests.fairness.scenarios import insert_backlog, post_steady, tenant  # noqa: E402
 from tests.pooler import PgBouncer  # noqa: E402
-from tests.processes import free_port, wait_listeners  # noqa: E402
+from tests.processes import free_port, stop_all, wait_listeners  # noqa: E402
 
 KEY = base64.b64encode(b"b" * 32).decode()
 #: The bench agent is a local process: loopback is allowed explicitly, as an operator would.
@@ -58,13 +58,8 @@ async def world(conn: Any, agent_url: str) -> tuple[Any, Any, str]:
     keyring = Keyring([base64.b64decode(KEY)])
     agent = await agents.create_http_agent(conn, keyring, workspace_id=boot.workspace_id, owner_id=boot.member_id,
                                            name="bench", url=agent_url, max_concurrency=256)
-    ap, _ = await rules.create_autopilot(conn, workspace_id=boot.workspace_id, creator_id=boot.member_id,
-                                         title="bench", assignee_type="agent", assignee_id=agent.row["id"],
-                                         execution_mode="run_only")
-    trigger, token = await rules.create_webhook_trigger(conn, keyring, autopilot=ap,
-                                                        publisher=rules.Publisher.member(boot.member_id),
-                                                        rate_limit_per_minute=1_000_000)
-    return ap, trigger, token
+    bench = await tenant(conn, keyring, boot, agent.row["id"], "bench", "bench")
+    return bench.autopilot, bench.trigger, bench.token
 
 
 async def baseline(url: str, jobs: int, workers: int = 8, batch: int = 16) -> float:
@@ -213,10 +208,7 @@ async def main(args: argparse.Namespace) -> None:
         }, indent=2))
     finally:
         try:
-            for proc in [*workers, agent_proc]:
-                proc.terminate()
-            for proc in [*workers, agent_proc]:
-                proc.wait(30)
+            stop_all([*workers, agent_proc], 30)
         finally:
             if bouncer is not None:
                 bouncer.stop()

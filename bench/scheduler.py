@@ -20,7 +20,6 @@ import asyncio
 import base64
 import contextlib
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from autopilot import agents, rules, workspaces  # noqa: E402
 from hookgate import crypto, database, migrations, notify  # noqa: E402
 from hookgate.context import with_database  # noqa: E402
 from tests import databases  # noqa: E402
+from tests.processes import stop_all  # noqa: E402
 
 SECRET = base64.b64encode(b"b" * 32).decode()
 JOB = "autopilot_schedule_dispatch"
@@ -224,11 +224,7 @@ async def measure(dsn: str, args: argparse.Namespace, boundaries: list[datetime]
         for p in procs:
             assert p.poll() is None, (log_dir / "scheduler-0.log").read_text()
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(20)
+        stop_all(procs, 20)
         await listener.close()
     return {"notified": notified, "cpu": [b - a for a, b in zip(cpu0, cpu1, strict=True)], "wall": wall1 - wall0,
             "pg_cpu": sum(t - pg0.get(pid, 0.0) for pid, t in pg1.items()), "rss": rss, "load": (load0, load1),

@@ -138,7 +138,8 @@ class Tenant:
     trigger: asyncpg.Record
 
 
-async def _tenant(conn: Any, keyring: Keyring, boot: Any, agent_id: Any, title: str, label: str) -> Tenant:
+async def tenant(conn: Any, keyring: Keyring, boot: Any, agent_id: Any, title: str, label: str) -> Tenant:
+    """A run_only autopilot of the agent and its (unpaced) webhook trigger, made by the workspace ``boot``'s owner."""
     ap, _ = await rules.create_autopilot(conn, workspace_id=boot.workspace_id, creator_id=boot.member_id,
                                          title=title, assignee_type="agent", assignee_id=agent_id,
                                          execution_mode="run_only")
@@ -173,10 +174,10 @@ async def make_world(conn: Any, keyring: Keyring, agent_base: str, cfg: Config) 
     fast = await agents.create_http_agent(conn, keyring, workspace_id=b.workspace_id, owner_id=b.member_id,
                                           name="fast", url=f"{agent_base}/hold/{cfg.push_ms:g}/fast",
                                           max_concurrency=cfg.concurrency)
-    return World(noisy=await _tenant(conn, keyring, flood, shared.row["id"], "noisy", "shared"),
-                 quiet=await _tenant(conn, keyring, flood, shared.row["id"], "quiet", "shared"),
-                 hanging=await _tenant(conn, keyring, a, hanging.row["id"], "hanging", "hang"),
-                 fast=await _tenant(conn, keyring, b, fast.row["id"], "fast", "fast"))
+    return World(noisy=await tenant(conn, keyring, flood, shared.row["id"], "noisy", "shared"),
+                 quiet=await tenant(conn, keyring, flood, shared.row["id"], "quiet", "shared"),
+                 hanging=await tenant(conn, keyring, a, hanging.row["id"], "hanging", "hang"),
+                 fast=await tenant(conn, keyring, b, fast.row["id"], "fast", "fast"))
 
 
 _INSERT_DELIVERIES = """

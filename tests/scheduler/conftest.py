@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -9,6 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from hookgate import database
 from hookgate.context import Context
 from scheduler.jobs import autopilot_schedule_job
 from scheduler.manager import Scheduler, SchedulerConfig
@@ -77,3 +81,28 @@ async def break_run_inserts(ctx: Context) -> None:
 async def repair_run_inserts(ctx: Context) -> None:
     """Undo :func:`break_run_inserts`."""
     await ctx.pool.execute("DROP TRIGGER test_refuse_runs ON autopilot_run")
+
+
+@contextlib.asynccontextmanager
+async def run_inserts_held(ctx: Context) -> AsyncIterator[None]:
+    """Hold a SHARE lock on ``autopilot_run`` in another session for the block: every run insert waits for it."""
+    blocker = await database.connect(ctx.dsn)
+    held = blocker.transaction()
+    await held.start()
+    await blocker.execute("LOCK TABLE autopilot_run IN SHARE MODE")
+    try:
+        yield
+    finally:
+        await held.rollback()
+        await blocker.close()
+
+
+async def waiting_run_insert(ctx: Context) -> int:
+    """The backend pid of a session waiting for :func:`run_inserts_held`'s lock, once one does (at most 5 s)."""
+    for _ in range(500):
+        pid = await ctx.pool.fetchval("SELECT pid FROM pg_locks WHERE relation = 'autopilot_run'::regclass "
+                                      "AND NOT granted")
+        if pid:
+            return int(pid)
+        await asyncio.sleep(0.01)
+    raise AssertionError("no session waits for the lock on autopilot_run")

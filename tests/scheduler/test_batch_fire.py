@@ -5,12 +5,10 @@ import logging
 import signal
 from datetime import timedelta
 
-import asyncpg
-
 from scheduler.jobs import SCHEDULE_JOB, autopilot_schedule_job
 from scheduler.manager import Scheduler, SchedulerConfig
 from tests import factories
-from tests.scheduler.conftest import break_run_inserts, repair_run_inserts, utc
+from tests.scheduler.conftest import break_run_inserts, repair_run_inserts, run_inserts_held, utc, waiting_run_insert
 
 MIN = timedelta(minutes=1)
 SEC = timedelta(seconds=1)
@@ -124,22 +122,11 @@ async def test_one_batch_gives_each_occurrence_its_own_verdict(setup, ctx):
 async def test_an_autopilot_paused_while_its_batch_fires_is_not_fired(setup, ctx):
     trigger = await setup.trigger("0 9 * * *", DAY0)
     other = await setup.trigger("0 9 * * *", DAY0)
-    blocker = await asyncpg.connect(ctx.dsn)
-    held = blocker.transaction()
-    await held.start()
-    await blocker.execute("LOCK TABLE autopilot_run IN SHARE MODE")  # the fire statement waits here
-    try:
+    async with run_inserts_held(ctx):  # the fire statement waits here
         firing = asyncio.create_task(_scheduler(ctx, concurrency=1).run_once(DAY0 + SEC))
-        for _ in range(500):
-            if await ctx.pool.fetchval("SELECT count(*) FROM pg_locks WHERE relation = 'autopilot_run'::regclass "
-                                       "AND NOT granted"):
-                break
-            await asyncio.sleep(0.005)
+        await waiting_run_insert(ctx)
         # Planned (triggers locked, next_fire_at moved) but not fired yet: the autopilot is paused now.
         await ctx.pool.execute("UPDATE autopilot SET status = 'paused' WHERE id = $1", setup.autopilot["id"])
-    finally:
-        await held.rollback()
-        await blocker.close()
     await asyncio.wait_for(firing, 10)
     assert await setup.runs(trigger["id"]) == [] and await setup.runs(other["id"]) == []
     for scope in (trigger["id"], other["id"]):

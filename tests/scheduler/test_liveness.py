@@ -73,6 +73,16 @@ async def end_session(ctx, key):
         await asyncio.sleep(0.01)
 
 
+async def busy_runner(ctx, runner_id, **job_kw):
+    """Handler, job, runner and ``run_once`` task of a runner (with a liveness session) busy with PLAN's attempt 1."""
+    handler = Gate(ctx)
+    spec = job(handler, **job_kw)
+    runner = Scheduler(ctx.pool, [spec], SchedulerConfig(dsn=ctx.dsn, runner_id=runner_id))
+    running = asyncio.create_task(runner.run_once(T0))
+    await handler.started()
+    return handler, spec, runner, running
+
+
 async def insert_running(ctx, runner_lock):
     """A RUNNING execution of PLAN far from stale, held by a runner with liveness key ``runner_lock``."""
     await ctx.pool.execute("""
@@ -84,11 +94,7 @@ async def insert_running(ctx, runner_lock):
 
 
 async def test_a_runner_whose_session_ended_has_its_execution_failed_runner_gone_and_retried_at_once(ctx):
-    handler = Gate(ctx)
-    spec = job(handler)
-    dead = Scheduler(ctx.pool, [spec], SchedulerConfig(dsn=ctx.dsn, runner_id="dead"))
-    frozen = asyncio.create_task(dead.run_once(T0))
-    await handler.started()
+    handler, spec, dead, frozen = await busy_runner(ctx, "dead")
     (row,) = await rows(ctx)
     assert (row["runner_id"], row["runner_lock"]) == ("dead", dead.liveness.key)
     await end_session(ctx, dead.liveness.key)
@@ -104,11 +110,7 @@ async def test_a_runner_whose_session_ended_has_its_execution_failed_runner_gone
 
 
 async def test_a_live_runners_execution_is_never_swept_by_another_runners_tick(ctx):
-    handler = Gate(ctx)
-    spec = job(handler)
-    busy = Scheduler(ctx.pool, [spec], SchedulerConfig(dsn=ctx.dsn, runner_id="busy"))
-    running = asyncio.create_task(busy.run_once(T0))
-    await handler.started()
+    handler, spec, _busy, running = await busy_runner(ctx, "busy")
     other = Scheduler(ctx.pool, [spec], SchedulerConfig(runner_id="other"))
     for later in (SEC, 10 * SEC, timedelta(minutes=4, seconds=59)):  # up to stale_after, not past it
         report = await other.run_once(T0 + later)
@@ -122,11 +124,7 @@ async def test_a_live_runners_execution_is_never_swept_by_another_runners_tick(c
 
 
 async def test_a_runner_wrongly_presumed_dead_is_refused_its_late_writes_after_the_takeover(ctx):
-    handler = Gate(ctx)
-    spec = job(handler, heartbeat=timedelta(seconds=0.05))
-    cut = Scheduler(ctx.pool, [spec], SchedulerConfig(dsn=ctx.dsn, runner_id="cut"))
-    frozen = asyncio.create_task(cut.run_once(T0))
-    await handler.started()
+    handler, spec, cut, frozen = await busy_runner(ctx, "cut", heartbeat=timedelta(seconds=0.05))
     await end_session(ctx, cut.liveness.key)  # its liveness session is cut, its pool still works
     await Scheduler(ctx.pool, [spec], SchedulerConfig(runner_id="new")).run_once(T0 + 10 * SEC)
     first = handler.calls[0]

@@ -189,36 +189,34 @@ async def test_latest_only_fires_the_newest_plan_and_drops_it_when_too_late(ctx)
     assert [r.plan_time for r in handler.calls] == [utc(2027, 1, 4, 9), utc(2027, 1, 4, 16)]
 
 
-async def test_stop_lets_a_running_handler_finish_within_the_deadline(ctx):
+async def _stopped_while_handling(ctx, handler_s, deadline, within):
+    """The execution row of a running scheduler stopped (``deadline``; done ``within`` s) while its handler runs.
+
+    The handler takes ``handler_s`` seconds, then records ``{"done": True}``.
+    """
     started = asyncio.Event()
 
     async def behave(run):
         started.set()
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(handler_s)
         run.result = {"done": True}
 
     scheduler = Scheduler(ctx.pool, [job(Recorder(behave))], SchedulerConfig(max_tick=0.2))
     task = asyncio.create_task(scheduler.run())
     await asyncio.wait_for(started.wait(), 10)
-    await asyncio.wait_for(scheduler.stop(deadline=5), 6)
+    await asyncio.wait_for(scheduler.stop(deadline=deadline), within)
     await asyncio.wait_for(task, 5)
     (row,) = await rows(ctx)
+    return row
+
+
+async def test_stop_lets_a_running_handler_finish_within_the_deadline(ctx):
+    row = await _stopped_while_handling(ctx, handler_s=0.3, deadline=5, within=6)
     assert (row["status"], row["result"]) == ("SUCCESS", {"done": True})
 
 
 async def test_stop_past_its_deadline_cancels_the_handler_and_records_the_shutdown(ctx):
-    started = asyncio.Event()
-
-    async def behave(run):
-        started.set()
-        await asyncio.sleep(30)
-
-    scheduler = Scheduler(ctx.pool, [job(Recorder(behave))], SchedulerConfig(max_tick=0.2))
-    task = asyncio.create_task(scheduler.run())
-    await asyncio.wait_for(started.wait(), 10)
-    await asyncio.wait_for(scheduler.stop(deadline=0.2), 5)
-    await asyncio.wait_for(task, 5)
-    (row,) = await rows(ctx)
+    row = await _stopped_while_handling(ctx, handler_s=30, deadline=0.2, within=5)
     assert (row["status"], row["error_code"]) == ("FAILED", "shutdown")
     assert row["next_retry_at"] is not None
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from hookgate import database
 from scheduler.jobs import SCHEDULE_JOB
 from scheduler.liveness import LOCK_SPACE
+from tests.scheduler.conftest import run_inserts_held
 
 TRIGGERS = 40
 
@@ -28,7 +28,7 @@ async def _wait_for_runs(ctx, planned_at, count, procs, timeout=30.0):
 
 
 async def _clock_offset(ctx, at):
-    """The test-only clock offset that puts a process started now 3 s before ``at`` on the database clock."""
+    """The environment of a scheduler process whose clock reads ``at`` now (a test-only offset from the database's)."""
     db_now = await ctx.pool.fetchval("SELECT clock_timestamp()")
     return {"HOOKGATE_SCHEDULER_CLOCK_OFFSET_S": str((at - db_now).total_seconds()), "HOOKGATE_POOL_MIN_SIZE": "1"}
 
@@ -64,9 +64,7 @@ async def test_scheduler_processes_racing_fire_each_occurrence_exactly_once(setu
         planned = first + timedelta(minutes=minute)
         # Test-only clock offset: the processes live 3 s before `planned` on the database clock, so they
         # are all up and asleep when the occurrence falls due, and wake to race for it.
-        db_now = await ctx.pool.fetchval("SELECT clock_timestamp()")
-        offset = (planned - timedelta(seconds=3) - db_now).total_seconds()
-        env = {"HOOKGATE_SCHEDULER_CLOCK_OFFSET_S": str(offset), "HOOKGATE_POOL_MIN_SIZE": "1"}
+        env = await _clock_offset(ctx, planned - timedelta(seconds=3))
         procs = [spawn.start("scheduler", extra_env=env) for _ in range(count)]
         assert await _wait_for_runs(ctx, planned, TRIGGERS, procs) == TRIGGERS
         await asyncio.sleep(0.5)  # a duplicate would have to appear now
@@ -90,24 +88,19 @@ async def test_a_scheduler_killed_while_firing_does_not_block_the_triggers_next_
     scope = str(trigger["id"])
     # Hold back every run insert, so the victim is caught mid-firing: its execution RUNNING and locked by
     # its handler's transaction, which waits on this lock.
-    blocker = await database.connect(ctx.dsn)
-    held_back = blocker.transaction()
-    await held_back.start()
-    await blocker.execute("LOCK TABLE autopilot_run IN SHARE MODE")
-    victim = spawn.start("scheduler", extra_env=await _clock_offset(ctx, planned - timedelta(seconds=3)))
-    key = await _poll(ctx, "SELECT runner_lock FROM sys_cron_executions WHERE job_name = $1 AND scope_id = $2 "
-                           "AND status = 'RUNNING' AND runner_id = $3",
-                      SCHEDULE_JOB, scope, f"{socket.gethostname()}:{victim.popen.pid}", procs=[victim])
-    await _poll(ctx, "SELECT count(*) FROM pg_locks WHERE relation = 'autopilot_run'::regclass AND NOT granted",
-                procs=[victim])
-    victim.signal(signal.SIGKILL)
-    victim.wait(10)
-    # PostgreSQL ends the dead process's idle sessions at once, its liveness lock with them. The backend
-    # stuck in the insert finds its client gone, and rolls back, once the insert can go on.
-    await _poll(ctx, "SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::oid "
-                     "AND objid = $2::oid AND objsubid = 2)", LOCK_SPACE, key)
-    await held_back.rollback()
-    await blocker.close()
+    async with run_inserts_held(ctx):
+        victim = spawn.start("scheduler", extra_env=await _clock_offset(ctx, planned - timedelta(seconds=3)))
+        key = await _poll(ctx, "SELECT runner_lock FROM sys_cron_executions WHERE job_name = $1 AND scope_id = $2 "
+                               "AND status = 'RUNNING' AND runner_id = $3",
+                          SCHEDULE_JOB, scope, f"{socket.gethostname()}:{victim.popen.pid}", procs=[victim])
+        await _poll(ctx, "SELECT count(*) FROM pg_locks WHERE relation = 'autopilot_run'::regclass AND NOT granted",
+                    procs=[victim])
+        victim.signal(signal.SIGKILL)
+        victim.wait(10)
+        # PostgreSQL ends the dead process's idle sessions at once, its liveness lock with them. The backend
+        # stuck in the insert finds its client gone, and rolls back, once the insert can go on.
+        await _poll(ctx, "SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+                         "AND classid = $1::oid AND objid = $2::oid AND objsubid = 2)", LOCK_SPACE, key)
     # Less than a minute after the crash (stale_after is five), a new scheduler retries the occurrence and
     # fires the next one on time.
     successor = spawn.start("scheduler", extra_env=await _clock_offset(ctx, following - timedelta(seconds=10)))

@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import asyncpg
@@ -9,7 +10,7 @@ import asyncpg
 from autopilot import lifecycle
 from scheduler.cron import Schedule
 from scheduler.jobs import SCHEDULE_JOB, newest_due
-from tests.scheduler.conftest import break_run_inserts, repair_run_inserts, utc
+from tests.scheduler.conftest import break_run_inserts, repair_run_inserts, run_inserts_held, utc, waiting_run_insert
 from worker.runs import RunWorker
 
 MIN = timedelta(minutes=1)
@@ -17,20 +18,27 @@ SEC = timedelta(seconds=1)
 DAY0 = utc(2027, 2, 1, 9, 0)  # a Monday, after every trigger's creation
 
 
-async def test_an_occurrence_fires_one_pending_run_and_wakes_the_workers(setup, ctx):
-    trigger = await setup.trigger("0 9 * * *", DAY0)
+@contextlib.asynccontextmanager
+async def _woken(ctx) -> AsyncIterator[list[str]]:
+    """The run ids announced to the workers during the block (at its end, waits up to 1 s for the first)."""
     woken: list[str] = []
     listener = await asyncpg.connect(ctx.dsn)
     await listener.add_listener("hookgate_runs", lambda *args: woken.append(args[3]))
     try:
-        report = await setup.scheduler().run_once(DAY0 + 2 * SEC)
-        (run,) = await setup.runs(trigger["id"])
+        yield woken
         for _ in range(100):
             if woken:
                 break
             await asyncio.sleep(0.01)
     finally:
         await listener.close()
+
+
+async def test_an_occurrence_fires_one_pending_run_and_wakes_the_workers(setup, ctx):
+    trigger = await setup.trigger("0 9 * * *", DAY0)
+    async with _woken(ctx) as woken:
+        report = await setup.scheduler().run_once(DAY0 + 2 * SEC)
+        (run,) = await setup.runs(trigger["id"])
     assert report.claimed[SCHEDULE_JOB] == 1
     assert (run["status"], run["source"], run["planned_at"]) == ("pending", "schedule", DAY0)
     assert run["payload"]["event"] == "schedule.fired"
@@ -128,17 +136,8 @@ async def test_a_crash_after_the_run_was_admitted_is_repaired_by_reusing_that_ru
     # holder died). The sweep marks it stale and the retry must find the run, not make a second one.
     await ctx.pool.execute("""UPDATE sys_cron_executions SET status = 'RUNNING', stale_after = $2, result = NULL
                               WHERE job_name = $1""", SCHEDULE_JOB, DAY0 + 5 * MIN)
-    woken: list[str] = []
-    listener = await asyncpg.connect(ctx.dsn)
-    await listener.add_listener("hookgate_runs", lambda *args: woken.append(args[3]))
-    try:
+    async with _woken(ctx) as woken:
         report = await scheduler.run_once(DAY0 + 5 * MIN + SEC)
-        for _ in range(100):
-            if woken:
-                break
-            await asyncio.sleep(0.01)
-    finally:
-        await listener.close()
     assert report.swept == 1 and report.claimed[SCHEDULE_JOB] == 1
     (execution,) = await setup.executions(trigger["id"])
     assert (execution["status"], execution["attempt"]) == ("SUCCESS", 2)
@@ -327,30 +326,14 @@ async def test_an_on_time_occurrence_is_claimed_handled_and_recorded_in_one_tran
 
 
 async def test_a_session_ending_inside_the_transaction_leaves_the_occurrence_due_and_it_fires_once(setup, ctx):
-    from hookgate import database
-
     trigger = await setup.trigger("0 9 * * *", DAY0)
-    blocker = await database.connect(ctx.dsn)
-    held = blocker.transaction()
-    await held.start()
-    await blocker.execute("LOCK TABLE autopilot_run IN SHARE MODE")  # the run insert waits here
-    try:
+    async with run_inserts_held(ctx):  # the run insert waits here
         dying = asyncio.create_task(setup.scheduler(concurrency=1).run_once(DAY0 + SEC))
-        waiting = None
-        for _ in range(200):
-            waiting = await ctx.pool.fetchval("SELECT pid FROM pg_locks WHERE relation = 'autopilot_run'::regclass "
-                                              "AND NOT granted")
-            if waiting:
-                break
-            await asyncio.sleep(0.01)
         # Its session ends (as when its process dies) before the attempt gave up on the lock: nothing of it
         # was committed.
-        assert await ctx.pool.fetchval("SELECT pg_terminate_backend($1)", waiting)
+        assert await ctx.pool.fetchval("SELECT pg_terminate_backend($1)", await waiting_run_insert(ctx))
         with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
             await asyncio.wait_for(dying, 10)
-    finally:
-        await held.rollback()
-        await blocker.close()
     assert await setup.executions(trigger["id"]) == [] and await setup.runs(trigger["id"]) == []
     assert (await setup.trigger_row(trigger["id"]))["next_fire_at"] == DAY0  # still due
     await setup.scheduler().run_once(DAY0 + 30 * SEC)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,15 +17,21 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from autopilot import admission
+from hookgate import notify
 from hookgate.context import Context, open_context
+from hookgate.notify import NotifyListener
+from tests import factories
 from tests.conftest import make_settings
 from tests.servers import serving_app
+from worker.push import Pusher, PushWorker
 
 #: Worker settings that make retries and polls fast enough for tests.
 FAST = {
     "worker_poll_s": 0.1, "push_retry_schedule": "0.02,0.04,0.08,0.1",
     "delivery_backoff_base_s": 0.01, "delivery_backoff_cap_s": 0.05, "watchdog_interval_s": 0.2,
 }
+#: A webhook trigger's pacing far above what a test sends.
+UNPACED = {"rate_limit_per_minute": 100000}
 
 
 @dataclass
@@ -46,6 +54,15 @@ Behaviour = Callable[[int, Hit], Awaitable[Response]]
 
 async def ok(_n: int, _hit: Hit) -> Response:
     return JSONResponse({"ok": True})
+
+
+def answer(response: Response) -> Behaviour:
+    """A behaviour answering every request with ``response``."""
+
+    async def behave(_n: int, _hit: Hit) -> Response:
+        return response
+
+    return behave
 
 
 @dataclass
@@ -91,6 +108,41 @@ async def wctx(db_url: str) -> AsyncIterator[Context]:
     """A context with fast worker settings."""
     async with open_context(make_settings(db_url, **FAST), migrate=False) as context:
         yield context
+
+
+async def agent_world(ctx: Context, url: str, *, workspace: str = "acme", autopilot: dict[str, Any] | None = None,
+                      trigger: dict[str, Any] | None = None, **agent_kw: Any) -> factories.Small:
+    """A workspace with an HTTP agent at ``url`` (``agent_kw``: name, timeout, …), an autopilot and a webhook trigger.
+
+    ``autopilot`` and ``trigger`` are keyword arguments of ``factories.autopilot`` and ``factories.webhook_trigger``.
+    """
+    w = await factories.world(ctx, workspace)
+    agent = await factories.http_agent(w, url=url, **agent_kw)
+    pilot = await factories.autopilot(w, agent.row["id"], **(autopilot or {}))
+    made, token = await factories.webhook_trigger(w, pilot, **(trigger or {}))
+    return factories.Small(w, agent, pilot, made, token)
+
+
+@contextlib.asynccontextmanager
+async def push_loop(ctx: Context, *, deadline: float, loop: type[PushWorker] = PushWorker,
+                    ) -> AsyncIterator[tuple[Pusher, PushWorker, NotifyListener]]:
+    """Yields a pusher, a push loop (``loop``) running with their listener until the block ends, and the listener.
+
+    The pusher is stopped after the loop, with ``deadline``.
+    """
+    wake = NotifyListener(ctx.dsn)
+    pusher = Pusher(ctx, holder="t1", wake=wake)
+    pushes = loop(ctx, holder="t1", pusher=pusher, wake=wake)
+    await wake.ensure()
+    running = asyncio.create_task(pushes.run())
+    try:
+        yield pusher, pushes, wake
+    finally:
+        await pushes.stop()
+        wake.poke(notify.TASKS)
+        await asyncio.wait_for(running, 5)
+        await pusher.stop(deadline=deadline)
+        await wake.close()
 
 
 async def add_delivery(conn: Any, ap: Any, trigger: Any, *, event: str = "push", admit: bool = True,
@@ -141,11 +193,15 @@ async def _bulk_deliveries(conn: Any, ap: Any, trigger: Any, count: int) -> None
         trigger["id"], trigger["published_by_id"])
 
 
-async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 20.0, every: float = 0.05) -> None:
-    """Poll a condition until true (fails the test after ``timeout``)."""
+async def wait_for(predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 20.0, every: float = 0.05) -> None:
+    """Poll a condition (a plain or an async callable) until true (fails the test after ``timeout``)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not await predicate():
+    while not await _value(predicate()):
         if loop.time() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(every)
+
+
+async def _value(result: Awaitable[bool] | bool) -> bool:
+    return await result if inspect.isawaitable(result) else result

@@ -35,7 +35,7 @@ from tests import factories
 from tests.conftest import make_settings
 from tests.processes import free_port
 from tests.servers import serving_app
-from tests.worker.conftest import AgentServer, Hit, add_delivery, wait_for
+from tests.worker.conftest import AgentServer, Hit, add_delivery, agent_world, answer, wait_for
 from worker import role
 from worker.alerts import AlertSender, Leased, Outcome
 from worker.deliveries import DeliveryWorker
@@ -82,12 +82,19 @@ def verified(hit: Hit, secret: str) -> dict[str, Any]:
 
 async def hits(server: AgentServer, name: str, count: int) -> list[Hit]:
     """Wait until the receiver ``name`` got ``count`` requests; returns them."""
-    await wait_for(lambda: _at_least(server, name, count), timeout=15)
+    await wait_for(lambda: len(server.of(name)) >= count, timeout=15)
     return server.of(name)
 
 
-async def _at_least(server: AgentServer, name: str, count: int) -> bool:
-    return len(server.of(name)) >= count
+async def _failed_task(ctx: Context, s: factories.Small, report: tasks.Report) -> Any:
+    """Start an api run of ``s``'s autopilot; its agent claims the task and reports ``report``. The run's id."""
+    async with ctx.pool.acquire() as conn:
+        adm = await admission.admit(conn, autopilot_id=s.autopilot["id"], source="api", payload={},
+                                    heartbeat_timeout_s=120.0)
+        done = await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+        [held] = await tasks.claim(conn, agent_id=s.agent.row["id"], lease_s=60, holder="h", actor_type="runtime")
+        await tasks.report(conn, done.task_id, held.lease_token, report, actor_type="runtime", actor_id="h")
+    return adm.run_id
 
 
 async def _status(ctx: Context, notification_id: Any) -> Any:
@@ -121,56 +128,38 @@ async def _is(ctx: Context, notification_id: Any, status: str) -> bool:
 
 
 async def test_a_run_failing_for_good_raises_run_failed(actx, client, agent_server):
-    w = await factories.world(actx)
-    made = await channel(client, w, agent_server.url("ops"), ["run.failed"])
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"], title="nightly")
-    async with actx.pool.acquire() as conn:
-        adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
-        done = await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
-        [held] = await tasks.claim(conn, agent_id=agent.row["id"], lease_s=60, holder="h", actor_type="runtime")
-        await tasks.report(conn, done.task_id, held.lease_token,
-                           tasks.Report("failed", error="boom", retry_class="permanent"),
-                           actor_type="runtime", actor_id="h")
+    s = await factories.small(actx, title="nightly")
+    made = await channel(client, s.world, agent_server.url("ops"), ["run.failed"])
+    run_id = await _failed_task(actx, s, tasks.Report("failed", error="boom", retry_class="permanent"))
     async with sending(actx):
         [hit] = await hits(agent_server, "ops", 1)
     body = verified(hit, made["signing_secret"])
     assert body["type"] == "run.failed"
     assert body["data"] | {"finished_at": None} == {
-        "run_id": str(adm.run_id), "autopilot_id": str(ap["id"]), "trigger_id": None, "source": "api",
+        "run_id": str(run_id), "autopilot_id": str(s.autopilot["id"]), "trigger_id": None, "source": "api",
         "reason_code": "task_failed", "reason": "boom", "finished_at": None}
 
 
 async def test_a_retryable_failure_with_attempts_left_raises_nothing(actx, client, agent_server):
-    w = await factories.world(actx)
-    await channel(client, w, agent_server.url("ops"), ["run.failed"])
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"])
-    async with actx.pool.acquire() as conn:
-        adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
-        done = await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
-        [held] = await tasks.claim(conn, agent_id=agent.row["id"], lease_s=60, holder="h", actor_type="runtime")
-        await tasks.report(conn, done.task_id, held.lease_token,
-                           tasks.Report("failed", error="busy", retry_class="transient", retry_after_s=1.0),
-                           actor_type="runtime", actor_id="h")
-        assert await conn.fetchval("SELECT count(*) FROM notification") == 0
+    s = await factories.small(actx)
+    await channel(client, s.world, agent_server.url("ops"), ["run.failed"])
+    await _failed_task(actx, s, tasks.Report("failed", error="busy", retry_class="transient", retry_after_s=1.0))
+    assert await actx.pool.fetchval("SELECT count(*) FROM notification") == 0
 
 
 async def test_the_automatic_pause_raises_autopilot_paused(actx, client, agent_server):
-    w = await factories.world(actx)
-    made = await channel(client, w, agent_server.url("ops"), ["autopilot.paused"])
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"], title="flaky")
-    async with actx.pool.acquire() as conn:
-        await conn.execute(
-            """INSERT INTO autopilot_run (workspace_id, autopilot_id, source, status, finished_at)
-               SELECT $1, $2, 'api', 'failed', now() FROM generate_series(1, 50)""", w.workspace_id, ap["id"])
+    s = await factories.small(actx, title="flaky")
+    made = await channel(client, s.world, agent_server.url("ops"), ["autopilot.paused"])
+    await actx.pool.execute(
+        """INSERT INTO autopilot_run (workspace_id, autopilot_id, source, status, finished_at)
+           SELECT $1, $2, 'api', 'failed', now() FROM generate_series(1, 50)""", s.world.workspace_id,
+        s.autopilot["id"])
     await Scheduler(actx.pool, [auto_pause_job()], SchedulerConfig()).run_once()
     async with sending(actx):
         [hit] = await hits(agent_server, "ops", 1)
     body = verified(hit, made["signing_secret"])
     assert body["type"] == "autopilot.paused"
-    assert body["data"]["autopilot_id"] == str(ap["id"]) and body["data"]["title"] == "flaky"
+    assert body["data"]["autopilot_id"] == str(s.autopilot["id"]) and body["data"]["title"] == "flaky"
     assert (body["data"]["reason"], body["data"]["failed_runs"]) == ("auto_pause", 50)
 
 
@@ -184,14 +173,11 @@ async def test_an_agents_circuit_opening_and_closing_raises_unhealthy_then_recov
     agent_server.behaviours["a"] = flaky
     settings = SHORT | {"agent_trip_after": 2, "agent_probe_min_s": 0.2, "agent_probe_max_s": 0.4}
     async with open_context(make_settings(db_url, **settings), migrate=False) as ctx:
-        w = await factories.world(ctx)
-        made = await channel(client, w, agent_server.url("ops"), ["agent.unhealthy", "agent.recovered"])
-        agent = await factories.http_agent(w, url=agent_server.url("a"), name="a")
-        ap = await factories.autopilot(w, agent.row["id"])
-        trigger, _ = await factories.webhook_trigger(w, ap)
+        s = await agent_world(ctx, agent_server.url("a"), name="a")
+        made = await channel(client, s.world, agent_server.url("ops"), ["agent.unhealthy", "agent.recovered"])
         async with ctx.pool.acquire() as conn:
             for _ in range(3):
-                await add_delivery(conn, ap, trigger)
+                await add_delivery(conn, s.autopilot, s.trigger)
         pusher = Pusher(ctx, holder="w1")
         deliveries = DeliveryWorker(ctx, holder="w1", pusher=pusher)
         pushes = PushWorker(ctx, holder="w1", pusher=pusher)
@@ -208,7 +194,7 @@ async def test_an_agents_circuit_opening_and_closing_raises_unhealthy_then_recov
         await pusher.stop(deadline=5)
     unhealthy, recovered = (verified(h, made["signing_secret"]) for h in agent_server.of("ops"))
     assert (unhealthy["type"], recovered["type"]) == ("agent.unhealthy", "agent.recovered")
-    assert unhealthy["data"]["agent_id"] == recovered["data"]["agent_id"] == str(agent.row["id"])
+    assert unhealthy["data"]["agent_id"] == recovered["data"]["agent_id"] == str(s.agent.row["id"])
     assert unhealthy["data"]["state"] == "unhealthy" and unhealthy["data"]["failures"] >= 2
     assert unhealthy["data"]["last_error"] == "agent answered 503" and unhealthy["data"]["next_probe_at"]
     assert (recovered["data"]["state"], recovered["data"]["failures"]) == ("healthy", 0)
@@ -226,7 +212,7 @@ async def test_emit_queues_one_notification_per_channel_hearing_the_event_and_no
     await listener.add_listener(notify.ALERTS, lambda *a: heard.append(a[3]))
     async with actx.pool.acquire() as conn:
         assert await alerts.emit(conn, w.workspace_id, "agent.unhealthy", {}) == 2
-        await wait_for(lambda: _heard(heard))  # the sender is woken, not left to its poll
+        await wait_for(lambda: bool(heard))  # the sender is woken, not left to its poll
         assert heard[0] in {str(r["id"]) for r in await conn.fetch("SELECT id FROM notification")}
         assert await alerts.emit(conn, w.workspace_id, "autopilot.paused", {}) == 0
         with contextlib.suppress(RuntimeError):
@@ -238,10 +224,6 @@ async def test_emit_queues_one_notification_per_channel_hearing_the_event_and_no
             await alerts.emit(conn, w.workspace_id, "run.exploded", {})
     await listener.close()
     assert len(heard) == 1  # nothing for an event no channel hears, nor for a rolled-back one
-
-
-async def _heard(heard: list[str]) -> bool:
-    return bool(heard)
 
 
 # --- trigger.rejections_spike ---------------------------------------------------------------------------------
@@ -259,12 +241,10 @@ async def _rejected(conn: Any, trigger: Any, count: int, at: Any) -> None:
 
 async def test_twenty_rejections_in_five_minutes_raise_one_spike_nineteen_none_and_never_twice(
         actx, client, agent_server):
-    w = await factories.world(actx)
-    made = await channel(client, w, agent_server.url("ops"), ["trigger.rejections_spike"])
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"])
-    spiked, _ = await factories.webhook_trigger(w, ap)
-    quiet, _ = await factories.webhook_trigger(w, ap)
+    s = await factories.small(actx)
+    made = await channel(client, s.world, agent_server.url("ops"), ["trigger.rejections_spike"])
+    spiked = s.trigger
+    quiet, _ = await factories.webhook_trigger(s.world, s.autopilot)
     async with actx.pool.acquire() as conn:
         now = await conn.fetchval("SELECT now()")
         await _rejected(conn, spiked, 20, now)
@@ -293,15 +273,13 @@ async def _raise(ctx: Context, now: Any) -> list[str]:
 
 
 async def test_concurrent_spike_checks_raise_a_spike_once(actx, client, agent_server):
-    w = await factories.world(actx)
-    await channel(client, w, agent_server.url("ops"), ["trigger.rejections_spike"])
-    agent = await factories.http_agent(w)
-    trigger, _ = await factories.webhook_trigger(w, await factories.autopilot(w, agent.row["id"]))
+    s = await factories.small(actx)
+    await channel(client, s.world, agent_server.url("ops"), ["trigger.rejections_spike"])
     async with actx.pool.acquire() as conn:
         now = await conn.fetchval("SELECT now()")
-        await _rejected(conn, trigger, 25, now)
+        await _rejected(conn, s.trigger, 25, now)
     raised = await asyncio.gather(*(_raise(actx, now) for _ in range(6)))
-    assert sorted(raised) == [[]] * 5 + [[str(trigger["id"])]]
+    assert sorted(raised) == [[]] * 5 + [[str(s.trigger["id"])]]
 
 
 def test_the_spike_check_is_a_maintenance_job_running_every_minute(actx):
@@ -350,13 +328,8 @@ async def _attempted(ctx: Context, notification_id: Any, attempts: int) -> bool:
 
 async def test_a_receiver_failing_past_the_schedule_fails_the_notification_and_a_400_fails_it_at_once(
         actx, client, agent_server):
-    async def down(_n: int, _hit: Hit) -> Response:
-        return JSONResponse({}, status_code=503)
-
-    async def refuses(_n: int, _hit: Hit) -> Response:
-        return JSONResponse({}, status_code=400)
-
-    agent_server.behaviours |= {"down": down, "refuses": refuses}
+    agent_server.behaviours |= {"down": answer(JSONResponse({}, status_code=503)),
+                                "refuses": answer(JSONResponse({}, status_code=400))}
     w = await factories.world(actx)
     ids = []
     for name in ("down", "refuses"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 
 import httpx
@@ -23,7 +24,7 @@ from scheduler import maintenance
 from scheduler.maintenance import deadlines
 from tests import factories
 from tests.conftest import asgi_client, make_settings
-from tests.worker.conftest import AgentServer, Hit, add_delivery, wait_for
+from tests.worker.conftest import AgentServer, Hit, add_delivery, agent_world, wait_for
 from worker.deliveries import DeliveryWorker
 from worker.push import Pusher, PushWorker
 
@@ -57,30 +58,32 @@ class Hang:
         return Response(status_code=200)
 
 
+@asynccontextmanager
 async def _pushing(wctx, agent_server, hang, **autopilot_kw):
-    """A run whose push is in flight to a hanging agent, with a listening pusher. Returns ids and services."""
+    """A run whose push is in flight to a hanging agent, with a listening pusher. Yields ids and the pusher."""
     agent_server.behaviours["a"] = hang
-    w = await factories.world(wctx)
-    agent = await factories.http_agent(w, url=agent_server.url("a"), name="a", timeout_s=AGENT_TIMEOUT_S)
-    ap = await factories.autopilot(w, agent.row["id"], **autopilot_kw)
-    trigger, _ = await factories.webhook_trigger(w, ap)
+    s = await agent_world(wctx, agent_server.url("a"), name="a", timeout_s=AGENT_TIMEOUT_S, autopilot=autopilot_kw)
     wake = NotifyListener(wctx.dsn)
     await wake.ensure()
     pusher = Pusher(wctx, holder="t1", wake=wake)
-    async with wctx.pool.acquire() as conn:
-        _, run_id = await add_delivery(conn, ap, trigger)
-    assert await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once() == 1
-    await asyncio.wait_for(hang.started.wait(), 10)
-    async with wctx.pool.acquire() as conn:
-        task_id = await conn.fetchval("SELECT id FROM agent_task WHERE run_id = $1", run_id)
-    return w, run_id, task_id, pusher, wake
+    try:
+        async with wctx.pool.acquire() as conn:
+            _, run_id = await add_delivery(conn, s.autopilot, s.trigger)
+        assert await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once() == 1
+        await asyncio.wait_for(hang.started.wait(), 10)
+        async with wctx.pool.acquire() as conn:
+            task_id = await conn.fetchval("SELECT id FROM agent_task WHERE run_id = $1", run_id)
+        yield s.world, run_id, task_id, pusher
+    finally:
+        await pusher.stop(deadline=5)
+        await wake.close()
 
 
 async def _aborted(wctx, hang, pusher, task_id):
     """The agent saw its connection close well before its timeout; the push ended and wrote nothing."""
     await asyncio.wait_for(hang.closed.wait(), 10)
     assert hang.waited[0] < AGENT_TIMEOUT_S / 3
-    await wait_for(lambda: _const(pusher.capacity() == wctx.settings.push_inflight), timeout=10)
+    await wait_for(lambda: pusher.capacity() == wctx.settings.push_inflight, timeout=10)
     async with wctx.pool.acquire() as conn:
         task = await conn.fetchrow("SELECT * FROM agent_task WHERE id = $1", task_id)
         releases = await conn.fetchval("SELECT count(*) FROM audit_log WHERE subject_id = $1 AND action IN "
@@ -89,20 +92,12 @@ async def _aborted(wctx, hang, pusher, task_id):
     assert releases == 0
 
 
-async def _const(value):
-    return value
-
-
 async def test_cancelling_a_run_aborts_its_push_in_flight_and_the_task_stays_cancelled(wctx, agent_server, api):
     hang = Hang()
-    w, run_id, task_id, pusher, wake = await _pushing(wctx, agent_server, hang)
-    try:
+    async with _pushing(wctx, agent_server, hang) as (w, run_id, task_id, pusher):
         cancelled = await api.post(f"/v1/runs/{run_id}/cancel", headers=w.auth, json={})
         assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
         await _aborted(wctx, hang, pusher, task_id)
-    finally:
-        await pusher.stop(deadline=5)
-        await wake.close()
     async with wctx.pool.acquire() as conn:
         run = await conn.fetchrow("SELECT status, reason_code FROM autopilot_run WHERE id = $1", run_id)
         audit = await conn.fetchrow("SELECT detail FROM audit_log WHERE action = 'RUN_CANCEL'")
@@ -150,8 +145,7 @@ async def test_a_pull_runtime_holding_a_cancelled_task_gets_409_cancelled_on_ren
 
 async def test_a_run_past_its_deadline_fails_and_its_push_in_flight_is_aborted(wctx, agent_server):
     hang = Hang()
-    _w, run_id, task_id, pusher, wake = await _pushing(wctx, agent_server, hang, run_timeout_s=60)
-    try:
+    async with _pushing(wctx, agent_server, hang, run_timeout_s=60) as (_w, run_id, task_id, pusher):
         async with wctx.pool.acquire() as conn:
             early = await deadlines.sweep(conn)
             assert early == deadlines.Sweep(0, 0)
@@ -159,9 +153,6 @@ async def test_a_run_past_its_deadline_fails_and_its_push_in_flight_is_aborted(w
             swept = await deadlines.sweep(conn, now=later)
         assert swept == deadlines.Sweep(runs_failed=1, tasks_cancelled=1)
         await _aborted(wctx, hang, pusher, task_id)
-    finally:
-        await pusher.stop(deadline=5)
-        await wake.close()
     async with wctx.pool.acquire() as conn:
         run = await conn.fetchrow("SELECT * FROM autopilot_run WHERE id = $1", run_id)
     assert (run["status"], run["reason_code"]) == ("failed", "deadline_exceeded") and run["finished_at"]
@@ -211,32 +202,29 @@ async def test_retrying_a_failed_run_pushes_again_and_the_agent_now_succeeds(wct
         return Response(status_code=404) if n == 0 else JSONResponse({"fixed": True})
 
     agent_server.behaviours["a"] = fails_then_works
-    w = await factories.world(wctx)
-    agent = await factories.http_agent(w, url=agent_server.url("a"), name="a")
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap)
+    s = await agent_world(wctx, agent_server.url("a"), name="a")
     pusher = Pusher(wctx, holder="t1")
     async with wctx.pool.acquire() as conn:
-        _, run_id = await add_delivery(conn, ap, trigger)
+        _, run_id = await add_delivery(conn, s.autopilot, s.trigger)
     await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once()
-    await wait_for(lambda: _const(pusher.capacity() == wctx.settings.push_inflight))
-    failed = (await api.get(f"/v1/runs/{run_id}", headers=w.auth)).json()
+    await wait_for(lambda: pusher.capacity() == wctx.settings.push_inflight)
+    failed = (await api.get(f"/v1/runs/{run_id}", headers=s.world.auth)).json()
     assert (failed["status"], failed["reason_code"]) == ("failed", "task_failed")
 
-    retried = await api.post(f"/v1/runs/{run_id}/retry", headers=w.auth)
+    retried = await api.post(f"/v1/runs/{run_id}/retry", headers=s.world.auth)
     assert retried.status_code == 202 and retried.json()["attempt"] == 2
     pushes = PushWorker(wctx, holder="t1", pusher=pusher)
 
     async def completed():
         await pushes.run_once()
-        return (await api.get(f"/v1/runs/{run_id}", headers=w.auth)).json()["status"] == "completed"
+        return (await api.get(f"/v1/runs/{run_id}", headers=s.world.auth)).json()["status"] == "completed"
 
     await wait_for(completed)
     await pusher.stop(deadline=5)
     first, second = agent_server.of("a")
     assert second.headers["webhook-id"] == retried.json()["task_id"] != first.headers["webhook-id"]
     assert second.body["run_id"] == first.body["run_id"] == str(run_id)
-    run = (await api.get(f"/v1/runs/{run_id}", headers=w.auth)).json()
+    run = (await api.get(f"/v1/runs/{run_id}", headers=s.world.auth)).json()
     assert run["chain"]["task"]["id"] == retried.json()["task_id"] and run["chain"]["task"]["status"] == "succeeded"
     assert run["finished_at"] is not None and run["reason_code"] is None
 

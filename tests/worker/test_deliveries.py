@@ -7,22 +7,14 @@ from worker.deliveries import DeliveryWorker
 from worker.push import Pusher
 
 
-async def _world(ctx, url="http://127.0.0.1:9/agent", **trigger_kw):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w, url=url)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap, **trigger_kw)
-    return w, agent, ap, trigger
-
-
 async def _delivery(conn, delivery_id):
     return await conn.fetchrow("SELECT * FROM webhook_delivery WHERE id = $1", delivery_id)
 
 
 async def test_admitted_delivery_becomes_a_dispatched_run_with_one_task(wctx):
-    _, agent, ap, trigger = await _world(wctx, rate_limit_per_minute=1000)
+    s = await factories.small(wctx, rate_limit_per_minute=1000)
     async with wctx.pool.acquire() as conn:
-        delivery_id, run_id = await add_delivery(conn, ap, trigger)
+        delivery_id, run_id = await add_delivery(conn, s.autopilot, s.trigger)
     worker = DeliveryWorker(wctx, holder="t")
     assert await worker.run_once() == 1
     assert await worker.run_once() == 0
@@ -34,13 +26,13 @@ async def test_admitted_delivery_becomes_a_dispatched_run_with_one_task(wctx):
     assert d["dispatch_attempts"] == 0
     assert run["status"] == "queued" and run["task_id"] == task["id"]
     assert task["status"] == "queued" and task["idempotency_key"] == f"run:{run_id}:1"
-    assert task["agent_id"] == agent.row["id"]
+    assert task["agent_id"] == s.agent.row["id"]
 
 
 async def test_crash_window_delivery_is_admitted_by_the_worker(wctx):
-    _, _, ap, trigger = await _world(wctx)
+    s = await factories.small(wctx)
     async with wctx.pool.acquire() as conn:
-        delivery_id, _ = await add_delivery(conn, ap, trigger, admit=False)
+        delivery_id, _ = await add_delivery(conn, s.autopilot, s.trigger, admit=False)
     await DeliveryWorker(wctx, holder="t").run_once()
     async with wctx.pool.acquire() as conn:
         d = await _delivery(conn, delivery_id)
@@ -50,12 +42,12 @@ async def test_crash_window_delivery_is_admitted_by_the_worker(wctx):
 
 
 async def test_crash_window_rechecks_the_gate_but_an_admitted_run_survives_a_pause(wctx):
-    _, _, ap, trigger = await _world(wctx, event_filters=["github.push*"])
+    s = await factories.small(wctx, event_filters=["github.push*"])
     async with wctx.pool.acquire() as conn:
-        filtered, _ = await add_delivery(conn, ap, trigger, event="github.issues", admit=False)
-        admitted, run_id = await add_delivery(conn, ap, trigger, event="github.push")
-        unadmitted, _ = await add_delivery(conn, ap, trigger, event="github.push", admit=False)
-        await conn.execute("UPDATE autopilot SET status = 'paused' WHERE id = $1", ap["id"])
+        filtered, _ = await add_delivery(conn, s.autopilot, s.trigger, event="github.issues", admit=False)
+        admitted, run_id = await add_delivery(conn, s.autopilot, s.trigger, event="github.push")
+        unadmitted, _ = await add_delivery(conn, s.autopilot, s.trigger, event="github.push", admit=False)
+        await conn.execute("UPDATE autopilot SET status = 'paused' WHERE id = $1", s.autopilot["id"])
     await DeliveryWorker(wctx, holder="t").run_once()
     async with wctx.pool.acquire() as conn:
         rows = {d: await _delivery(conn, d) for d in (filtered, admitted, unadmitted)}
@@ -66,10 +58,10 @@ async def test_crash_window_rechecks_the_gate_but_an_admitted_run_survives_a_pau
 
 
 async def test_pacing_defers_over_budget_deliveries_without_spending_an_attempt(wctx):
-    _, _, ap, trigger = await _world(wctx, rate_limit_per_minute=2)
+    s = await factories.small(wctx, rate_limit_per_minute=2)
     async with wctx.pool.acquire() as conn:
         for _ in range(5):
-            await add_delivery(conn, ap, trigger)
+            await add_delivery(conn, s.autopilot, s.trigger)
     assert await DeliveryWorker(wctx, holder="t").run_once() == 2
     async with wctx.pool.acquire() as conn:
         rows = await conn.fetch("SELECT status, dispatch_attempts, available_at > now() + interval '50 s' AS later,"
@@ -80,9 +72,9 @@ async def test_pacing_defers_over_budget_deliveries_without_spending_an_attempt(
 
 
 async def test_failed_dispatch_backs_off_and_fails_after_max_attempts(wctx):
-    _, _, ap, trigger = await _world(wctx)
+    s = await factories.small(wctx)
     async with wctx.pool.acquire() as conn:
-        delivery_id, _ = await add_delivery(conn, ap, trigger, admit=False)
+        delivery_id, _ = await add_delivery(conn, s.autopilot, s.trigger, admit=False)
         # A run id that does not exist: dispatch fails every time.
         await conn.execute("UPDATE webhook_delivery SET run_id = $2 WHERE id = $1", delivery_id, uuid.uuid4())
     worker = DeliveryWorker(wctx, holder="t")
@@ -101,9 +93,9 @@ async def conn_wait_due(ctx, delivery_id):
 
 
 async def test_a_stale_lease_write_is_refused(wctx):
-    _, _, ap, trigger = await _world(wctx)
-    async with wctx.pool.acquire() as conn:
-        delivery_id, _ = await add_delivery(conn, ap, trigger, admit=False)  # crash window: leased by the take
+    s = await factories.small(wctx)
+    async with wctx.pool.acquire() as conn:  # crash window: leased by the take
+        delivery_id, _ = await add_delivery(conn, s.autopilot, s.trigger, admit=False)
     first = DeliveryWorker(wctx, holder="a")
     [leased] = (await first.take_batch()).leased
     async with wctx.pool.acquire() as conn:  # the lease expires: another worker may claim it
@@ -118,7 +110,7 @@ async def test_a_stale_lease_write_is_refused(wctx):
 
 
 async def test_running_worker_wakes_on_notify_and_stop_releases_buffered_leases(wctx, agent_server):
-    _w, _agent, ap, trigger = await _world(wctx, url=agent_server.url("a"), rate_limit_per_minute=100000)
+    s = await factories.small(wctx, agent_url=agent_server.url("a"), rate_limit_per_minute=100000)
     from hookgate.notify import NotifyListener
 
     wake = NotifyListener(wctx.dsn)
@@ -127,7 +119,7 @@ async def test_running_worker_wakes_on_notify_and_stop_releases_buffered_leases(
     runner = asyncio.create_task(worker.run())
     await wake.ensure()
     async with wctx.pool.acquire() as conn:
-        _, run_id = await add_delivery(conn, ap, trigger)
+        _, run_id = await add_delivery(conn, s.autopilot, s.trigger)
         await conn.execute("SELECT pg_notify('hookgate_deliveries', 'x')")
     loop = asyncio.get_running_loop()
     start = loop.time()

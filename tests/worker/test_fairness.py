@@ -10,14 +10,12 @@ import time
 from starlette.responses import JSONResponse
 
 from autopilot import admission, dispatch, tasks
-from hookgate import database, notify
+from hookgate import database
 from hookgate.context import open_context
-from hookgate.notify import NotifyListener
 from tests import factories
 from tests.conftest import make_settings
-from tests.worker.conftest import FAST, add_delivery, bulk_deliveries, wait_for
+from tests.worker.conftest import FAST, UNPACED, add_delivery, agent_world, bulk_deliveries, push_loop, wait_for
 from worker.deliveries import DeliveryWorker
-from worker.push import Pusher, PushWorker
 
 
 async def _quick(_n, _hit):
@@ -36,41 +34,21 @@ async def _queued(ctx, ap, trigger, count):
     assert taken.dispatched == count and taken.claimed == []
 
 
-async def _loop(ctx, pusher, wake):
-    pushes = PushWorker(ctx, holder="t1", pusher=pusher, wake=wake)
-    return pushes, asyncio.create_task(pushes.run())
-
-
-async def _stop(pushes, loop, pusher, wake):
-    await pushes.stop()
-    wake.poke(notify.TASKS)
-    await asyncio.wait_for(loop, 5)
-    await pusher.stop(deadline=0.2)
-    await wake.close()
-
-
 async def test_a_quiet_autopilots_task_reaches_the_agent_while_a_floods_backlog_waits(wctx, agent_server):
     agent_server.behaviours["a"] = _quick
-    w = await factories.world(wctx)
-    agent = await factories.http_agent(w, url=agent_server.url("a"), name="a", max_concurrency=2)
-    flood_ap = await factories.autopilot(w, agent.row["id"], title="flood")
-    quiet_ap = await factories.autopilot(w, agent.row["id"], title="quiet")
-    flood, _ = await factories.webhook_trigger(w, flood_ap, rate_limit_per_minute=100000)
-    quiet, _ = await factories.webhook_trigger(w, quiet_ap, rate_limit_per_minute=100000)
+    s = await agent_world(wctx, agent_server.url("a"), name="a", max_concurrency=2, autopilot={"title": "flood"},
+                          trigger=UNPACED)
+    flood_ap, flood = s.autopilot, s.trigger
+    quiet_ap = await factories.autopilot(s.world, s.agent.row["id"], title="quiet")
+    quiet, _ = await factories.webhook_trigger(s.world, quiet_ap, **UNPACED)
     await _queued(wctx, flood_ap, flood, 2000)
     await _queued(wctx, quiet_ap, quiet, 1)  # queued after the whole flood
-    wake = NotifyListener(wctx.dsn)
-    pusher = Pusher(wctx, holder="t1", wake=wake)
-    await wake.ensure()
-    pushes, loop = await _loop(wctx, pusher, wake)
-    started = time.monotonic()
-    try:
-        await wait_for(lambda: _const(any(h.body["autopilot"]["id"] == str(quiet_ap["id"])
-                                          for h in agent_server.of("a"))), timeout=10)
+    async with push_loop(wctx, deadline=0.2):
+        started = time.monotonic()
+        await wait_for(lambda: any(h.body["autopilot"]["id"] == str(quiet_ap["id"]) for h in agent_server.of("a")),
+                       timeout=10)
         took = time.monotonic() - started
         flood_hits = len(agent_server.of("a")) - 1
-    finally:
-        await _stop(pushes, loop, pusher, wake)
     async with wctx.pool.acquire() as conn:
         waiting = await conn.fetchval("SELECT count(*) FROM agent_task WHERE autopilot_id = $1 AND status = 'queued'",
                                       flood_ap["id"])
@@ -88,36 +66,26 @@ async def test_a_hanging_workspace_leaves_another_workspaces_pushes_fast(db_url,
     agent_server.behaviours["fast"] = _quick
     settings = make_settings(db_url, **(FAST | {"push_inflight": 8}))
     async with open_context(settings, migrate=False) as ctx:
-        hung_w, fast_w = await factories.world(ctx, "hung"), await factories.world(ctx, "fast")
-        hung = await factories.http_agent(hung_w, url=agent_server.url("hang"), name="hang", timeout_s=60,
-                                          max_concurrency=50)
-        fast = await factories.http_agent(fast_w, url=agent_server.url("fast"), name="fast", max_concurrency=50)
-        hung_ap = await factories.autopilot(hung_w, hung.row["id"])
-        fast_ap = await factories.autopilot(fast_w, fast.row["id"])
-        hung_t, _ = await factories.webhook_trigger(hung_w, hung_ap, rate_limit_per_minute=100000)
-        fast_t, _ = await factories.webhook_trigger(fast_w, fast_ap, rate_limit_per_minute=100000)
-        await _queued(ctx, hung_ap, hung_t, 40)
-        wake = NotifyListener(ctx.dsn)
-        pusher = Pusher(ctx, holder="t1", wake=wake)
-        deliveries = DeliveryWorker(ctx, holder="t1", pusher=pusher, wake=wake)
-        await wake.ensure()
-        pushes, loop = await _loop(ctx, pusher, wake)
-        try:
+        hung = await agent_world(ctx, agent_server.url("hang"), workspace="hung", name="hang", timeout_s=60,
+                                 max_concurrency=50, trigger=UNPACED)
+        fast = await agent_world(ctx, agent_server.url("fast"), workspace="fast", name="fast", max_concurrency=50,
+                                 trigger=UNPACED)
+        await _queued(ctx, hung.autopilot, hung.trigger, 40)
+        async with push_loop(ctx, deadline=0.2) as (pusher, _pushes, wake):
+            deliveries = DeliveryWorker(ctx, holder="t1", pusher=pusher, wake=wake)
             # Alone, the hanging agent takes all but the headroom (one of eight slots) and hangs there.
-            await wait_for(lambda: _const(len(agent_server.of("hang")) == 7), timeout=5)
+            await wait_for(lambda: len(agent_server.of("hang")) == 7, timeout=5)
             await asyncio.sleep(0.3)
             assert len(agent_server.of("hang")) == 7
             # Another workspace's runs, through the take (born claimed) and the push loop (queued ones).
             async with ctx.pool.acquire() as conn:
                 made = [time.monotonic()]
-                await bulk_deliveries(conn, fast_ap, fast_t, 10)
+                await bulk_deliveries(conn, fast.autopilot, fast.trigger, 10)
             await deliveries.take_batch(limit=10)
-            await wait_for(lambda: _const(len(agent_server.of("fast")) == 10), timeout=5)
+            await wait_for(lambda: len(agent_server.of("fast")) == 10, timeout=5)
             took = time.monotonic() - made[0]
             await asyncio.sleep(0.3)  # what finished frees slots the hanging agent may not take: over its share
             hung_hits = len(agent_server.of("hang"))
-        finally:
-            await _stop(pushes, loop, pusher, wake)
     assert took < 1.0, f"10 pushes of 20 ms to the other workspace took {took:.2f} s"
     assert hung_hits == 7
 
@@ -142,10 +110,6 @@ async def test_pull_claims_interleave_the_autopilots_feeding_an_agent(ctx, conn,
 async def _api_run(conn, ap):
     adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
     await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
-
-
-async def _const(value):
-    return value
 
 
 async def test_the_fair_claim_walks_its_index_after_its_plans_were_made_on_a_small_queue(wctx):

@@ -8,10 +8,9 @@ import asyncio
 import httpx
 from starlette.responses import JSONResponse
 
-from tests import factories
 from tests.conftest import pooled_env
 from tests.processes import wait_listeners
-from tests.worker.conftest import wait_for
+from tests.worker.conftest import agent_world, wait_for
 
 # The fallback polls are far off: whatever moves within the test's time was woken by a notification.
 ENV = {"HOOKGATE_WORKER_POLL_S": "30", "HOOKGATE_WATCHDOG_INTERVAL_S": "30", "HOOKGATE_LOG_LEVEL": "warning",
@@ -25,11 +24,8 @@ async def test_webhooks_reach_a_real_agent_through_pgbouncer_woken_by_listen_and
         return JSONResponse({"ok": True})
 
     agent_server.behaviours["a"] = slow
-    w = await factories.world(ctx)
     # Saved above HOOKGATE_AGENT_MAX_CONCURRENCY (an older row): the claims hold it to 2 all the same.
-    agent = await factories.http_agent(w, url=agent_server.url("a"), max_concurrency=8)
-    ap = await factories.autopilot(w, agent.row["id"])
-    _, token = await factories.webhook_trigger(w, ap)
+    token = (await agent_world(ctx, agent_server.url("a"), max_concurrency=8)).token
     env = ENV | pooled_env(pgbouncer, db_url)
     gateway = spawn.start("gateway", gateway=True, extra_env=env)
     worker = spawn.start("worker", extra_env=env)

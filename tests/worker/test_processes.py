@@ -5,9 +5,8 @@ import signal
 
 from starlette.responses import JSONResponse, Response
 
-from tests import factories
 from tests.processes import wait_listeners
-from tests.worker.conftest import add_delivery, bulk_deliveries, wait_for
+from tests.worker.conftest import add_delivery, agent_world, bulk_deliveries, wait_for
 
 ENV = {"HOOKGATE_WORKER_POLL_S": "0.2", "HOOKGATE_WATCHDOG_INTERVAL_S": "0.2",
        "HOOKGATE_PUSH_RETRY_SCHEDULE": "0.05,0.1,0.2,0.2", "HOOKGATE_LOG_LEVEL": "warning"}
@@ -15,15 +14,13 @@ ENV = {"HOOKGATE_WORKER_POLL_S": "0.2", "HOOKGATE_WATCHDOG_INTERVAL_S": "0.2",
 
 async def test_three_worker_processes_race_over_thousands_of_deliveries(ctx, spawn, agent_server):
     total = 3000
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w, url=agent_server.url("a"), max_concurrency=64)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=1_000_000)
+    s = await agent_world(ctx, agent_server.url("a"), max_concurrency=64,
+                          trigger={"rate_limit_per_minute": 1_000_000})
     for _ in range(3):
         spawn.start("worker", extra_env=ENV)
     async with ctx.pool.acquire() as conn:
         await wait_listeners(conn, 3, timeout=30)
-        await bulk_deliveries(conn, ap, trigger, total)
+        await bulk_deliveries(conn, s.autopilot, s.trigger, total)
         await conn.execute("SELECT pg_notify('hookgate_deliveries', 'bulk')")
 
         async def drained():
@@ -55,18 +52,15 @@ async def test_a_worker_killed_mid_lease_is_taken_over_after_the_lease(ctx, spaw
         return JSONResponse({"ok": True})
 
     agent_server.behaviours["a"] = hang_first
-    w = await factories.world(ctx)
     # Push lease = agent timeout (capped to 1.5 s here) + 0.5 s margin = 2 s.
-    agent = await factories.http_agent(w, url=agent_server.url("a"), timeout_s=1.5)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap)
+    s = await agent_world(ctx, agent_server.url("a"), timeout_s=1.5)
     env = ENV | {"HOOKGATE_PUSH_LEASE_MARGIN_S": "0.5", "HOOKGATE_PUSH_TIMEOUT_CAP_S": "30"}
     victim = spawn.start("worker", extra_env=env)
     async with ctx.pool.acquire() as conn:
         await wait_listeners(conn, 1, timeout=30)
-        _delivery_id, run_id = await add_delivery(conn, ap, trigger)
+        _delivery_id, run_id = await add_delivery(conn, s.autopilot, s.trigger)
         await conn.execute("SELECT pg_notify('hookgate_deliveries', 'x')")
-        await wait_for(lambda: _const(len(agent_server.of("a")) == 1))
+        await wait_for(lambda: len(agent_server.of("a")) == 1)
         victim.signal(signal.SIGKILL)
         victim.wait()
         assert await conn.fetchval("SELECT status FROM agent_task WHERE run_id = $1", run_id) == "running"
@@ -97,16 +91,13 @@ async def test_sigterm_stops_claiming_and_releases_a_hanging_push_within_the_dea
         return Response(status_code=200)
 
     agent_server.behaviours["a"] = hang
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w, url=agent_server.url("a"), timeout_s=60)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap)
+    s = await agent_world(ctx, agent_server.url("a"), timeout_s=60)
     proc = spawn.start("worker", extra_env=ENV | {"HOOKGATE_SHUTDOWN_DEADLINE": "2"})
     async with ctx.pool.acquire() as conn:
         await wait_listeners(conn, 1, timeout=30)
-        _, run_id = await add_delivery(conn, ap, trigger)
+        _, run_id = await add_delivery(conn, s.autopilot, s.trigger)
         await conn.execute("SELECT pg_notify('hookgate_deliveries', 'x')")
-        await wait_for(lambda: _const(len(agent_server.of("a")) == 1))
+        await wait_for(lambda: len(agent_server.of("a")) == 1)
         loop = asyncio.get_running_loop()
         start = loop.time()
         proc.signal(signal.SIGTERM)
@@ -116,7 +107,3 @@ async def test_sigterm_stops_claiming_and_releases_a_hanging_push_within_the_dea
     never.set()
     assert code == 0 and elapsed < 4, proc.output()
     assert task["status"] == "queued" and task["lease_token"] is None
-
-
-async def _const(value):
-    return value

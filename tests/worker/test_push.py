@@ -9,23 +9,28 @@ from starlette.responses import JSONResponse, Response
 
 from autopilot import dispatch
 from gateway.app import create_app
-from hookgate import database, notify
+from hookgate import database
 from hookgate.context import open_context
 from hookgate.crypto import webhook_signature as sign
-from hookgate.notify import NotifyListener
 from tests import factories
 from tests.conftest import make_settings
-from tests.worker.conftest import FAST, add_delivery, wait_for
+from tests.worker.conftest import FAST, UNPACED, add_delivery, agent_world, answer, push_loop, wait_for
 from worker.deliveries import DeliveryWorker
 from worker.push import CLAIM_WAIT_S, Pusher, PushWorker, claim_floor, classify, retry_after_s
 
 
 async def _world(ctx, agent_server, name="a", **agent_kw):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w, url=agent_server.url(name), name=name, **agent_kw)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
-    return w, agent, ap, trigger
+    s = await agent_world(ctx, agent_server.url(name), name=name, trigger=UNPACED, **agent_kw)
+    return s.world, s.agent, s.autopilot, s.trigger
+
+
+async def _taken(ctx, ap, trigger, **delivery_kw):
+    """One delivery, taken by a delivery worker with a fresh pusher (the push starts); the run's id and the pusher."""
+    async with ctx.pool.acquire() as conn:
+        _, run_id = await add_delivery(conn, ap, trigger, **delivery_kw)
+    pusher = Pusher(ctx, holder="t1")
+    assert await DeliveryWorker(ctx, holder="t1", pusher=pusher).run_once() == 1
+    return run_id, pusher
 
 
 async def _task(conn, run_id):
@@ -63,11 +68,7 @@ def test_outcomes_map_status_codes_and_honour_retry_after():
 
 async def test_fast_path_pushes_once_with_the_contract_body_and_a_valid_signature(wctx, agent_server):
     _w, agent, ap, trigger = await _world(wctx, agent_server)
-    async with wctx.pool.acquire() as conn:
-        _, run_id = await add_delivery(conn, ap, trigger, payload={"x": 1})
-    pusher = Pusher(wctx, holder="t1")
-    worker = DeliveryWorker(wctx, holder="t1", pusher=pusher)
-    assert await worker.run_once() == 1
+    run_id, pusher = await _taken(wctx, ap, trigger, payload={"x": 1})
     await pusher.stop(deadline=10)
     [hit] = agent_server.of("a")
     async with wctx.pool.acquire() as conn:
@@ -91,10 +92,7 @@ async def test_agent_answering_500_then_200_gets_the_same_webhook_id_and_complet
 
     agent_server.behaviours["a"] = flaky
     _w, _agent, ap, trigger = await _world(wctx, agent_server)
-    async with wctx.pool.acquire() as conn:
-        _, run_id = await add_delivery(conn, ap, trigger)
-    pusher = Pusher(wctx, holder="t1")
-    await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once()
+    run_id, pusher = await _taken(wctx, ap, trigger)
     pushes = PushWorker(wctx, holder="t1", pusher=pusher)
 
     async def finished():
@@ -116,8 +114,8 @@ async def test_agent_answering_500_then_200_gets_the_same_webhook_id_and_complet
 
 
 async def test_retry_after_is_honoured_and_4xx_is_terminal(ctx, agent_server):
-    agent_server.behaviours["slow"] = lambda n, h: _const(Response(status_code=429, headers={"Retry-After": "30"}))
-    agent_server.behaviours["gone"] = lambda n, h: _const(Response(status_code=404))
+    agent_server.behaviours["slow"] = answer(Response(status_code=429, headers={"Retry-After": "30"}))
+    agent_server.behaviours["gone"] = answer(Response(status_code=404))
     w = await factories.world(ctx)
     runs = {}
     for name in ("slow", "gone"):
@@ -139,17 +137,10 @@ async def test_retry_after_is_honoured_and_4xx_is_terminal(ctx, agent_server):
     assert failed_run["status"] == "failed" and failed_run["reason_code"] == "task_failed"
 
 
-async def _const(response):
-    return response
-
-
 async def test_accepted_push_is_finished_by_the_agent_reporting_with_its_lease_token(wctx, agent_server):
-    agent_server.behaviours["a"] = lambda n, h: _const(Response(status_code=202))
+    agent_server.behaviours["a"] = answer(Response(status_code=202))
     _w, _agent, ap, trigger = await _world(wctx, agent_server)
-    async with wctx.pool.acquire() as conn:
-        _, run_id = await add_delivery(conn, ap, trigger)
-    pusher = Pusher(wctx, holder="t1")
-    await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once()
+    run_id, pusher = await _taken(wctx, ap, trigger)
     await pusher.stop(deadline=10)
     body = agent_server.of("a")[0].body
     async with wctx.pool.acquire() as conn:
@@ -184,7 +175,7 @@ async def test_a_hanging_agent_does_not_stall_the_others(wctx, agent_server):
         agent = await factories.http_agent(w, url=agent_server.url(name), name=name, timeout_s=30,
                                            max_concurrency=2)
         ap = await factories.autopilot(w, agent.row["id"], title=name)
-        trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
+        trigger, _ = await factories.webhook_trigger(w, ap, **UNPACED)
         async with wctx.pool.acquire() as conn:
             for _ in range(6 if name == "hang" else 20):
                 runs[name].append((await add_delivery(conn, ap, trigger))[1])
@@ -293,11 +284,8 @@ async def test_stop_releases_pushes_still_in_flight_after_the_deadline(wctx, age
 
     agent_server.behaviours["a"] = hang
     _w, _agent, ap, trigger = await _world(wctx, agent_server, timeout_s=60)
-    async with wctx.pool.acquire() as conn:
-        _, run_id = await add_delivery(conn, ap, trigger)
-    pusher = Pusher(wctx, holder="t1")
-    await DeliveryWorker(wctx, holder="t1", pusher=pusher).run_once()
-    await wait_for(lambda: _const(len(agent_server.of("a")) == 1))
+    run_id, pusher = await _taken(wctx, ap, trigger)
+    await wait_for(lambda: len(agent_server.of("a")) == 1)
     await pusher.stop(deadline=0.2)
     async with wctx.pool.acquire() as conn:
         task = await _task(conn, run_id)
@@ -315,7 +303,7 @@ async def test_dispatch_without_a_pusher_leaves_the_task_queued_and_notifies(wct
         async with wctx.pool.acquire() as conn:
             _, run_id = await add_delivery(conn, ap, trigger)
             result = await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
-        await wait_for(lambda: _const(bool(heard)))
+        await wait_for(lambda: bool(heard))
     finally:
         await listener.close()
     assert result.status == "queued" and result.claimed is None
@@ -334,20 +322,15 @@ async def test_a_finished_push_wakes_the_pushes_loop_only_while_tasks_wait(db_ur
 
         agent_server.behaviours["a"] = first_waits
         _w, _agent, ap, trigger = await _world(ctx, agent_server, max_concurrency=1)
-        wake = NotifyListener(ctx.dsn)
-        pusher = Pusher(ctx, holder="t1", wake=wake)
-        pushes = _CountingPushWorker(ctx, holder="t1", pusher=pusher, wake=wake)
-        deliveries = DeliveryWorker(ctx, holder="t1", pusher=pusher, wake=wake)
-        await wake.ensure()
-        loop = asyncio.create_task(pushes.run())
-        try:
+        async with push_loop(ctx, deadline=5, loop=_CountingPushWorker) as (pusher, pushes, wake):
+            deliveries = DeliveryWorker(ctx, holder="t1", pusher=pusher, wake=wake)
             async with ctx.pool.acquire() as conn:
                 for _ in range(2):
                     await add_delivery(conn, ap, trigger)
             await deliveries.run_once()  # one pushed (the cap), one queued and announced
-            await wait_for(lambda: _const(len(agent_server.of("a")) == 1 and pusher.backlog))
+            await wait_for(lambda: len(agent_server.of("a")) == 1 and pusher.backlog)
             release.set()  # the slot frees: the waiting task is pushed at once, not at the next poll
-            await wait_for(lambda: _const(len(agent_server.of("a")) == 2), timeout=5)
+            await wait_for(lambda: len(agent_server.of("a")) == 2, timeout=5)
             async with ctx.pool.acquire() as conn:
                 await wait_for(lambda: _succeeded(conn, 2), timeout=5)
             await asyncio.sleep(0.2)  # the last completion's wake-up pass found nothing waiting
@@ -360,12 +343,6 @@ async def test_a_finished_push_wakes_the_pushes_loop_only_while_tasks_wait(db_ur
                 await wait_for(lambda: _succeeded(conn, 3), timeout=5)
             await asyncio.sleep(0.2)
             assert pushes.passes == passes  # the finished push cost no lookup
-        finally:
-            await pushes.stop()
-            wake.poke(notify.TASKS)
-            await asyncio.wait_for(loop, 5)
-            await pusher.stop(deadline=5)
-            await wake.close()
 
 
 class _CountingPushWorker(PushWorker):

@@ -18,9 +18,8 @@ from starlette.responses import JSONResponse, Response
 from autopilot import tasks
 from hookgate.context import open_context
 from hookgate.notify import NotifyListener
-from tests import factories
 from tests.conftest import make_settings
-from tests.worker.conftest import AgentServer, add_delivery, bulk_deliveries, wait_for
+from tests.worker.conftest import UNPACED, AgentServer, add_delivery, agent_world, answer, bulk_deliveries, wait_for
 from worker.deliveries import DeliveryWorker
 from worker.push import Attempt, Outcome, Pusher, PushWorker, classify
 
@@ -70,20 +69,10 @@ async def _one_agent(ctx: Any, agent_server: AgentServer, schedule: list[float] 
 
     The autopilot is assigned to it and has one unpaced webhook trigger. Returns ``(agent id, autopilot, trigger)``.
     """
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w, url=agent_server.url("a"), name="a", **agent_kw)
+    s = await agent_world(ctx, agent_server.url("a"), name="a", trigger=UNPACED, **agent_kw)
     if schedule is not None:
-        async with ctx.pool.acquire() as conn:
-            await conn.execute("UPDATE agent SET retry_schedule = $2 WHERE id = $1",
-                               agent.row["id"], schedule)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
-    return agent.row["id"], ap, trigger
-
-
-async def _rows(ctx: Any, query: str, *args: Any) -> list[Any]:
-    async with ctx.pool.acquire() as conn:
-        return list(await conn.fetch(query, *args))
+        await ctx.pool.execute("UPDATE agent SET retry_schedule = $2 WHERE id = $1", s.agent.row["id"], schedule)
+    return s.agent.row["id"], s.autopilot, s.trigger
 
 
 async def test_an_agent_down_for_14_s_loses_nothing_its_circuit_opens_and_closes_and_the_backlog_completes_once(
@@ -96,30 +85,29 @@ async def test_an_agent_down_for_14_s_loses_nothing_its_circuit_opens_and_closes
             await bulk_deliveries(conn, ap, trigger, 20)
         async with _worker(ctx):
             async def tripped() -> bool:
-                rows = await _rows(ctx, "SELECT state FROM agent_health WHERE agent_id = $1", agent_id)
-                return bool(rows) and rows[0]["state"] == "unhealthy"
+                state = await ctx.pool.fetchval("SELECT state FROM agent_health WHERE agent_id = $1", agent_id)
+                return bool(state == "unhealthy")
 
             await wait_for(tripped, timeout=10)
             opened = time.monotonic()
             await asyncio.sleep(14.0)  # far longer than the schedule (1.4 s) and several probe intervals
-            during = await _rows(ctx, "SELECT status, attempt, max_attempts FROM agent_task WHERE agent_id = $1",
-                                 agent_id)
-            runs_during = await _rows(ctx, "SELECT status, count(*) FROM autopilot_run WHERE autopilot_id = $1 "
-                                           "GROUP BY status", ap["id"])
+            during = await ctx.pool.fetch("SELECT status, attempt, max_attempts FROM agent_task WHERE agent_id = $1",
+                                          agent_id)
+            runs_during = await ctx.pool.fetch("SELECT status, count(*) FROM autopilot_run WHERE autopilot_id = $1 "
+                                               "GROUP BY status", ap["id"])
             outage.down = False
             back = time.monotonic()
 
             async def drained() -> bool:
-                rows = await _rows(ctx, "SELECT count(*) FROM autopilot_run WHERE autopilot_id = $1 "
-                                        "AND status = 'completed'", ap["id"])
-                return bool(rows[0][0] == 20)
+                return await ctx.pool.fetchval("SELECT count(*) FROM autopilot_run WHERE autopilot_id = $1 "
+                                               "AND status = 'completed'", ap["id"]) == 20
 
             await wait_for(drained, timeout=30)
             drain_s = time.monotonic() - back
-        health = (await _rows(ctx, "SELECT * FROM agent_health WHERE agent_id = $1", agent_id))[0]
-        tasks = await _rows(ctx, "SELECT id, status, attempt FROM agent_task WHERE agent_id = $1", agent_id)
-        attempts = await _rows(ctx, "SELECT task_id, outcome, http_status FROM task_attempt WHERE agent_id = $1",
-                               agent_id)
+        health = await ctx.pool.fetchrow("SELECT * FROM agent_health WHERE agent_id = $1", agent_id)
+        tasks = await ctx.pool.fetch("SELECT id, status, attempt FROM agent_task WHERE agent_id = $1", agent_id)
+        attempts = await ctx.pool.fetch("SELECT task_id, outcome, http_status FROM task_attempt WHERE agent_id = $1",
+                                        agent_id)
     # While the agent was down nothing failed for good and no task spent more attempts than its schedule has.
     assert len(during) == 20 and all(t["status"] in ("queued", "running") for t in during)
     assert all(t["attempt"] < t["max_attempts"] for t in during)
@@ -142,10 +130,8 @@ async def test_an_agent_down_for_14_s_loses_nothing_its_circuit_opens_and_closes
 
 async def test_without_an_outage_the_schedule_runs_out_and_the_task_fails_with_every_attempt_kept(
         db_url: str, agent_server: AgentServer) -> None:
-    async def broken(_n: int, _hit: Any) -> Response:
-        return JSONResponse({"why": "x" * 5000}, status_code=500, headers={"set-cookie": "s=1", "x-request-id": "r"})
-
-    agent_server.behaviours["a"] = broken
+    agent_server.behaviours["a"] = answer(
+        JSONResponse({"why": "x" * 5000}, status_code=500, headers={"set-cookie": "s=1", "x-request-id": "r"}))
     settings = OUTAGE | {"push_retry_schedule": "0.05,0.05", "agent_trip_after": 100}
     async with open_context(make_settings(db_url, **settings), migrate=False) as ctx:
         agent_id, ap, trigger = await _one_agent(ctx, agent_server)
@@ -153,13 +139,12 @@ async def test_without_an_outage_the_schedule_runs_out_and_the_task_fails_with_e
             _, run_id = await add_delivery(conn, ap, trigger)
         async with _worker(ctx):
             async def failed() -> bool:
-                rows = await _rows(ctx, "SELECT status FROM autopilot_run WHERE id = $1", run_id)
-                return bool(rows[0]["status"] == "failed")
+                return await ctx.pool.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "failed"
 
             await wait_for(failed, timeout=10)
-        task = (await _rows(ctx, "SELECT * FROM agent_task WHERE run_id = $1", run_id))[0]
-        attempts = await _rows(ctx, "SELECT * FROM task_attempt WHERE task_id = $1 ORDER BY id", task["id"])
-        health = await _rows(ctx, "SELECT state, failures FROM agent_health WHERE agent_id = $1", agent_id)
+        task = await ctx.pool.fetchrow("SELECT * FROM agent_task WHERE run_id = $1", run_id)
+        attempts = await ctx.pool.fetch("SELECT * FROM task_attempt WHERE task_id = $1 ORDER BY id", task["id"])
+        health = await ctx.pool.fetch("SELECT state, failures FROM agent_health WHERE agent_id = $1", agent_id)
     assert (task["status"], task["attempt"], task["max_attempts"]) == ("failed", 3, 3)
     assert [(a["attempt"], a["outcome"], a["http_status"]) for a in attempts] == [(n, "failed", 500) for n in (1, 2, 3)]
     first = attempts[0]
@@ -174,23 +159,20 @@ async def test_without_an_outage_the_schedule_runs_out_and_the_task_fails_with_e
 
 async def test_an_agents_own_schedule_sets_its_attempts_and_retry_after_is_honoured_up_to_a_day(
         db_url: str, agent_server: AgentServer) -> None:
-    async def later(_n: int, _hit: Any) -> Response:
-        return Response(status_code=503, headers={"retry-after": str(3 * 86400)})
-
-    agent_server.behaviours["a"] = later
+    agent_server.behaviours["a"] = answer(Response(status_code=503, headers={"retry-after": str(3 * 86400)}))
     async with open_context(make_settings(db_url, **OUTAGE), migrate=False) as ctx:
         _, ap, trigger = await _one_agent(ctx, agent_server, [60, 600])
         async with ctx.pool.acquire() as conn:
             _, run_id = await add_delivery(conn, ap, trigger)
         async with _worker(ctx):
             async def waiting() -> bool:
-                rows = await _rows(ctx, "SELECT status, attempt FROM agent_task WHERE run_id = $1", run_id)
-                return bool(rows) and (rows[0]["status"], rows[0]["attempt"]) == ("queued", 1)
+                task = await ctx.pool.fetchrow("SELECT status, attempt FROM agent_task WHERE run_id = $1", run_id)
+                return task is not None and (task["status"], task["attempt"]) == ("queued", 1)
 
             await wait_for(waiting, timeout=10)
-        task = (await _rows(ctx, "SELECT *, available_at - now() AS wait FROM agent_task WHERE run_id = $1",
-                            run_id))[0]
-        run = (await _rows(ctx, "SELECT status FROM autopilot_run WHERE id = $1", run_id))[0]
+        task = await ctx.pool.fetchrow("SELECT *, available_at - now() AS wait FROM agent_task WHERE run_id = $1",
+                                       run_id)
+        run = await ctx.pool.fetchrow("SELECT status FROM autopilot_run WHERE id = $1", run_id)
     assert task["max_attempts"] == 3  # two delays of its own
     assert 86400 - 5 < task["wait"].total_seconds() <= 86400  # three days asked, one day at most
     assert task["error"] == "agent answered 503" and run["status"] == "queued"
@@ -206,12 +188,9 @@ async def test_a_failed_probe_gives_its_attempt_back_and_the_next_probe_waits_lo
         async with ctx.pool.acquire() as conn:
             _, run_id = await add_delivery(conn, ap, trigger)
         async with _worker(ctx):
-            async def probed_twice() -> bool:
-                return len(outage.at) >= 3
-
-            await wait_for(probed_twice, timeout=10)
-        task = (await _rows(ctx, "SELECT status, attempt FROM agent_task WHERE run_id = $1", run_id))[0]
-        health = (await _rows(ctx, "SELECT * FROM agent_health WHERE agent_id = $1", agent_id))[0]
+            await wait_for(lambda: len(outage.at) >= 3, timeout=10)  # probed twice
+        task = await ctx.pool.fetchrow("SELECT status, attempt FROM agent_task WHERE run_id = $1", run_id)
+        health = await ctx.pool.fetchrow("SELECT * FROM agent_health WHERE agent_id = $1", agent_id)
     # The first failure tripped the breaker (and, the agent being unhealthy then, was given back too).
     assert task["status"] in ("queued", "running") and task["attempt"] <= 1
     gaps = [b - a for (a, _), (b, _) in itertools.pairwise(outage.at)]
@@ -236,5 +215,5 @@ async def test_a_retry_follows_its_agents_own_schedule_even_when_a_success_in_th
         flushed = [asyncio.create_task(pusher._record(first, Outcome("retry", "agent answered 503", "failed"), took)),
                    asyncio.create_task(pusher._record(second, classify(200, {}, b"{}"), took))]
         await asyncio.gather(*flushed)  # one group: the failure, then a success that resets the count
-        waited = (await _rows(ctx, "SELECT available_at - now() AS wait FROM agent_task WHERE id = $1", first.id))[0]
-    assert 900 < waited["wait"].total_seconds() <= 1100  # the agent's 1000 s, not the default 0.2 s
+        waited = await ctx.pool.fetchval("SELECT available_at - now() FROM agent_task WHERE id = $1", first.id)
+    assert 900 < waited.total_seconds() <= 1100  # the agent's 1000 s, not the default 0.2 s

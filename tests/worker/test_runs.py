@@ -1,15 +1,14 @@
 from autopilot import admission
 from tests import factories
+from tests.worker.conftest import add_delivery
 from worker.runs import RunWorker
 
 
 async def test_pending_runs_without_a_delivery_are_dispatched_once(wctx):
-    w = await factories.world(wctx)
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"], mode="create_issue")
+    s = await factories.small(wctx, mode="create_issue")
     async with wctx.pool.acquire() as conn:
-        adm = await admission.admit(conn, autopilot_id=ap["id"], source="manual", payload={}, clicker_id=w.owner_id,
-                                    heartbeat_timeout_s=120.0)
+        adm = await admission.admit(conn, autopilot_id=s.autopilot["id"], source="manual", payload={},
+                                    clicker_id=s.world.owner_id, heartbeat_timeout_s=120.0)
     worker = RunWorker(wctx, holder="t")
     assert await worker.run_once() == 1
     assert await worker.run_once() == 0
@@ -19,14 +18,9 @@ async def test_pending_runs_without_a_delivery_are_dispatched_once(wctx):
 
 
 async def test_a_stale_half_made_webhook_run_is_repaired_after_the_repair_delay(wctx):
-    w = await factories.world(wctx)
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"])
-    trigger, _ = await factories.webhook_trigger(w, ap)
+    s = await factories.small(wctx)
     async with wctx.pool.acquire() as conn:
-        from tests.worker.conftest import add_delivery
-
-        delivery_id, run_id = await add_delivery(conn, ap, trigger)
+        delivery_id, run_id = await add_delivery(conn, s.autopilot, s.trigger)
         # The delivery says dispatched, but the run never got its task (a crash between the two).
         await conn.execute("UPDATE webhook_delivery SET status = 'dispatched' WHERE id = $1", delivery_id)
         later = await conn.fetchval("SELECT now() + interval '61 s'")

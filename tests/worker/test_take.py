@@ -10,24 +10,22 @@ from autopilot import dispatch
 from hookgate import database
 from hookgate.context import open_context
 from tests import factories
-from tests.worker.conftest import add_delivery, bulk_deliveries, wait_for
+from tests.worker.conftest import UNPACED, add_delivery, agent_world, bulk_deliveries, wait_for
 from worker import take, watchdog
 from worker.deliveries import DeliveryWorker, options_for
 from worker.push import Pusher
 
 
 async def _setup(wctx, agent_server, **agent_kw):
-    w = await factories.world(wctx)
-    agent = await factories.http_agent(w, url=agent_server.url("a"), name="a", **agent_kw)
-    ap = await factories.autopilot(w, agent.row["id"], title="plain")
-    trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
-    return w, agent, ap, trigger
+    s = await agent_world(wctx, agent_server.url("a"), name="a", autopilot={"title": "plain"}, trigger=UNPACED,
+                          **agent_kw)
+    return s.world, s.agent, s.autopilot, s.trigger
 
 
 async def test_one_statement_dispatches_plain_runs_with_tasks_born_claimed_within_the_cap(wctx, agent_server):
     w, agent, ap, trigger = await _setup(wctx, agent_server, max_concurrency=2)
     with_issue = await factories.autopilot(w, agent.row["id"], mode="create_issue", title="issue")
-    t_issue, _ = await factories.webhook_trigger(w, with_issue, rate_limit_per_minute=100000)
+    t_issue, _ = await factories.webhook_trigger(w, with_issue, **UNPACED)
     async with wctx.pool.acquire() as conn:
         fast = [await add_delivery(conn, ap, trigger) for _ in range(3)]
         unusual = [await add_delivery(conn, with_issue, t_issue), await add_delivery(conn, ap, trigger, admit=False)]
@@ -254,7 +252,7 @@ async def _flooded_workspace(wctx, agent_server, name: str, triggers: int, each:
     w = await factories.world(wctx, name)
     agent = await factories.http_agent(w, url=agent_server.url(name), name=name)
     ap = await factories.autopilot(w, agent.row["id"], title=name)
-    made = [(await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000))[0] for _ in range(triggers)]
+    made = [(await factories.webhook_trigger(w, ap, **UNPACED))[0] for _ in range(triggers)]
     async with wctx.pool.acquire() as conn:
         for trigger in made:
             await bulk_deliveries(conn, ap, trigger, each)
