@@ -17,7 +17,7 @@ from autopilot import lifecycle
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
 from gateway.admin.pagination import PageQuery
-from hookgate.database import Conn, one
+from hookgate.database import one
 from sql import Q
 
 api = Endpoints("Issues and tasks")
@@ -111,15 +111,6 @@ def task_out(row: asyncpg.Record) -> TaskOut:
     return TaskOut.model_validate(dict(row))
 
 
-async def issue_status_changed(conn: Conn, issue_id: UUID, status: str) -> None:
-    """End the issue's run when the issue is done or cancelled (same transaction as the status change).
-
-    The run lifecycle (``autopilot.lifecycle``) sets the same status again, harmlessly, ends the run on
-    done/cancelled and cancels the run's unfinished tasks. This is the single call site.
-    """
-    await lifecycle.issue_status_changed(conn, issue_id, status)
-
-
 @api.add("GET", "/v1/issues", summary="List issues", response=IssuePage, query=IssueQuery)
 async def list_issues(call: Call) -> dict[str, Any]:
     """Issues of the workspace, newest first."""
@@ -147,7 +138,8 @@ async def update_issue(call: Call) -> IssueOut:
         updated = one(await call.conn.fetchrow(Q.issue_update_status, call.principal.workspace_id, row["id"],
                                                body.status))
         if updated["previous_status"] != body.status:
-            await issue_status_changed(call.conn, row["id"], body.status)
+            # Sets the same status again, harmlessly; ends the run on done/cancelled and cancels its tasks.
+            await lifecycle.issue_status_changed(call.conn, row["id"], body.status)
     return issue_out(updated)
 
 
