@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from autopilot import agents, audit
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate import egress, retry
 from hookgate.database import one
@@ -129,11 +129,8 @@ class NewAgentOut(AgentOut):
     runtime_token: str | None = None
 
 
-class AgentPage(BaseModel):
+class AgentPage(Page[AgentOut]):
     """A page of agents."""
-
-    items: list[AgentOut]
-    next_cursor: str | None
 
 
 class SquadIn(BaseModel):
@@ -155,11 +152,8 @@ class SquadOut(BaseModel):
     created_at: datetime
 
 
-class SquadPage(BaseModel):
+class SquadPage(Page[SquadOut]):
     """A page of squads."""
-
-    items: list[SquadOut]
-    next_cursor: str | None
 
 
 def agent_out(row: asyncpg.Record) -> AgentOut:

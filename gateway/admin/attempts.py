@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from sql import Q
 
 api = Endpoints("Issues and tasks")
@@ -42,11 +42,8 @@ class AttemptOut(BaseModel):
     response_body: str | None = None
 
 
-class AttemptPage(BaseModel):
+class AttemptPage(Page[AttemptOut]):
     """A page of attempts, oldest first."""
-
-    items: list[AttemptOut]
-    next_cursor: str | None
 
 
 def attempt_out(row: asyncpg.Record, *, full: bool) -> AttemptOut:

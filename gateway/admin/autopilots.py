@@ -17,7 +17,7 @@ from autopilot import editing, rules
 from autopilot.rules import Publisher
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate.database import Conn
 from sql import Q
@@ -81,11 +81,8 @@ class AutopilotOut(BaseModel):
     version: int
 
 
-class AutopilotPage(BaseModel):
+class AutopilotPage(Page[AutopilotOut]):
     """A page of autopilots."""
-
-    items: list[AutopilotOut]
-    next_cursor: str | None
 
 
 class AutopilotQuery(PageQuery):
@@ -107,11 +104,8 @@ class VersionOut(BaseModel):
     created_at: datetime
 
 
-class VersionPage(BaseModel):
+class VersionPage(Page[VersionOut]):
     """A page of rule versions, oldest first."""
-
-    items: list[VersionOut]
-    next_cursor: str | None
 
 
 class CollaboratorIn(BaseModel):
@@ -131,11 +125,8 @@ class CollaboratorOut(BaseModel):
     added_at: datetime
 
 
-class CollaboratorPage(BaseModel):
+class CollaboratorPage(Page[CollaboratorOut]):
     """A page of collaborators."""
-
-    items: list[CollaboratorOut]
-    next_cursor: str | None
 
 
 async def autopilot_out(conn: Conn, row: asyncpg.Record) -> AutopilotOut:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autopilot import alerts, audit
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate import egress
 from sql import Q
@@ -58,11 +58,8 @@ class NewChannelOut(ChannelOut):
     signing_secret: str
 
 
-class ChannelPage(BaseModel):
+class ChannelPage(Page[ChannelOut]):
     """A page of notification channels."""
-
-    items: list[ChannelOut]
-    next_cursor: str | None
 
 
 class PingOut(BaseModel):

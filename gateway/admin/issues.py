@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from autopilot import lifecycle
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from hookgate.database import one
 from sql import Q
 
@@ -40,11 +40,8 @@ class IssueOut(BaseModel):
     updated_at: datetime
 
 
-class IssuePage(BaseModel):
+class IssuePage(Page[IssueOut]):
     """A page of issues, newest first."""
-
-    items: list[IssueOut]
-    next_cursor: str | None
 
 
 class IssueQuery(PageQuery):
@@ -86,11 +83,8 @@ class TaskOut(BaseModel):
     finished_at: datetime | None
 
 
-class TaskPage(BaseModel):
+class TaskPage(Page[TaskOut]):
     """A page of tasks, newest first."""
-
-    items: list[TaskOut]
-    next_cursor: str | None
 
 
 class TaskQuery(PageQuery):

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autopilot import workspaces
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from sql import Q
 
@@ -90,18 +90,12 @@ class NewKey(BaseModel):
     api_key: str
 
 
-class MemberPage(BaseModel):
+class MemberPage(Page[MemberOut]):
     """A page of members."""
 
-    items: list[MemberOut]
-    next_cursor: str | None
 
-
-class KeyPage(BaseModel):
+class KeyPage(Page[KeyOut]):
     """A page of keys."""
-
-    items: list[KeyOut]
-    next_cursor: str | None
 
 
 class KeyQuery(PageQuery):

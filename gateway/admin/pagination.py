@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -28,6 +28,13 @@ class PageQuery(BaseModel):
 
     limit: int = Field(default=50, ge=1, le=500, description="Page size (default 50, max 500)")
     cursor: str | None = Field(default=None, max_length=200, description="Opaque cursor from next_cursor")
+
+
+class Page(BaseModel, Generic[T]):
+    """What every list answers: a page of items and the cursor of the next page (null on the last)."""
+
+    items: list[T]
+    next_cursor: str | None
 
 
 def encode(last_id: UUID | int) -> str:

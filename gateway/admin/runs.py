@@ -24,7 +24,7 @@ from autopilot import admission, audit, lifecycle, reruns
 from gateway.admin import auth, pagination
 from gateway.admin.attempts import AttemptOut, attempt_out
 from gateway.admin.openapi import Call, Endpoints, Reply
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate import notify
 from hookgate.database import one
@@ -111,11 +111,8 @@ class RunDetail(RunOut):
     latest_attempt: AttemptOut | None = None
 
 
-class RunPage(BaseModel):
+class RunPage(Page[RunOut]):
     """A page of runs, newest first."""
-
-    items: list[RunOut]
-    next_cursor: str | None
 
 
 class RunQuery(PageQuery):

@@ -20,7 +20,7 @@ from autopilot import editing, rules
 from autopilot.rules import Publisher
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate import notify
 from hookgate.database import Conn
@@ -108,11 +108,8 @@ class TriggerOut(BaseModel):
     deleted_at: datetime | None = None
 
 
-class TriggerPage(BaseModel):
+class TriggerPage(Page[TriggerOut]):
     """A page of triggers."""
-
-    items: list[TriggerOut]
-    next_cursor: str | None
 
 
 class TokenOut(BaseModel):
