@@ -7,7 +7,6 @@ list query takes the cursor and ``limit + 1`` rows; the extra row only says whet
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 from uuid import UUID
@@ -45,7 +44,7 @@ def encode(last_id: UUID | int) -> str:
 def _raw(cursor: str) -> str:
     try:
         return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         raise ApiError(400, "invalid_cursor", "the cursor is not one this API returned") from None
 
 
