@@ -244,13 +244,12 @@ async def list_agents(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/agents/{agent_id}", summary="Get an agent", response=AgentOut)
 async def get_agent(call: Call) -> AgentOut:
     """One agent."""
-    row = auth.found(await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, call.path["agent_id"]), "agent")
-    return agent_out(row)
+    return agent_out(await call.scoped(Q.agent_get, "agent"))
 
 
 async def _changeable_agent(call: Call, action: str) -> asyncpg.Record:
     """The agent, if the caller owns it or is a workspace owner/admin: 404 for another workspace's, else 403."""
-    row = auth.found(await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, call.path["agent_id"]), "agent")
+    row = await call.scoped(Q.agent_get, "agent")
     if row["owner_id"] != call.principal.member_id:
         auth.require_admin(call.principal, f"{action} other members' agents")
     return row
@@ -355,5 +354,4 @@ async def list_squads(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/squads/{squad_id}", summary="Get a squad", response=SquadOut)
 async def get_squad(call: Call) -> SquadOut:
     """One squad."""
-    row = auth.found(await call.conn.fetchrow(Q.squad_get, call.principal.workspace_id, call.path["squad_id"]), "squad")
-    return squad_out(row)
+    return squad_out(await call.scoped(Q.squad_get, "squad"))

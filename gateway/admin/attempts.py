@@ -67,7 +67,7 @@ async def may_read_answers(call: Call, task: asyncpg.Record) -> bool:
 async def list_attempts(call: Call) -> dict[str, Any]:
     """Every attempt of a task, oldest first: outcome, timing, HTTP status, error (and, for writers, the answer)."""
     q: PageQuery = call.query
-    task = auth.found(await call.conn.fetchrow(Q.task_get, call.principal.workspace_id, call.path["task_id"]), "task")
+    task = await call.scoped(Q.task_get, "task")
     full = await may_read_answers(call, task)
     return await pagination.fetch(call.conn, Q.attempt_list, q, lambda r: attempt_out(r, full=full),
                                   call.principal.workspace_id, task["id"])

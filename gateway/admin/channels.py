@@ -122,9 +122,7 @@ async def list_channels(call: Call) -> dict[str, Any]:
 async def get_channel(call: Call) -> ChannelOut:
     """Owners and admins: one channel."""
     _admin(call)
-    row = auth.found(await call.conn.fetchrow(Q.channel_get, call.principal.workspace_id, call.path["channel_id"]),
-                     "channel")
-    return channel_out(row)
+    return channel_out(await call.scoped(Q.channel_get, "channel"))
 
 
 @api.add("DELETE", "/v1/notification-channels/{channel_id}", summary="Delete a notification channel",

@@ -116,15 +116,14 @@ async def list_issues(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/issues/{issue_id}", summary="Get an issue", response=IssueOut)
 async def get_issue(call: Call) -> IssueOut:
     """One issue."""
-    row = auth.found(await call.conn.fetchrow(Q.issue_get, call.principal.workspace_id, call.path["issue_id"]), "issue")
-    return issue_out(row)
+    return issue_out(await call.scoped(Q.issue_get, "issue"))
 
 
 @api.add("PATCH", "/v1/issues/{issue_id}", summary="Change an issue's status", response=IssueOut, body=IssuePatch)
 async def update_issue(call: Call) -> IssueOut:
     """Writers of the issue's autopilot (any member for an issue without one). done/cancelled end its run."""
     body: IssuePatch = call.body
-    row = auth.found(await call.conn.fetchrow(Q.issue_get, call.principal.workspace_id, call.path["issue_id"]), "issue")
+    row = await call.scoped(Q.issue_get, "issue")
     if row["autopilot_id"] is not None:
         autopilot = await auth.autopilot_of(call.conn, call.principal, row["autopilot_id"])
         await auth.require_writer(call.conn, call.principal, autopilot)
@@ -148,5 +147,4 @@ async def list_tasks(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/tasks/{task_id}", summary="Get a task", response=TaskOut)
 async def get_task(call: Call) -> TaskOut:
     """One agent task."""
-    row = auth.found(await call.conn.fetchrow(Q.task_get, call.principal.workspace_id, call.path["task_id"]), "task")
-    return task_out(row)
+    return task_out(await call.scoped(Q.task_get, "task"))

@@ -169,8 +169,7 @@ def trigger_out(call: Call, row: asyncpg.Record, writer: bool, token: str | None
 
 async def _trigger(call: Call) -> tuple[asyncpg.Record, asyncpg.Record]:
     """The caller's workspace's live trigger and its autopilot, or 404."""
-    row = auth.found(await call.conn.fetchrow(Q.trigger_get, call.principal.workspace_id, call.path["trigger_id"]),
-                     "trigger")
+    row = await call.scoped(Q.trigger_get, "trigger")
     return row, await auth.autopilot_of(call.conn, call.principal, row["autopilot_id"])
 
 
