@@ -115,20 +115,12 @@ async def plan_due(conn: Conn, now: datetime, limit: int) -> list[Plan]:
     can change (its occurrence finished, its retry is due, or the next occurrence comes).
     """
     rows = await conn.fetch(Q.trigger_due_schedules, now, limit, SCHEDULE_JOB)
-    plans: list[Plan] = []
-    ids: list[UUID] = []
-    revisit: list[datetime | None] = []
-    fired: list[datetime | None] = []
-    for row in rows:
-        plan, again = plan_trigger(row, now)
-        if plan is not None:
-            plans.append(DuePlan(str(row["id"]), plan, row))
-        ids.append(row["id"])
-        revisit.append(again)
-        fired.append(plan)
-    if ids:
-        await conn.execute(Q.trigger_defer, ids, revisit, fired)
-    return plans
+    decided = [plan_trigger(row, now) for row in rows]
+    if rows:
+        await conn.execute(Q.trigger_defer, [row["id"] for row in rows], [again for _, again in decided],
+                           [plan for plan, _ in decided])
+    return [DuePlan(str(row["id"]), plan, row) for row, (plan, _) in zip(rows, decided, strict=True)
+            if plan is not None]
 
 
 async def next_due(conn: Conn, now: datetime) -> datetime | None:
