@@ -320,12 +320,8 @@ async def _decide(
         return {}
     requests = [admission.Request(state["autopilot_id"], "schedule", {}, state["id"]) for state in pairs.values()]
     facts = await admission.read_facts(conn, requests, heartbeat_timeout_s)
-    decided = {}
-    for pair, fact in zip(pairs, facts, strict=True):
-        if fact is None:
-            raise admission.AdmissionError(f"autopilot {pair[0]} does not exist")
-        decided[pair] = admission.Decision.of(fact, "schedule")
-    return decided
+    return {pair: admission.Decision.of(admission.existing(fact, pair[0]), "schedule")
+            for pair, fact in zip(pairs, facts, strict=True)}
 
 
 async def _handle(conn: Conn, runs: list[JobRun], heartbeat_timeout_s: float, *, mark_fired: bool) -> None:
