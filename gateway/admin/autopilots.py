@@ -171,10 +171,8 @@ async def list_autopilots(call: Call) -> dict[str, Any]:
     q: AutopilotQuery = call.query
     rows = await call.conn.fetch(Q.autopilot_list, call.principal.workspace_id, q.status,
                                  pagination.uuid_after(q), q.limit + 1)
-    shown = [await autopilot_out(call.conn, r) for r in rows[: q.limit]]
-    more = len(rows) > q.limit
-    return {"items": [a.model_dump(mode="json") for a in shown],
-            "next_cursor": pagination.encode(shown[-1].id) if more else None}
+    shown = {r["id"]: await autopilot_out(call.conn, r) for r in rows[: q.limit]}  # each with its version
+    return pagination.page(rows, q.limit, lambda r: shown[r["id"]], lambda r: r["id"])
 
 
 @api.add("GET", "/v1/autopilots/{autopilot_id}", summary="Get an autopilot", response=AutopilotOut)
