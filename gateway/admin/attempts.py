@@ -54,20 +54,12 @@ def attempt_out(row: asyncpg.Record, *, full: bool) -> AttemptOut:
     return AttemptOut.model_validate(out)
 
 
-async def may_read_answers(call: Call, task: asyncpg.Record) -> bool:
-    """Whether the caller may read what the agent answered: a writer of the task's autopilot."""
-    if task["autopilot_id"] is None:
-        return call.principal.is_admin
-    autopilot = await auth.autopilot_of(call.conn, call.principal, task["autopilot_id"])
-    return await auth.can_write(call.conn, call.principal, autopilot)
-
-
 @api.add("GET", "/v1/tasks/{task_id}/attempts", summary="List a task's attempts", response=AttemptPage,
          query=PageQuery)
 async def list_attempts(call: Call) -> dict[str, Any]:
     """Every attempt of a task, oldest first: outcome, timing, HTTP status, error (and, for writers, the answer)."""
     q: PageQuery = call.query
     task = await call.scoped(Q.task_get, "task")
-    full = await may_read_answers(call, task)
+    full = await auth.may_read_answers(call.conn, call.principal, task["autopilot_id"])
     return await pagination.fetch(call.conn, Q.attempt_list, q, lambda r: attempt_out(r, full=full),
                                   call.principal.workspace_id, task["id"])
