@@ -64,21 +64,10 @@ async def issue_status_changed(conn: Conn, issue_id: UUID, status: str) -> async
         if issue is None:
             raise IssueNotFound(str(issue_id))
         if status in ("done", "cancelled") and issue["run_id"] is not None:
-            await _end_run(conn, issue["run_id"], "completed" if status == "done" else "cancelled",
-                           f"issue_{status}", issue["workspace_id"])
+            ended = "completed" if status == "done" else "cancelled"
+            await conn.fetchrow(Q.run_finish, issue["run_id"], ended, f"issue_{status}", None)
+            await cancel_tasks(conn, issue["run_id"], f"issue_{status}", issue["workspace_id"])
     return issue
-
-
-async def cancel_run(conn: Conn, run_id: UUID, workspace_id: UUID | None = None) -> bool:
-    """Cancel a run and its unfinished tasks (the admin API's run cancel). False if it had already ended."""
-    async with conn.transaction():
-        return await _end_run(conn, run_id, "cancelled", "run_cancelled", workspace_id)
-
-
-async def _end_run(conn: Conn, run_id: UUID, status: str, code: str, workspace_id: UUID | None) -> bool:
-    ended = await conn.fetchrow(Q.run_finish, run_id, status, code, None)
-    await cancel_tasks(conn, run_id, code, workspace_id)
-    return ended is not None
 
 
 async def cancel_tasks(conn: Conn, run_id: UUID, reason: str, workspace_id: UUID | None) -> list[asyncpg.Record]:

@@ -94,13 +94,7 @@ async def _facts(conn: Conn, originals: Sequence[Delivery], heartbeat_timeout_s:
     pairs = list(dict.fromkeys((o.autopilot_id, o.trigger_id) for o in originals))
     requests = [admission.Request(autopilot_id, "webhook", {}, trigger_id) for autopilot_id, trigger_id in pairs]
     found = dict(zip(pairs, await admission.read_facts(conn, requests, heartbeat_timeout_s), strict=True))
-    facts = []
-    for o in originals:
-        fact = found[o.autopilot_id, o.trigger_id]
-        if fact is None:
-            raise admission.AdmissionError(f"autopilot {o.autopilot_id} does not exist")
-        facts.append(fact)
-    return facts
+    return [admission.existing(found[o.autopilot_id, o.trigger_id], o.autopilot_id) for o in originals]
 
 
 async def _insert_copies(conn: Conn, originals: Sequence[Delivery], codes: Sequence[str | None]) -> list[Delivery]:

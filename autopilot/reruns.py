@@ -36,7 +36,6 @@ class Retried:
     run_id: UUID
     task_id: UUID
     attempt: int
-    issue_reopened: bool
 
 
 async def retry_run(conn: Conn, run_id: UUID, *, max_attempts: int, actor_id: UUID,
@@ -67,7 +66,7 @@ async def retry_run(conn: Conn, run_id: UUID, *, max_attempts: int, actor_id: UU
                        detail={"previous_status": run["status"], "task_id": str(task_id), "attempt": attempt,
                                "issue_reopened": reopened})
     await conn.execute(Q.notify_send, notify.TASKS, str(task_id))
-    return Retried(run_id, task_id, attempt, reopened)
+    return Retried(run_id, task_id, attempt)
 
 
 def _check(run: Any) -> None:

@@ -7,6 +7,8 @@ nothing itself, so this module imports only the standard library (:mod:`gateway.
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
+from typing import Any
 
 #: Connections the kernel queues before they are accepted: uvicorn's default, which the HTTP server keeps.
 BACKLOG = 2048
@@ -22,22 +24,8 @@ def listen(host: str, port: int, backlog: int) -> list[socket.socket]:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as exc:
         raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    opened: list[socket.socket] = []
-    try:
-        for family, kind, proto, _, address in dict.fromkeys(infos):
-            sock = socket.socket(family, kind, proto)
-            opened.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
-            sock.listen(backlog)
-            sock.setblocking(False)
-    except OSError as exc:
-        for sock in opened:
-            sock.close()
-        raise CannotListen(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).lower()}") from None
-    return opened
+    addresses = [(family, kind, proto, address) for family, kind, proto, _, address in dict.fromkeys(infos)]
+    return _open(host, port, backlog, addresses)[0]
 
 
 def listen_per_process(host: str, port: int, backlog: int, count: int) -> list[list[socket.socket]]:
@@ -50,27 +38,32 @@ def listen_per_process(host: str, port: int, backlog: int, count: int) -> list[l
     """
     probe = listen(host, port, backlog)
     port = port or int(probe[0].getsockname()[1])
-    addresses = [(sock.family, sock.type, sock.proto, sock.getsockname()) for sock in probe]
+    addresses = [(s.family, s.type, s.proto, (s.getsockname()[0], port, *s.getsockname()[2:])) for s in probe]
     for sock in probe:
         sock.close()
-    opened: list[socket.socket] = []
-    sets: list[list[socket.socket]] = []
+    return _open(host, port, backlog, addresses, sets=count, reuse_port=True)
+
+
+def _open(host: str, port: int, backlog: int, addresses: Sequence[tuple[int, int, int, Any]], *, sets: int = 1,
+          reuse_port: bool = False) -> list[list[socket.socket]]:
+    """``sets`` sets of non-blocking listening sockets on ``addresses``; if one fails, all are closed again."""
+    found: list[list[socket.socket]] = []
     try:
-        for _ in range(count):
-            sets.append([])
+        for _ in range(sets):
+            found.append([])
             for family, kind, proto, address in addresses:
                 sock = socket.socket(family, kind, proto)
-                opened.append(sock)
+                found[-1].append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                if reuse_port:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                sock.bind((address[0], port, *address[2:]))
+                sock.bind(address)
                 sock.listen(backlog)
                 sock.setblocking(False)
-                sets[-1].append(sock)
     except OSError as exc:
-        for sock in opened:
+        for sock in (sock for group in found for sock in group):
             sock.close()
         raise CannotListen(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).lower()}") from None
-    return sets
+    return found

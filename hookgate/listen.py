@@ -234,13 +234,10 @@ def _local_url(text: str) -> str:
 
 def _whsec(text: str) -> str:
     import base64
-    import binascii
 
-    try:
+    with contextlib.suppress(ValueError):  # binascii.Error is a ValueError
         if text.startswith("whsec_") and base64.b64decode(text.removeprefix("whsec_"), validate=True):
             return text
-    except (binascii.Error, ValueError):
-        pass
     raise argparse.ArgumentTypeError("a Standard Webhooks secret is whsec_ followed by base64")
 
 

@@ -101,13 +101,8 @@ def count_outcomes(queue: str, outcomes: Iterable[str]) -> None:
             COMPLETIONS.labels(queue, outcome).inc()
 
 
-def observe_fire_lag(job: str, plan_time: datetime, started: datetime) -> None:
-    """Record how late a scheduled plan's handler started (negative lags, from clock offsets, count as 0)."""
-    FIRE_LAG.labels(job).observe(max(0.0, (started - plan_time).total_seconds()))
-
-
 def scheduler_started(job: str, plans: Iterable[tuple[datetime, datetime]]) -> None:
-    """Count claimed plans ``(plan_time, claimed_at)`` of a job and observe each one's fire lag."""
+    """Count claimed plans ``(plan_time, claimed_at)`` of a job; observe each one's fire lag (negative: 0)."""
     lags = [max(0.0, (claimed_at - plan_time).total_seconds()) for plan_time, claimed_at in plans]
     if not lags:
         return

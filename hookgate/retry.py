@@ -71,11 +71,6 @@ class Schedule:
         """Attempts a task gets under this schedule: one more than its delays."""
         return len(self.delays) + 1
 
-    @property
-    def span_s(self) -> float:
-        """Seconds from the first attempt to the last, without jitter."""
-        return sum(self.delays)
-
     def delay(self, attempt: int, rng: random.Random | None = None) -> float | None:
         """Seconds to wait after failed attempt ``attempt`` (1-based), jittered; None when none is left."""
         if attempt < 1:

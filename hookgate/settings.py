@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import ipaddress
 import os
 from pathlib import Path
@@ -30,7 +29,7 @@ def decode_secret_key(value: str) -> bytes:
     for decode in (base64.b64decode, base64.urlsafe_b64decode):
         try:
             raw = decode(padded.encode("ascii"), validate=True) if decode is base64.b64decode else decode(padded)
-        except (binascii.Error, ValueError, UnicodeEncodeError):
+        except ValueError:  # binascii.Error and UnicodeEncodeError are ValueErrors
             continue
         if len(raw) == 32:
             return raw
@@ -168,8 +167,7 @@ class Settings(BaseSettings):
 
     def secret_keys(self) -> list[bytes]:
         """The current key first, then the previous one (decryption only); empty if none is set."""
-        keys = [decode_secret_key(k.get_secret_value()) for k in (self.secret_key, self.secret_key_previous) if k]
-        return keys
+        return [decode_secret_key(k.get_secret_value()) for k in (self.secret_key, self.secret_key_previous) if k]
 
     # --- scheduler ---
     scheduler_max_tick_s: float = Field(

@@ -115,20 +115,12 @@ async def plan_due(conn: Conn, now: datetime, limit: int) -> list[Plan]:
     can change (its occurrence finished, its retry is due, or the next occurrence comes).
     """
     rows = await conn.fetch(Q.trigger_due_schedules, now, limit, SCHEDULE_JOB)
-    plans: list[Plan] = []
-    ids: list[UUID] = []
-    revisit: list[datetime | None] = []
-    fired: list[datetime | None] = []
-    for row in rows:
-        plan, again = plan_trigger(row, now)
-        if plan is not None:
-            plans.append(DuePlan(str(row["id"]), plan, row))
-        ids.append(row["id"])
-        revisit.append(again)
-        fired.append(plan)
-    if ids:
-        await conn.execute(Q.trigger_defer, ids, revisit, fired)
-    return plans
+    decided = [plan_trigger(row, now) for row in rows]
+    if rows:
+        await conn.execute(Q.trigger_defer, [row["id"] for row in rows], [again for _, again in decided],
+                           [plan for plan, _ in decided])
+    return [DuePlan(str(row["id"]), plan, row) for row, (plan, _) in zip(rows, decided, strict=True)
+            if plan is not None]
 
 
 async def next_due(conn: Conn, now: datetime) -> datetime | None:
@@ -328,12 +320,8 @@ async def _decide(
         return {}
     requests = [admission.Request(state["autopilot_id"], "schedule", {}, state["id"]) for state in pairs.values()]
     facts = await admission.read_facts(conn, requests, heartbeat_timeout_s)
-    decided = {}
-    for pair, fact in zip(pairs, facts, strict=True):
-        if fact is None:
-            raise admission.AdmissionError(f"autopilot {pair[0]} does not exist")
-        decided[pair] = admission.Decision.of(fact, "schedule")
-    return decided
+    return {pair: admission.Decision.of(admission.existing(fact, pair[0]), "schedule")
+            for pair, fact in zip(pairs, facts, strict=True)}
 
 
 async def _handle(conn: Conn, runs: list[JobRun], heartbeat_timeout_s: float, *, mark_fired: bool) -> None:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from autopilot import agents, audit
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate import egress, retry
 from hookgate.database import one
@@ -129,11 +129,8 @@ class NewAgentOut(AgentOut):
     runtime_token: str | None = None
 
 
-class AgentPage(BaseModel):
+class AgentPage(Page[AgentOut]):
     """A page of agents."""
-
-    items: list[AgentOut]
-    next_cursor: str | None
 
 
 class SquadIn(BaseModel):
@@ -155,11 +152,8 @@ class SquadOut(BaseModel):
     created_at: datetime
 
 
-class SquadPage(BaseModel):
+class SquadPage(Page[SquadOut]):
     """A page of squads."""
-
-    items: list[SquadOut]
-    next_cursor: str | None
 
 
 def agent_out(row: asyncpg.Record) -> AgentOut:
@@ -250,13 +244,12 @@ async def list_agents(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/agents/{agent_id}", summary="Get an agent", response=AgentOut)
 async def get_agent(call: Call) -> AgentOut:
     """One agent."""
-    row = auth.found(await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, call.path["agent_id"]), "agent")
-    return agent_out(row)
+    return agent_out(await call.scoped(Q.agent_get, "agent"))
 
 
 async def _changeable_agent(call: Call, action: str) -> asyncpg.Record:
     """The agent, if the caller owns it or is a workspace owner/admin: 404 for another workspace's, else 403."""
-    row = auth.found(await call.conn.fetchrow(Q.agent_get, call.principal.workspace_id, call.path["agent_id"]), "agent")
+    row = await call.scoped(Q.agent_get, "agent")
     if row["owner_id"] != call.principal.member_id:
         auth.require_admin(call.principal, f"{action} other members' agents")
     return row
@@ -361,5 +354,4 @@ async def list_squads(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/squads/{squad_id}", summary="Get a squad", response=SquadOut)
 async def get_squad(call: Call) -> SquadOut:
     """One squad."""
-    row = auth.found(await call.conn.fetchrow(Q.squad_get, call.principal.workspace_id, call.path["squad_id"]), "squad")
-    return squad_out(row)
+    return squad_out(await call.scoped(Q.squad_get, "squad"))

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from sql import Q
 
 api = Endpoints("Issues and tasks")
@@ -42,11 +42,8 @@ class AttemptOut(BaseModel):
     response_body: str | None = None
 
 
-class AttemptPage(BaseModel):
+class AttemptPage(Page[AttemptOut]):
     """A page of attempts, oldest first."""
-
-    items: list[AttemptOut]
-    next_cursor: str | None
 
 
 def attempt_out(row: asyncpg.Record, *, full: bool) -> AttemptOut:
@@ -57,20 +54,12 @@ def attempt_out(row: asyncpg.Record, *, full: bool) -> AttemptOut:
     return AttemptOut.model_validate(out)
 
 
-async def may_read_answers(call: Call, task: asyncpg.Record) -> bool:
-    """Whether the caller may read what the agent answered: a writer of the task's autopilot."""
-    if task["autopilot_id"] is None:
-        return call.principal.is_admin
-    autopilot = await auth.autopilot_of(call.conn, call.principal, task["autopilot_id"])
-    return await auth.can_write(call.conn, call.principal, autopilot)
-
-
 @api.add("GET", "/v1/tasks/{task_id}/attempts", summary="List a task's attempts", response=AttemptPage,
          query=PageQuery)
 async def list_attempts(call: Call) -> dict[str, Any]:
     """Every attempt of a task, oldest first: outcome, timing, HTTP status, error (and, for writers, the answer)."""
     q: PageQuery = call.query
-    task = auth.found(await call.conn.fetchrow(Q.task_get, call.principal.workspace_id, call.path["task_id"]), "task")
-    full = await may_read_answers(call, task)
+    task = await call.scoped(Q.task_get, "task")
+    full = await auth.may_read_answers(call.conn, call.principal, task["autopilot_id"])
     return await pagination.fetch(call.conn, Q.attempt_list, q, lambda r: attempt_out(r, full=full),
                                   call.principal.workspace_id, task["id"])

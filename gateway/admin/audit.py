@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from sql import Q
 
 api = Endpoints("Audit")
@@ -29,11 +29,8 @@ class AuditOut(BaseModel):
     detail: dict[str, Any]
 
 
-class AuditPage(BaseModel):
+class AuditPage(Page[AuditOut]):
     """A page of audit entries, newest first."""
-
-    items: list[AuditOut]
-    next_cursor: str | None
 
 
 class AuditQuery(PageQuery):

@@ -85,6 +85,13 @@ async def can_write(conn: Conn, principal: Principal, autopilot: asyncpg.Record)
     return bool(await conn.fetchval(Q.collaborator_exists, autopilot["id"], principal.member_id))
 
 
+async def may_read_answers(conn: Conn, principal: Principal, autopilot_id: UUID | None) -> bool:
+    """Whether the caller may read what an agent answered a task: a writer of its autopilot (none: admins)."""
+    if autopilot_id is None:
+        return principal.is_admin
+    return await can_write(conn, principal, await autopilot_of(conn, principal, autopilot_id))
+
+
 async def require_writer(conn: Conn, principal: Principal, autopilot: asyncpg.Record) -> None:
     """403 unless the caller may write this autopilot."""
     if not await can_write(conn, principal, autopilot):

@@ -17,7 +17,7 @@ from autopilot import editing, rules
 from autopilot.rules import Publisher
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate.database import Conn
 from sql import Q
@@ -81,11 +81,8 @@ class AutopilotOut(BaseModel):
     version: int
 
 
-class AutopilotPage(BaseModel):
+class AutopilotPage(Page[AutopilotOut]):
     """A page of autopilots."""
-
-    items: list[AutopilotOut]
-    next_cursor: str | None
 
 
 class AutopilotQuery(PageQuery):
@@ -107,11 +104,8 @@ class VersionOut(BaseModel):
     created_at: datetime
 
 
-class VersionPage(BaseModel):
+class VersionPage(Page[VersionOut]):
     """A page of rule versions, oldest first."""
-
-    items: list[VersionOut]
-    next_cursor: str | None
 
 
 class CollaboratorIn(BaseModel):
@@ -131,11 +125,8 @@ class CollaboratorOut(BaseModel):
     added_at: datetime
 
 
-class CollaboratorPage(BaseModel):
+class CollaboratorPage(Page[CollaboratorOut]):
     """A page of collaborators."""
-
-    items: list[CollaboratorOut]
-    next_cursor: str | None
 
 
 async def autopilot_out(conn: Conn, row: asyncpg.Record) -> AutopilotOut:
@@ -180,10 +171,8 @@ async def list_autopilots(call: Call) -> dict[str, Any]:
     q: AutopilotQuery = call.query
     rows = await call.conn.fetch(Q.autopilot_list, call.principal.workspace_id, q.status,
                                  pagination.uuid_after(q), q.limit + 1)
-    shown = [await autopilot_out(call.conn, r) for r in rows[: q.limit]]
-    more = len(rows) > q.limit
-    return {"items": [a.model_dump(mode="json") for a in shown],
-            "next_cursor": pagination.encode(shown[-1].id) if more else None}
+    shown = {r["id"]: await autopilot_out(call.conn, r) for r in rows[: q.limit]}  # each with its version
+    return pagination.page(rows, q.limit, lambda r: shown[r["id"]], lambda r: r["id"])
 
 
 @api.add("GET", "/v1/autopilots/{autopilot_id}", summary="Get an autopilot", response=AutopilotOut)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autopilot import alerts, audit
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate import egress
 from sql import Q
@@ -58,11 +58,8 @@ class NewChannelOut(ChannelOut):
     signing_secret: str
 
 
-class ChannelPage(BaseModel):
+class ChannelPage(Page[ChannelOut]):
     """A page of notification channels."""
-
-    items: list[ChannelOut]
-    next_cursor: str | None
 
 
 class PingOut(BaseModel):
@@ -125,9 +122,7 @@ async def list_channels(call: Call) -> dict[str, Any]:
 async def get_channel(call: Call) -> ChannelOut:
     """Owners and admins: one channel."""
     _admin(call)
-    row = auth.found(await call.conn.fetchrow(Q.channel_get, call.principal.workspace_id, call.path["channel_id"]),
-                     "channel")
-    return channel_out(row)
+    return channel_out(await call.scoped(Q.channel_get, "channel"))
 
 
 @api.add("DELETE", "/v1/notification-channels/{channel_id}", summary="Delete a notification channel",

@@ -24,7 +24,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 from autopilot import audit, replays
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints, Reply
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.admin.runs import RunStatus
 from gateway.errors import ApiError
 from sql import Q
@@ -74,11 +74,8 @@ class DeliveryDetail(DeliveryOut):
     envelope: Any
 
 
-class DeliveryPage(BaseModel):
+class DeliveryPage(Page[DeliveryOut]):
     """A page of deliveries, newest first."""
-
-    items: list[DeliveryOut]
-    next_cursor: str | None
 
 
 class DeliveryQuery(PageQuery):

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict
 from autopilot import lifecycle
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
-from hookgate.database import Conn, one
+from gateway.admin.pagination import Page, PageQuery
+from hookgate.database import one
 from sql import Q
 
 api = Endpoints("Issues and tasks")
@@ -40,11 +40,8 @@ class IssueOut(BaseModel):
     updated_at: datetime
 
 
-class IssuePage(BaseModel):
+class IssuePage(Page[IssueOut]):
     """A page of issues, newest first."""
-
-    items: list[IssueOut]
-    next_cursor: str | None
 
 
 class IssueQuery(PageQuery):
@@ -86,11 +83,8 @@ class TaskOut(BaseModel):
     finished_at: datetime | None
 
 
-class TaskPage(BaseModel):
+class TaskPage(Page[TaskOut]):
     """A page of tasks, newest first."""
-
-    items: list[TaskOut]
-    next_cursor: str | None
 
 
 class TaskQuery(PageQuery):
@@ -111,15 +105,6 @@ def task_out(row: asyncpg.Record) -> TaskOut:
     return TaskOut.model_validate(dict(row))
 
 
-async def issue_status_changed(conn: Conn, issue_id: UUID, status: str) -> None:
-    """End the issue's run when the issue is done or cancelled (same transaction as the status change).
-
-    The run lifecycle (``autopilot.lifecycle``) sets the same status again, harmlessly, ends the run on
-    done/cancelled and cancels the run's unfinished tasks. This is the single call site.
-    """
-    await lifecycle.issue_status_changed(conn, issue_id, status)
-
-
 @api.add("GET", "/v1/issues", summary="List issues", response=IssuePage, query=IssueQuery)
 async def list_issues(call: Call) -> dict[str, Any]:
     """Issues of the workspace, newest first."""
@@ -131,15 +116,14 @@ async def list_issues(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/issues/{issue_id}", summary="Get an issue", response=IssueOut)
 async def get_issue(call: Call) -> IssueOut:
     """One issue."""
-    row = auth.found(await call.conn.fetchrow(Q.issue_get, call.principal.workspace_id, call.path["issue_id"]), "issue")
-    return issue_out(row)
+    return issue_out(await call.scoped(Q.issue_get, "issue"))
 
 
 @api.add("PATCH", "/v1/issues/{issue_id}", summary="Change an issue's status", response=IssueOut, body=IssuePatch)
 async def update_issue(call: Call) -> IssueOut:
     """Writers of the issue's autopilot (any member for an issue without one). done/cancelled end its run."""
     body: IssuePatch = call.body
-    row = auth.found(await call.conn.fetchrow(Q.issue_get, call.principal.workspace_id, call.path["issue_id"]), "issue")
+    row = await call.scoped(Q.issue_get, "issue")
     if row["autopilot_id"] is not None:
         autopilot = await auth.autopilot_of(call.conn, call.principal, row["autopilot_id"])
         await auth.require_writer(call.conn, call.principal, autopilot)
@@ -147,7 +131,8 @@ async def update_issue(call: Call) -> IssueOut:
         updated = one(await call.conn.fetchrow(Q.issue_update_status, call.principal.workspace_id, row["id"],
                                                body.status))
         if updated["previous_status"] != body.status:
-            await issue_status_changed(call.conn, row["id"], body.status)
+            # Sets the same status again, harmlessly; ends the run on done/cancelled and cancels its tasks.
+            await lifecycle.issue_status_changed(call.conn, row["id"], body.status)
     return issue_out(updated)
 
 
@@ -162,5 +147,4 @@ async def list_tasks(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/tasks/{task_id}", summary="Get a task", response=TaskOut)
 async def get_task(call: Call) -> TaskOut:
     """One agent task."""
-    row = auth.found(await call.conn.fetchrow(Q.task_get, call.principal.workspace_id, call.path["task_id"]), "task")
-    return task_out(row)
+    return task_out(await call.scoped(Q.task_get, "task"))

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autopilot import workspaces
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from sql import Q
 
@@ -90,18 +90,12 @@ class NewKey(BaseModel):
     api_key: str
 
 
-class MemberPage(BaseModel):
+class MemberPage(Page[MemberOut]):
     """A page of members."""
 
-    items: list[MemberOut]
-    next_cursor: str | None
 
-
-class KeyPage(BaseModel):
+class KeyPage(Page[KeyOut]):
     """A page of keys."""
-
-    items: list[KeyOut]
-    next_cursor: str | None
 
 
 class KeyQuery(PageQuery):
@@ -151,9 +145,7 @@ async def list_members(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/members/{member_id}", summary="Get a member", response=MemberOut)
 async def get_member(call: Call) -> MemberOut:
     """One member of the workspace."""
-    row = auth.found(await call.conn.fetchrow(Q.member_get, call.principal.workspace_id, call.path["member_id"]),
-                     "member")
-    return member_out(row)
+    return member_out(await call.scoped(Q.member_get, "member"))
 
 
 @api.add("PATCH", "/v1/members/{member_id}", summary="Change a member's role or disabled state",
@@ -176,7 +168,7 @@ async def update_member(call: Call) -> MemberOut:
 async def create_key(call: Call) -> NewKey:
     """A new key for yourself, or (owners, admins) for a member up to your own role, shown once."""
     member_id = call.path["member_id"]
-    row = auth.found(await call.conn.fetchrow(Q.member_get, call.principal.workspace_id, member_id), "member")
+    row = await call.scoped(Q.member_get, "member")
     auth.require_keys_of(call.principal, member_id, row["role"])
     async with call.conn.transaction():
         key_id, key = await workspaces.issue_key(call.conn, call.principal.workspace_id, member_id,
@@ -201,7 +193,7 @@ async def list_keys(call: Call) -> dict[str, Any]:
 @api.add("GET", "/v1/keys/{key_id}", summary="Get an API key", response=KeyOut)
 async def get_key(call: Call) -> KeyOut:
     """One key's metadata: your own, or (owners, admins) a member's up to your own role."""
-    row = auth.found(await call.conn.fetchrow(Q.api_key_get, call.principal.workspace_id, call.path["key_id"]), "key")
+    row = await call.scoped(Q.api_key_get, "key")
     auth.require_keys_of(call.principal, row["member_id"], row["member_role"])
     return key_out(row)
 

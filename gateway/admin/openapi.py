@@ -56,6 +56,11 @@ class Call:
     query: Any
     idempotency: idempotency.Scope | None = None  # the endpoint honours Idempotency-Key and the request sent one
 
+    async def scoped(self, query: str, kind: str) -> asyncpg.Record:
+        """The row ``query`` finds in the caller's workspace for the path's ``<kind>_id``; else that 404."""
+        row = await self.conn.fetchrow(query, self.principal.workspace_id, self.path[f"{kind}_id"])
+        return auth.found(row, kind)
+
     async def once(self, write: Callable[[], Awaitable[Reply]]) -> Reply:
         """Run the handler's ``write`` once per ``Idempotency-Key`` (if sent); a repeat gets the first reply.
 

@@ -7,9 +7,8 @@ list query takes the cursor and ``limit + 1`` rows; the extra row only says whet
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -30,6 +29,13 @@ class PageQuery(BaseModel):
     cursor: str | None = Field(default=None, max_length=200, description="Opaque cursor from next_cursor")
 
 
+class Page(BaseModel, Generic[T]):
+    """What every list answers: a page of items and the cursor of the next page (null on the last)."""
+
+    items: list[T]
+    next_cursor: str | None
+
+
 def encode(last_id: UUID | int) -> str:
     """The opaque cursor for a page ending at ``last_id``."""
     return base64.urlsafe_b64encode(str(last_id).encode()).rstrip(b"=").decode()
@@ -38,7 +44,7 @@ def encode(last_id: UUID | int) -> str:
 def _raw(cursor: str) -> str:
     try:
         return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         raise ApiError(400, "invalid_cursor", "the cursor is not one this API returned") from None
 
 

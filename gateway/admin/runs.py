@@ -24,7 +24,7 @@ from autopilot import admission, audit, lifecycle, reruns
 from gateway.admin import auth, pagination
 from gateway.admin.attempts import AttemptOut, attempt_out
 from gateway.admin.openapi import Call, Endpoints, Reply
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate import notify
 from hookgate.database import one
@@ -111,11 +111,8 @@ class RunDetail(RunOut):
     latest_attempt: AttemptOut | None = None
 
 
-class RunPage(BaseModel):
+class RunPage(Page[RunOut]):
     """A page of runs, newest first."""
-
-    items: list[RunOut]
-    next_cursor: str | None
 
 
 class RunQuery(PageQuery):
@@ -227,7 +224,7 @@ async def get_run(call: Call) -> RunDetail:
 
     The attempt's response headers and body excerpt are shown to writers of the autopilot only.
     """
-    row = auth.found(await call.conn.fetchrow(Q.run_chain, call.principal.workspace_id, call.path["run_id"]), "run")
+    row = await call.scoped(Q.run_chain, "run")
     latest = None
     if row["task_id"] is not None and (attempt := await call.conn.fetchrow(Q.attempt_latest, row["task_id"])):
         autopilot = await auth.autopilot_of(call.conn, call.principal, row["autopilot_id"])
@@ -240,7 +237,7 @@ async def get_run(call: Call) -> RunDetail:
 async def cancel_run(call: Call) -> RunOut:
     """Writers of the run's autopilot. Its queued and running tasks are cancelled too; a holder is told."""
     body: CancelIn = call.body
-    run = auth.found(await call.conn.fetchrow(Q.run_get, call.principal.workspace_id, call.path["run_id"]), "run")
+    run = await call.scoped(Q.run_get, "run")
     autopilot = await auth.autopilot_of(call.conn, call.principal, run["autopilot_id"])
     await auth.require_writer(call.conn, call.principal, autopilot)
     async with call.conn.transaction():
@@ -264,7 +261,7 @@ async def retry_run(call: Call) -> Reply:
     ``agent_archived`` when the autopilot's assignee resolves to no usable agent now; 409
     ``autopilot_archived`` for an archived autopilot.
     """
-    run = auth.found(await call.conn.fetchrow(Q.run_get, call.principal.workspace_id, call.path["run_id"]), "run")
+    run = await call.scoped(Q.run_get, "run")
     autopilot = await auth.autopilot_of(call.conn, call.principal, run["autopilot_id"])
     await auth.require_writer(call.conn, call.principal, autopilot)
     return await call.once(lambda: _retry(call, run["id"], autopilot))

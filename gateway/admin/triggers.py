@@ -20,7 +20,7 @@ from autopilot import editing, rules
 from autopilot.rules import Publisher
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
-from gateway.admin.pagination import PageQuery
+from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate import notify
 from hookgate.database import Conn
@@ -108,11 +108,8 @@ class TriggerOut(BaseModel):
     deleted_at: datetime | None = None
 
 
-class TriggerPage(BaseModel):
+class TriggerPage(Page[TriggerOut]):
     """A page of triggers."""
-
-    items: list[TriggerOut]
-    next_cursor: str | None
 
 
 class TokenOut(BaseModel):
@@ -172,8 +169,7 @@ def trigger_out(call: Call, row: asyncpg.Record, writer: bool, token: str | None
 
 async def _trigger(call: Call) -> tuple[asyncpg.Record, asyncpg.Record]:
     """The caller's workspace's live trigger and its autopilot, or 404."""
-    row = auth.found(await call.conn.fetchrow(Q.trigger_get, call.principal.workspace_id, call.path["trigger_id"]),
-                     "trigger")
+    row = await call.scoped(Q.trigger_get, "trigger")
     return row, await auth.autopilot_of(call.conn, call.principal, row["autopilot_id"])
 
 

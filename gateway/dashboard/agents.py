@@ -81,12 +81,8 @@ def _changes(form: dict[str, str], current: dict[str, Any]) -> dict[str, Any]:
     """The fields the form changed (PATCH semantics: what is left as shown, or empty, is not sent)."""
     shown = {"name": current["name"], "url": current["runtime"]["url"], "timeout_s": current["runtime"]["timeout_s"],
              "max_concurrency": current["max_concurrency"]}
-    changes = {}
-    for name in EDITABLE:
-        value = form.get(name, "").strip()
-        if value and value != str(shown[name]):
-            changes[name] = value
-    return changes
+    sent = {name: form.get(name, "").strip() for name in EDITABLE}
+    return {name: value for name, value in sent.items() if value and value != str(shown[name])}
 
 
 async def edit(request: Request) -> Response:

@@ -220,23 +220,24 @@ async def admin_write(v: Viewer, method: str, path: str, ids: dict[str, UUID], b
     except ValidationError as exc:
         raise Denied(422, _validation_message(exc)) from None
     async with overload.connection(ctx_of(v.request)) as conn:
-        call = Call(v.request, ctx_of(v.request), conn, v.principal, ids, parsed, None)
         try:
             async with conn.transaction():
-                reply = await endpoint.handler(call)
-        except ApiError as exc:
-            raise Denied(exc.status, exc.message or exc.code) from None
+                return await _handled(v, conn, endpoint, ids, parsed, None)
         except (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError):
             raise Denied(422, "the values were refused by the database constraints") from None
-    return reply.model_dump(mode="json") if isinstance(reply, BaseModel) else reply
 
 
 async def admin_read(v: Viewer, conn: Conn, method: str, path: str, ids: dict[str, UUID],
                      query: BaseModel | None = None) -> dict[str, Any]:
     """Run the admin read endpoint ``method path`` as the member: a page shows what the API would show them."""
-    endpoint = _ENDPOINTS[(method, path)]
+    return await _handled(v, conn, _ENDPOINTS[(method, path)], ids, None, query)
+
+
+async def _handled(v: Viewer, conn: Conn, endpoint: Endpoint, ids: dict[str, UUID], body: BaseModel | None,
+                   query: BaseModel | None) -> dict[str, Any]:
+    """The endpoint's handler run as the member, its answer as JSON; its refusal as :class:`Denied`."""
     try:
-        reply = await endpoint.handler(Call(v.request, ctx_of(v.request), conn, v.principal, ids, None, query))
+        reply = await endpoint.handler(Call(v.request, ctx_of(v.request), conn, v.principal, ids, body, query))
     except ApiError as exc:
         raise Denied(exc.status, exc.message or exc.code) from None
     return reply.model_dump(mode="json") if isinstance(reply, BaseModel) else reply

@@ -8,16 +8,13 @@ API's own choice: owners and admins for a task without an autopilot).
 
 from __future__ import annotations
 
-from uuid import UUID
-
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import overload
 from gateway.admin import auth
 from gateway.admin.pagination import PageQuery
-from gateway.dashboard.web import Viewer, admin_read, ctx_of, uuid_param, viewer
-from hookgate.database import Conn
+from gateway.dashboard.web import admin_read, ctx_of, uuid_param, viewer
 from sql import Q
 
 #: The attempts a task's page lists (a task has a handful; the API's page maximum).
@@ -44,12 +41,5 @@ async def task(request: Request) -> Response:
         context = await conn.fetchrow(Q.dashboard_task_context, v.workspace_id, task_id)
         attempts = await admin_read(v, conn, "GET", "/v1/tasks/{task_id}/attempts", {"task_id": task_id},
                                     PageQuery(limit=ATTEMPTS_SHOWN))
-        writer = await _reads_answers(v, conn, context["autopilot_id"] if context else None)
+        writer = await auth.may_read_answers(conn, v.principal, context["autopilot_id"] if context else None)
     return v.render("task.html", t=row, context=context, attempts=attempts["items"], writer=writer)
-
-
-async def _reads_answers(v: Viewer, conn: Conn, autopilot_id: UUID | None) -> bool:
-    """Whether the member sees the agent's answers, as ``attempts.may_read_answers`` decides for the API."""
-    if autopilot_id is None:
-        return v.principal.is_admin
-    return await auth.can_write(conn, v.principal, await auth.autopilot_of(conn, v.principal, autopilot_id))

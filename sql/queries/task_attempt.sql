@@ -69,10 +69,6 @@ FROM x
 LEFT JOIN (SELECT * FROM added UNION ALL SELECT * FROM changed) c ON c.agent_id = x.agent_id
 JOIN agent ag ON ag.id = x.agent_id;
 
--- name: agent_health_get
--- The circuit breaker's row of agent $1, if it ever failed.
-SELECT state, since, failures, last_error, last_failure_at, next_probe_at FROM agent_health WHERE agent_id = $1;
-
 -- name: attempt_list
 -- Attempts of task $2 of workspace $1, oldest first, after cursor $3 (the last id seen, nullable); at most $4.
 SELECT a.id, a.task_id, a.run_id, a.agent_id, a.attempt, a.started_at, a.finished_at, a.duration_ms, a.outcome,

@@ -247,14 +247,6 @@ WHERE d.workspace_id = $1 AND d.status <> 'rejected'
        OR EXISTS (SELECT 1 FROM autopilot_collaborator c WHERE c.autopilot_id = a.id AND c.member_id = $8))
 ORDER BY d.received_at, d.id
 LIMIT $9;
--- name: delivery_set_run
--- Link delivery $1 to the run admitted for it, $2. $3 = delivery status: 'queued' (a pending run for the
--- worker to dispatch) or 'dispatched' (the run was skipped: nothing is left to do), $4 = its reason code.
-UPDATE webhook_delivery
-SET run_id = $2, status = $3, reason_code = $4,
-    reason = CASE WHEN reason_code = 'paced' THEN NULL ELSE reason END, updated_at = now()
-WHERE id = $1
-RETURNING id;
 
 -- name: delivery_take
 -- The worker's claim and dispatch, one round trip (sql/functions/hookgate_delivery_take.sql): claim up to $1

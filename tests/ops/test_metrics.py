@@ -147,8 +147,8 @@ def test_outcome_helpers_split_retries_from_completions_and_clamp_negative_lag()
     assert value("hookgate_completions_total", queue="probe", outcome="dispatched") == done + 2
     assert value("hookgate_retries_total", queue="probe") == retried + 1
     now = datetime.now(UTC)
-    metrics.observe_fire_lag("probe", now, now - timedelta(seconds=3))
-    metrics.observe_fire_lag("probe", now, now + timedelta(seconds=0.3))
+    plans = [(now, now - timedelta(seconds=3)), (now, now + timedelta(seconds=0.3))]  # claimed early, late
+    metrics.scheduler_started("probe", plans)
     assert value("hookgate_scheduler_fire_lag_seconds_count", job="probe") == 2
     assert value("hookgate_scheduler_fire_lag_seconds_sum", job="probe") == 0.3
 

@@ -10,6 +10,7 @@ import asyncpg
 from autopilot import lifecycle
 from scheduler.cron import Schedule
 from scheduler.jobs import SCHEDULE_JOB, newest_due
+from sql import Q
 from tests.scheduler.conftest import break_run_inserts, repair_run_inserts, run_inserts_held, utc, waiting_run_insert
 from worker.runs import RunWorker
 
@@ -350,8 +351,9 @@ async def test_buffer_one_runs_start_one_at_a_time_in_order_even_when_two_wait(s
     await scheduler.run_once(DAY0 + MIN + SEC)
     assert await worker.run_once() == 0  # the second waits behind it
     first, second = await setup.runs(trigger["id"])
-    async with ctx.pool.acquire() as conn:
-        await lifecycle.cancel_run(conn, first["id"])
+    async with ctx.pool.acquire() as conn, conn.transaction():  # the first run is cancelled
+        await conn.fetchrow(Q.run_finish, first["id"], "cancelled", "run_cancelled", None)
+        await lifecycle.cancel_tasks(conn, first["id"], "run_cancelled", None)
     # Before a worker starts the second, a third is admitted: it waits behind the second, not beside it.
     await scheduler.run_once(DAY0 + 2 * MIN + SEC)
     assert await worker.run_once() == 1
