@@ -13,6 +13,11 @@ from autopilot import agents, rules, workspaces
 from hookgate.context import Context
 
 
+def bearer(key: str) -> dict[str, str]:
+    """Authorization header for a key or a runtime token."""
+    return {"Authorization": f"Bearer {key}"}
+
+
 @dataclass
 class World:
     """A bootstrapped workspace with its owner and key."""
@@ -25,7 +30,7 @@ class World:
     @property
     def auth(self) -> dict[str, str]:
         """Authorization header for the owner."""
-        return {"Authorization": f"Bearer {self.api_key}"}
+        return bearer(self.api_key)
 
 
 async def world(ctx: Context, name: str = "acme") -> World:

@@ -24,6 +24,7 @@ from autopilot import admission, dispatch, tasks
 from hookgate.context import open_context
 from tests import factories
 from tests.conftest import asgi_client, make_settings
+from tests.factories import bearer
 from tests.gateway import ingress_kit as kit
 
 LIMIT = 64  # hookgate.jsontext.MAX_DEPTH, written out so these tests also run (and fail) on the code before it
@@ -35,11 +36,6 @@ UNKNOWN_RUNTIME = {"Authorization": "Bearer hgr_" + "x" * 43}
 def nested(depth: int, leaf: str = '"x"') -> bytes:
     """A JSON array nested ``depth`` levels deep around ``leaf`` (``[]`` is depth 1)."""
     return ("[" * depth + leaf + "]" * depth).encode()
-
-
-def bearer(token: str) -> dict[str, str]:
-    """Authorization header for a token."""
-    return {"Authorization": f"Bearer {token}"}
 
 
 async def pull_agent(ctx):

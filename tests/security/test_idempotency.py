@@ -16,12 +16,8 @@ from gateway.admin import idempotency
 from hookgate import metrics
 from hookgate.context import Context
 from tests import factories
+from tests.factories import bearer
 from tests.gateway import ingress_kit as kit
-
-
-def bearer(key: str) -> dict[str, str]:
-    """Authorization header for a key."""
-    return {"Authorization": f"Bearer {key}"}
 
 
 @dataclass

@@ -18,15 +18,11 @@ import pytest
 from autopilot import workspaces
 from hookgate.context import Context
 from tests import factories
+from tests.factories import bearer
 
 ROLES = ("owner", "admin", "member")
 PAIRS = list(itertools.product(ROLES, ROLES))  # (caller role, target role)
 MEMBERS_ONLY = "/v1/members"
-
-
-def bearer(key: str) -> dict[str, str]:
-    """Authorization header for a key."""
-    return {"Authorization": f"Bearer {key}"}
 
 
 def table(rows: dict[str, tuple[int, int, int]]) -> dict[tuple[str, str], int]:
