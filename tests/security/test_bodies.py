@@ -187,14 +187,13 @@ async def test_an_unauthenticated_runtime_body_is_not_read_at_all(ctx, conn, cli
         assert (status, reads) == (401, 0), path
 
 
-async def test_an_admin_body_past_the_cap_gets_413(ctx, client):
-    w = await factories.world(ctx)
+async def test_an_admin_body_past_the_cap_gets_413(world, client):
     body = {"name": "x" * CAP, "runtime": {"kind": "pull"}}
-    answer = await client.post("/v1/agents", json=body, headers=w.auth)
+    answer = await client.post("/v1/agents", json=body, headers=world.auth)
     assert answer.status_code == 413 and answer.json()["error"] == "payload_too_large"
     app = client._transport.app  # type: ignore[attr-defined]
     piece = b" " * (256 * 1024)
-    headers = [(b"authorization", w.auth["Authorization"].encode()), (b"content-length", b"2"),
+    headers = [(b"authorization", world.auth["Authorization"].encode()), (b"content-length", b"2"),
                (b"content-type", b"application/json")]
     status, raw, reads = await kit.asgi_post(app, "/v1/agents", [b"{}", *[piece] * 40], headers)
     assert status == 413 and json.loads(raw)["error"] == "payload_too_large"
@@ -259,17 +258,16 @@ async def test_deep_json_on_the_runtime_api_is_400_invalid_body(ctx, client):
     assert answer.status_code == 200, answer.text
 
 
-async def test_deep_json_on_the_admin_api_is_400_invalid_json(ctx, client):
-    w = await factories.world(ctx)
+async def test_deep_json_on_the_admin_api_is_400_invalid_json(world, client):
     deep = b'{"name":"a","runtime":{"kind":"pull"},"x":' + nested(LIMIT - 1, '"\\u0000"') + b"}"
-    answer = await client.post("/v1/agents", content=deep, headers=w.auth | {"content-type": "application/json"})
+    answer = await client.post("/v1/agents", content=deep, headers=world.auth | {"content-type": "application/json"})
     assert answer.status_code == 422, answer.text  # at the limit: parsed, then refused for the unknown field
     deeper = b'{"name":"b","runtime":{"kind":"pull"},"x":' + nested(LIMIT, '"\\u0000"') + b"}"
-    answer = await client.post("/v1/agents", content=deeper, headers=w.auth | {"content-type": "application/json"})
+    answer = await client.post("/v1/agents", content=deeper, headers=world.auth | {"content-type": "application/json"})
     assert answer.status_code == 400 and answer.json()["error"] == "invalid_json", answer.text
     for depth in (490, 5000):
         raw = b'{"name":"c","runtime":{"kind":"pull"},"x":' + nested(depth) + b"}"
-        answer = await client.post("/v1/agents", content=raw, headers=w.auth)
+        answer = await client.post("/v1/agents", content=raw, headers=world.auth)
         assert answer.status_code == 400 and answer.json()["error"] == "invalid_json", answer.text
 
 
@@ -298,10 +296,9 @@ async def test_runtime_text_no_database_can_hold_is_400_not_500(ctx, client, raw
 
 
 @pytest.mark.parametrize("result", [b"NaN", b"-Infinity", b'{"x":Infinity}', b'[1,NaN]'])
-async def test_nan_or_infinity_in_a_runtime_report_is_400_not_500(ctx, conn, client, result):
-    w = await factories.world(ctx)
-    agent = await factories.pull_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
+async def test_nan_or_infinity_in_a_runtime_report_is_400_not_500(world, conn, client, result):
+    agent = await factories.pull_agent(world)
+    ap = await factories.autopilot(world, agent.row["id"], mode="create_issue", instructions="do it")
     adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
     await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
     claimed = (await client.post("/v1/runtime/claim", headers=bearer(agent.runtime_token), json={})).json()
