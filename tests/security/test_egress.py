@@ -275,14 +275,12 @@ async def test_a_pooled_connection_to_the_gateway_is_not_reused_for_its_hooks(db
     base = f"http://[::ffff:127.0.0.1]:{port}"  # the gateway, by a spelling its name check does not know
     async with gateway(db_url, agent_allow_cidrs=LOOPBACK, host="127.0.0.1", port=port) as (ctx, _http):
         async with serving(ctx, port=port):
-            w = await factories.world(ctx)
-            ap = await factories.autopilot(w, (await factories.http_agent(w, url="http://203.0.113.9/")).row["id"])
-            trigger, token = await factories.webhook_trigger(w, ap)
+            s = await factories.small(ctx, agent_url="http://203.0.113.9/")
             runs = {}
-            for name, url in (("other_path", f"{base}/agent"), ("hooks", f"{base}/hooks/{token}")):
-                agent = await factories.http_agent(w, url=url, name=name)
-                mine = await factories.autopilot(w, agent.row["id"], title=name)
-                mine_trigger, _ = await factories.webhook_trigger(w, mine)
+            for name, url in (("other_path", f"{base}/agent"), ("hooks", f"{base}/hooks/{s.token}")):
+                agent = await factories.http_agent(s.world, url=url, name=name)
+                mine = await factories.autopilot(s.world, agent.row["id"], title=name)
+                mine_trigger, _ = await factories.webhook_trigger(s.world, mine)
                 async with ctx.pool.acquire() as conn:
                     runs[name] = (await add_delivery(conn, mine, mine_trigger))[1]
             pusher = Pusher(ctx, holder="t1")  # one pusher, one connection pool, for both pushes in turn
@@ -294,7 +292,7 @@ async def test_a_pooled_connection_to_the_gateway_is_not_reused_for_its_hooks(db
                 first = await conn.fetchrow("SELECT * FROM agent_task WHERE run_id = $1", runs["other_path"])
                 hooks = await conn.fetchrow("SELECT * FROM agent_task WHERE run_id = $1", runs["hooks"])
                 deliveries = await conn.fetchval("SELECT count(*) FROM webhook_delivery WHERE trigger_id = $1",
-                                                 trigger["id"])
+                                                 s.trigger["id"])
     assert "404" in first["error"]  # the gateway answered the first push: its connection was pooled
     assert hooks["retry_class"] == "egress_forbidden" and deliveries == 0
 
