@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from autopilot import agents, rules, workspaces
+from autopilot import admission, agents, dispatch, rules, workspaces
 from hookgate.context import Context
 
 
@@ -110,6 +110,14 @@ async def schedule_trigger(w: World, autopilot_row: asyncpg.Record, cron: str, n
             conn, autopilot=autopilot_row, publisher=rules.Publisher.member(w.owner_id), cron=cron,
             timezone=timezone, next_fire_at=next_fire_at, **kw,
         )
+
+
+async def dispatched_run(conn: Any, autopilot_id: Any, payload: Any = None) -> Any:
+    """An api run of the autopilot, admitted and dispatched (its task queued, or its issue made); the run's id."""
+    admitted = await admission.admit(conn, autopilot_id=autopilot_id, source="api", payload=payload or {},
+                                     heartbeat_timeout_s=120.0)
+    await dispatch.dispatch_run(conn, admitted.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+    return admitted.run_id
 
 
 async def delivery(conn: Any, trigger: Mapping[str, Any], **columns: Any) -> Any:

@@ -1,6 +1,5 @@
 import asyncio
 
-from autopilot import admission, dispatch
 from tests import factories
 from tests.factories import bearer
 
@@ -9,12 +8,7 @@ async def _pull(ctx, conn, n=1):
     w = await factories.world(ctx)
     agent = await factories.pull_agent(w, max_concurrency=8)
     ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
-    runs = []
-    for _ in range(n):
-        adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={"k": "v"},
-                                    heartbeat_timeout_s=120.0)
-        await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
-        runs.append(adm.run_id)
+    runs = [await factories.dispatched_run(conn, ap["id"], {"k": "v"}) for _ in range(n)]
     return w, agent, ap, runs
 
 
@@ -53,8 +47,7 @@ async def test_claim_long_polls_until_work_arrives(ctx, conn, client):
     async def later():
         await asyncio.sleep(0.3)
         async with ctx.pool.acquire() as c:
-            adm = await admission.admit(c, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
-            await dispatch.dispatch_run(c, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+            await factories.dispatched_run(c, ap["id"])
 
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -112,9 +105,7 @@ async def _pull_with_schedule(ctx, conn, client, schedule):
     auth = bearer(agent["runtime_token"])
     assert (await client.post("/v1/runtime/heartbeat", headers=auth, json={})).status_code == 200
     ap = await factories.autopilot(w, agent["id"])
-    adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
-    await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
-    return w, auth, adm.run_id
+    return w, auth, await factories.dispatched_run(conn, ap["id"])
 
 
 async def _attempt_rows(conn, task_id):

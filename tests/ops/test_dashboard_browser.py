@@ -26,7 +26,6 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from autopilot import admission, dispatch
 from hookgate.context import Context
 from tests import factories, pushes
 from tests.ops.conftest import Small
@@ -387,9 +386,7 @@ async def test_overview_charts_then_deliveries_by_status_trigger_event_time_and_
 async def test_from_a_run_to_its_issue_and_task_and_back(page, live_url: str, ctx: Context, small: Small, shots):
     pilot = await factories.autopilot(small.world, small.agent.row["id"], mode="create_issue", title="bugs")
     async with ctx.pool.acquire() as conn:
-        run_id = (await admission.admit(conn, autopilot_id=pilot["id"], source="api", payload={},
-                                        heartbeat_timeout_s=120.0)).run_id
-        await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+        run_id = await factories.dispatched_run(conn, pilot["id"])
     await log_in(page, live_url, small.world.api_key)
     await page.goto(f"{live_url}/dashboard/runs/{run_id}")
     await follow(page, "#step-issue a[href^='/dashboard/issues/']", re.compile(r".*/dashboard/issues/[0-9a-f-]{36}$"))

@@ -20,7 +20,7 @@ from urllib.parse import quote, urlsplit
 import psutil
 import pytest
 
-from autopilot import admission, dispatch, tasks
+from autopilot import tasks
 from hookgate.context import open_context
 from tests import factories
 from tests.conftest import asgi_client, make_settings
@@ -48,8 +48,7 @@ async def http_task(ctx, conn) -> tuple[str, str]:
     w = await factories.world(ctx, "pushed")
     agent = await factories.http_agent(w)
     ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
-    adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
-    await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+    await factories.dispatched_run(conn, ap["id"])
     [won] = await tasks.claim(conn, agent_id=agent.row["id"], lease_s=600, holder="w", actor_type="worker")
     return str(won.id), str(won.lease_token)
 
@@ -291,8 +290,7 @@ async def test_runtime_text_no_database_can_hold_is_400_not_500(ctx, client, raw
 async def test_nan_or_infinity_in_a_runtime_report_is_400_not_500(world, conn, client, result):
     agent = await factories.pull_agent(world)
     ap = await factories.autopilot(world, agent.row["id"], mode="create_issue", instructions="do it")
-    adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
-    await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+    await factories.dispatched_run(conn, ap["id"])
     claimed = (await client.post("/v1/runtime/claim", headers=bearer(agent.runtime_token), json={})).json()
     raw = b'{"lease_token":"%s","status":"succeeded","result":%s}' % (claimed["lease_token"].encode(), result)
     answer = await client.post(f"/v1/runtime/tasks/{claimed['task']['id']}/report", content=raw,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from autopilot import admission, dispatch, workspaces
+from autopilot import workspaces
 from hookgate.context import Context
 from tests import factories
 from tests.ops.conftest import Small, admit_runs, insert_delivery, log_in, make_small
@@ -59,9 +59,7 @@ async def issue_and_task(ctx: Context, small: Small) -> tuple[object, object]:
     """An issue and its task, made by dispatching a run of a ``create_issue`` autopilot of the same agent."""
     pilot = await factories.autopilot(small.world, small.agent.row["id"], mode="create_issue", title="issues")
     async with ctx.pool.acquire() as conn:
-        run_id = (await admission.admit(conn, autopilot_id=pilot["id"], source="api", payload={},
-                                        heartbeat_timeout_s=120.0)).run_id
-        await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+        run_id = await factories.dispatched_run(conn, pilot["id"])
         return (await conn.fetchval("SELECT id FROM issue WHERE run_id = $1", run_id),
                 await conn.fetchval("SELECT id FROM agent_task WHERE run_id = $1", run_id))
 

@@ -10,7 +10,7 @@ import hashlib
 import json
 import uuid
 
-from autopilot import admission, dispatch, tasks
+from autopilot import tasks
 from tests import factories
 from tests.gateway import ingress_kit as kit
 
@@ -23,8 +23,7 @@ async def http_task(ctx, conn) -> tuple[str, str, str]:
     w = await factories.world(ctx, f"pushed-{uuid.uuid4().hex[:6]}")
     agent = await factories.http_agent(w)
     ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
-    adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
-    await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+    await factories.dispatched_run(conn, ap["id"])
     [won] = await tasks.claim(conn, agent_id=agent.row["id"], lease_s=600, holder="w", actor_type="worker")
     return str(won.id), str(won.lease_token), str(agent.row["id"])
 
@@ -103,9 +102,7 @@ async def test_a_pull_runtime_with_its_token_is_not_charged_for_a_stale_lease(db
         agent = await factories.pull_agent(w)
         ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
         async with ctx.pool.acquire() as conn:
-            adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={},
-                                        heartbeat_timeout_s=120.0)
-            await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+            await factories.dispatched_run(conn, ap["id"])
         auth = {"Authorization": f"Bearer {agent.runtime_token}"}
         claimed = (await client.post("/v1/runtime/claim", headers=auth)).json()
         url = f"/v1/runtime/tasks/{claimed['task']['id']}/report"
