@@ -20,7 +20,6 @@ from urllib.parse import quote, urlsplit
 import psutil
 import pytest
 
-from autopilot import tasks
 from hookgate.context import open_context
 from tests import factories
 from tests.conftest import asgi_client, make_settings
@@ -41,16 +40,6 @@ def nested(depth: int, leaf: str = '"x"') -> bytes:
 async def pull_agent(ctx):
     """A pull agent with a runtime token."""
     return await factories.pull_agent(await factories.world(ctx))
-
-
-async def http_task(ctx, conn) -> tuple[str, str]:
-    """A running task of an HTTP agent, claimed as the push worker does: ``(task id, lease token)``."""
-    w = await factories.world(ctx, "pushed")
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
-    await factories.dispatched_run(conn, ap["id"])
-    [won] = await tasks.claim(conn, agent_id=agent.row["id"], lease_s=600, holder="w", actor_type="worker")
-    return str(won.id), str(won.lease_token)
 
 
 @contextmanager
@@ -177,7 +166,7 @@ async def test_a_lying_content_length_does_not_get_a_runtime_body_past_the_cap(c
 
 async def test_an_unauthenticated_runtime_body_is_not_read_at_all(ctx, conn, client):
     app = client._transport.app  # type: ignore[attr-defined]
-    task_id, _ = await http_task(ctx, conn)
+    task_id, _, _ = await factories.claimed_http_task(ctx, conn)
     for path, headers in [("/v1/runtime/heartbeat", []), ("/v1/runtime/claim", [(b"authorization", b"Bearer nope")]),
                           (f"/v1/runtime/tasks/{uuid.uuid4()}/report", []),
                           (f"/v1/runtime/tasks/{task_id}/renew", [(b"authorization", UNKNOWN_RUNTIME[
