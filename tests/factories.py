@@ -114,7 +114,7 @@ async def schedule_trigger(w: World, autopilot_row: asyncpg.Record, cron: str, n
 
 
 async def dispatched_run(conn: Any, autopilot_id: Any, payload: Any = None) -> Any:
-    """An api run of the autopilot, admitted and dispatched (its task queued, or its issue made); the run's id."""
+    """An api run of the autopilot, admitted and dispatched (its task queued or its issue made); its id."""
     admitted = await admission.admit(conn, autopilot_id=autopilot_id, source="api", payload=payload or {},
                                      heartbeat_timeout_s=120.0)
     await dispatch.dispatch_run(conn, admitted.run_id, dispatch.Options(heartbeat_timeout_s=120.0))

@@ -16,7 +16,8 @@ ARGV = [sys.executable, "-m", "hookgate.cli"]
 
 def cli_env(extra: dict[str, str]) -> dict[str, str]:
     """The environment of a CLI subprocess: ``extra``, and no HOOKGATE_ setting of the test run leaks in."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")} | extra | {"PYTHONPATH": str(ROOT)}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")}
+    return clean | extra | {"PYTHONPATH": str(ROOT)}
 
 
 def hookgate(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:

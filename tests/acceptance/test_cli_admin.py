@@ -125,7 +125,8 @@ def test_tail_prints_each_new_delivery_once_and_ctrl_c_ends_it_cleanly(admin: Ad
     # --last 1: the tail prints the newest delivery at start, which tells the test its start read is done (a
     # loaded machine can take seconds to start a Python process; deliveries sent before that are history).
     tail = subprocess.Popen([*ARGV, "deliveries", "tail", "--json", "--interval", "0.2", "--last", "1"],
-                            env=cli_env(admin.env), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=cli_env(admin.env), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: [lines.append(line) for line in tail.stdout or ()], daemon=True)
     reader.start()

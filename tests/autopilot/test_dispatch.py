@@ -53,8 +53,8 @@ async def test_a_pause_after_admission_does_not_drop_the_run(ctx, conn):
 async def test_squad_work_goes_to_the_leader(world, conn):
     leader = await factories.http_agent(world, name="leader")
     member = await factories.http_agent(world, name="member")
-    squad = await agents.create_squad(conn, workspace_id=world.workspace_id, name="sq", leader_id=leader.row["id"],
-                                      member_ids=[member.row["id"]])
+    squad = await agents.create_squad(conn, workspace_id=world.workspace_id, name="sq",
+                                      leader_id=leader.row["id"], member_ids=[member.row["id"]])
     ap = await factories.autopilot(world, squad["id"], assignee_type="squad")
     adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
     result = await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))

@@ -164,7 +164,8 @@ async def test_not_admitted_deliveries_are_ignored_with_200_and_a_reason(ctx, cl
 
 async def test_event_filter_globs_match_case_insensitively(ctx, client, conn):
     h = await kit.hook(ctx, event_filters=["GitHub.Pull_Request.*"])
-    assert (await kit.post_github(client, h, {"action": "opened"}, event="pull_request")).json()["status"] == "accepted"
+    r = await kit.post_github(client, h, {"action": "opened"}, event="pull_request")
+    assert r.json()["status"] == "accepted"
 
 
 async def test_gate_refusal_is_a_skipped_run_with_reason_and_the_delivery_needs_no_worker(ctx, client, conn):
@@ -328,7 +329,8 @@ async def test_a_pause_and_a_new_secret_apply_at_once_even_with_a_warm_cache(ctx
     await rules.set_signing_secret(conn, ctx.keyring, h.trigger["id"], "brand-new")
     raw, headers = kit.github({"action": "closed"})  # signed with the old secret, no grace window
     assert (await client.post(h.path, content=raw, headers=headers)).json()["reason"] == "invalid_signature"
-    assert (await kit.post_github(client, h, {"action": "reopened"}, secret="brand-new")).json()["status"] == "accepted"
+    r = await kit.post_github(client, h, {"action": "reopened"}, secret="brand-new")
+    assert r.json()["status"] == "accepted"
 
 
 async def test_previous_secret_verifies_only_during_its_grace_window(ctx, client, conn):
@@ -338,7 +340,8 @@ async def test_previous_secret_verifies_only_during_its_grace_window(ctx, client
     await rules.set_signing_secret(conn, ctx.keyring, h.trigger["id"], "next-secret", grace_seconds=3600)
     raw, headers = kit.github({"action": "opened"})  # the previous secret
     assert (await client.post(h.path, content=raw, headers=headers)).json()["status"] == "accepted"
-    assert (await kit.post_github(client, h, {"action": "opened"}, secret="next-secret")).json()["status"] == "accepted"
+    r = await kit.post_github(client, h, {"action": "opened"}, secret="next-secret")
+    assert r.json()["status"] == "accepted"
     await conn.execute("UPDATE autopilot_trigger SET previous_secret_expires_at = now() - interval '1 second'")
     assert (await kit.post_github(client, h, {"action": "closed"})).json()["reason"] == "invalid_signature"
 

@@ -14,7 +14,8 @@ async def _pull(ctx, conn, n=1):
 
 async def test_heartbeat_marks_the_instance_online(ctx, conn, client):
     _, agent, _, _ = await _pull(ctx, conn, n=0)
-    r = await client.post("/v1/runtime/heartbeat", json={"instance": "box-1"}, headers=bearer(agent.runtime_token))
+    r = await client.post("/v1/runtime/heartbeat", json={"instance": "box-1"},
+                          headers=bearer(agent.runtime_token))
     assert r.status_code == 200 and r.json()["status"] == "online"
     row = await conn.fetchrow("SELECT * FROM agent_instance WHERE agent_id = $1", agent.row["id"])
     assert row["instance"] == "box-1" and row["status"] == "online"

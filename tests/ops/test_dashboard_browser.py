@@ -66,8 +66,9 @@ async def follow(page: Any, selector: str, url: str | re.Pattern[str]) -> None:
     await page.wait_for_url(url)
 
 
-async def confirm(page: Any, shots: Callable[[Any, str], Awaitable[Path]], button: str, shot: str, then: str) -> str:
-    """Click ``button``, screenshot the confirmation as ``shot``, confirm it and wait for ``then``; what it asked."""
+async def confirm(page: Any, shots: Callable[[Any, str], Awaitable[Path]], button: str, shot: str,
+                  then: str) -> str:
+    """Click ``button``, screenshot the question as ``shot``, confirm, wait for ``then``; what it asked."""
     await page.click(button)
     await page.wait_for_selector("#confirm")
     asked: str = await page.inner_text("#confirm")
@@ -179,7 +180,8 @@ async def test_open_a_failed_run_see_its_attempts_and_retry_it(page, live_url: s
     assert "upstream down" in await details.inner_text()
     await shots(page, "1-failed-run")
     # the task's own page, same attempts
-    await follow(page, "#step-task a[href^='/dashboard/tasks/']", re.compile(r".*/dashboard/tasks/[0-9a-f-]{36}$"))
+    await follow(page, "#step-task a[href^='/dashboard/tasks/']",
+                 re.compile(r".*/dashboard/tasks/[0-9a-f-]{36}$"))
     assert await page.inner_text("#task-status") == "failed"
     assert await page.locator("#attempts tr[data-attempt]").count() == 2
     await shots(page, "1b-task")
@@ -236,7 +238,8 @@ async def test_agents_list_agent_page_edit_the_timeout_and_rotate_the_secret(pag
     await log_in(page, live_url, small.world.api_key)
     await follow(page, "header nav >> text=Agents", f"{live_url}/dashboard/agents")
     await shots(page, "1-agents")
-    await follow(page, f"#agents a[href='/dashboard/agents/{agent_id}']", f"{live_url}/dashboard/agents/{agent_id}")
+    await follow(page, f"#agents a[href='/dashboard/agents/{agent_id}']",
+                 f"{live_url}/dashboard/agents/{agent_id}")
     assert "healthy" in await page.inner_text("#circuit")
     await shots(page, "2-agent")
 
@@ -247,7 +250,8 @@ async def test_agents_list_agent_page_edit_the_timeout_and_rotate_the_secret(pag
     await shots(page, "4-saved")
 
     old_hint = await ctx.pool.fetchval("SELECT signing_secret_hint FROM agent WHERE id = $1", small.agent.row["id"])
-    asked = await confirm(page, shots, "button:has-text('Rotate signing secret…')", "5-confirm-rotate", "#shown-once")
+    asked = await confirm(page, shots, "button:has-text('Rotate signing secret…')", "5-confirm-rotate",
+                          "#shown-once")
     assert "Rotate the signing secret" in asked
     secret = await page.input_value("#secret-value")
     assert len(secret) >= 24 and "Shown only now" in await page.inner_text("#secret-note")
@@ -277,12 +281,13 @@ async def test_autopilots_pause_resume_rotate_a_token_and_edit_the_event_filters
     await shots(page, "2-autopilot")
 
     for verb, status in (("Pause", "paused"), ("Resume", "active")):
-        await confirm(page, shots, f"#autopilot button:has-text('{verb}…')", f"3-confirm-{verb.lower()}", "#done")
+        await confirm(page, shots, f"#autopilot button:has-text('{verb}…')", f"3-confirm-{verb.lower()}",
+                      "#done")
         assert await page.inner_text("#autopilot-status") == status
         await shots(page, f"4-{status}")
 
-    asked = await confirm(page, shots, f"#trigger-{webhook_id} button:has-text('Rotate token…')", "5-confirm-rotate",
-                          "#shown-once")
+    asked = await confirm(page, shots, f"#trigger-{webhook_id} button:has-text('Rotate token…')",
+                          "5-confirm-rotate", "#shown-once")
     assert "old URL stops working" in asked
     new_url = await page.input_value("#secret-value")
     assert "/hooks/" in new_url and small.token not in new_url
@@ -295,8 +300,8 @@ async def test_autopilots_pause_resume_rotate_a_token_and_edit_the_event_filters
     assert await page.input_value(f"#trigger-{webhook_id} input.webhook-url") == new_url
 
     await page.fill(f"#filters-{webhook_id}", "order.*\ngithub.push")
-    asked = await confirm(page, shots, f"#trigger-{webhook_id} button:has-text('Save filters…')", "7-confirm-filters",
-                          "#done")
+    asked = await confirm(page, shots, f"#trigger-{webhook_id} button:has-text('Save filters…')",
+                          "7-confirm-filters", "#done")
     assert "order.*" in asked
     shown = await page.inner_text(f"#trigger-{webhook_id}")
     assert "order.*" in shown and "github.push" in shown
@@ -389,11 +394,13 @@ async def test_from_a_run_to_its_issue_and_task_and_back(page, live_url: str, ct
         run_id = await factories.dispatched_run(conn, pilot["id"])
     await log_in(page, live_url, small.world.api_key)
     await page.goto(f"{live_url}/dashboard/runs/{run_id}")
-    await follow(page, "#step-issue a[href^='/dashboard/issues/']", re.compile(r".*/dashboard/issues/[0-9a-f-]{36}$"))
+    await follow(page, "#step-issue a[href^='/dashboard/issues/']",
+                 re.compile(r".*/dashboard/issues/[0-9a-f-]{36}$"))
     assert await page.inner_text("#issue-status") in ("todo", "in_progress")
     assert "bugs" in await page.inner_text("#issue")
     await shots(page, "1-issue")
-    await follow(page, "#issue-tasks a[href^='/dashboard/tasks/']", re.compile(r".*/dashboard/tasks/[0-9a-f-]{36}$"))
+    await follow(page, "#issue-tasks a[href^='/dashboard/tasks/']",
+                 re.compile(r".*/dashboard/tasks/[0-9a-f-]{36}$"))
     assert await page.inner_text("#task-status") == "queued" and "None yet." in await page.inner_text("#attempts")
     await shots(page, "2-task")
     await follow(page, f"#task-run a[href='/dashboard/runs/{run_id}']", f"{live_url}/dashboard/runs/{run_id}")

@@ -209,7 +209,8 @@ async def test_deep_json_at_ingress_is_400_invalid_body(hook, raw):
 
 
 @pytest.mark.parametrize("raw", [
-    b"payload=" + quote(nested(490, '"\\u0000"')).encode(), b"payload=" + quote(nested(LIMIT + 1, '"x"')).encode(),
+    b"payload=" + quote(nested(490, '"\\u0000"')).encode(),
+    b"payload=" + quote(nested(LIMIT + 1, '"x"')).encode(),
     b"payload=" + b"%5B" * 490 + b"%22%00%22" + b"%5D" * 490,  # a raw NUL in deep JSON: 400, not 500
 ])
 async def test_deep_json_in_a_form_payload_at_ingress_is_400_invalid_body(hook, raw):
@@ -240,10 +241,11 @@ async def test_deep_json_on_the_runtime_api_is_400_invalid_body(ctx, client):
 
 async def test_deep_json_on_the_admin_api_is_400_invalid_json(world, client):
     deep = b'{"name":"a","runtime":{"kind":"pull"},"x":' + nested(LIMIT - 1, '"\\u0000"') + b"}"
-    answer = await client.post("/v1/agents", content=deep, headers=world.auth | {"content-type": "application/json"})
+    as_json = world.auth | {"content-type": "application/json"}
+    answer = await client.post("/v1/agents", content=deep, headers=as_json)
     assert answer.status_code == 422, answer.text  # at the limit: parsed, then refused for the unknown field
     deeper = b'{"name":"b","runtime":{"kind":"pull"},"x":' + nested(LIMIT, '"\\u0000"') + b"}"
-    answer = await client.post("/v1/agents", content=deeper, headers=world.auth | {"content-type": "application/json"})
+    answer = await client.post("/v1/agents", content=deeper, headers=as_json)
     assert answer.status_code == 400 and answer.json()["error"] == "invalid_json", answer.text
     for depth in (490, 5000):
         raw = b'{"name":"c","runtime":{"kind":"pull"},"x":' + nested(depth) + b"}"

@@ -45,7 +45,8 @@ async def _original(conn: Any, trigger: Any) -> Any:
     """A delivery as ingress stores it, already dispatched."""
     return await factories.delivery(
         conn, trigger, body=json.dumps({"n": 1}).encode(), content_type="application/json", event="push",
-        envelope={"event": "push", "payload": {"n": 1}, "request": {}}, signature_status="valid", status="dispatched")
+        envelope={"event": "push", "payload": {"n": 1}, "request": {}}, signature_status="valid",
+        status="dispatched")
 
 
 def _transport(app: Any) -> httpx.ASGITransport:

@@ -97,7 +97,7 @@ async def crew(ctx: Context) -> Crew:
 
 
 async def matrix(crew: Crew, act: Callable[[str, Target], Awaitable[int]]) -> dict[tuple[str, str], int]:
-    """``act(caller role, target)``'s status for every (caller role, target role) pair, each on a fresh target."""
+    """``act(caller role, target)``'s status for every (caller role, target role) pair, on fresh targets."""
     return {(caller, role): await act(caller, await crew.target(role)) for caller, role in PAIRS}
 
 
@@ -128,7 +128,8 @@ async def test_creating_a_member_grants_at_most_the_callers_own_role(client, cre
 async def test_creating_a_key_for_another_member_needs_a_role_at_least_theirs(client, crew):
     async def create_key(caller: str, target: Target) -> int:
         answer = await client.post(f"/v1/members/{target.id}/keys", headers=crew.h(caller))
-        assert await _live_keys(crew, target.id) == (2 if answer.status_code == 201 else 1), (caller, target.role)
+        keys = await _live_keys(crew, target.id)
+        assert keys == (2 if answer.status_code == 201 else 1), (caller, target.role)
         if answer.status_code == 403:
             assert answer.json()["error"] == "forbidden"
         return answer.status_code

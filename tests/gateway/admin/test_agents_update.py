@@ -82,11 +82,16 @@ async def test_patch_of_a_pull_agent_refuses_url_and_timeout(world, client):
 
 
 async def test_patch_unknown_agent_is_404(world, client):
-    r = await client.patch("/v1/agents/00000000-0000-7000-8000-000000000000", headers=world.auth, json={"name": "x"})
+    r = await client.patch("/v1/agents/00000000-0000-7000-8000-000000000000", headers=world.auth,
+                           json={"name": "x"})
     assert r.status_code == 404
 
 
 # --- the concurrency cap across changes, with real claims -----------------------------------------------------
+
+
+#: A pull agent's body for ``POST /v1/agents`` (the cap tests add ``max_concurrency``).
+PULL = {"name": "p", "runtime": {"kind": "pull"}}
 
 
 async def _queue(conn, w, agent_id, n: int) -> None:
@@ -124,7 +129,7 @@ async def _slots(conn, agent_id) -> list[int]:
 
 
 async def test_growing_the_cap_lets_more_tasks_run_at_once(ctx, client, conn, world):
-    agent = await create_agent(client, world, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 1})
+    agent = await create_agent(client, world, PULL | {"max_concurrency": 1})
     await _queue(conn, world, agent["id"], 6)
     assert len(await _claim(ctx, agent["id"])) == 1
     await _set_cap(client, world, agent["id"], 4)
@@ -138,7 +143,7 @@ async def test_shrinking_the_cap_keeps_running_tasks_but_claims_never_exceed_the
     # One slot rule (hookgate_slots_take) serves every claim, the take's tasks born claimed included.
     claim = _claim
     w = await factories.world(ctx)
-    agent = await create_agent(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 4})
+    agent = await create_agent(client, w, PULL | {"max_concurrency": 4})
     await _queue(conn, w, agent["id"], 20)
     first = await _claim(ctx, agent["id"])
     assert len(first) == 4
@@ -160,7 +165,7 @@ async def test_shrinking_the_cap_keeps_running_tasks_but_claims_never_exceed_the
 
 
 async def test_shrinking_with_free_slots_leaves_exactly_the_room_of_the_new_cap(ctx, client, conn, world):
-    agent = await create_agent(client, world, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 8})
+    agent = await create_agent(client, world, PULL | {"max_concurrency": 8})
     await _queue(conn, world, agent["id"], 30)
     first = await _claim(ctx, agent["id"])
     for c in first[:6]:
@@ -173,7 +178,7 @@ async def test_shrinking_with_free_slots_leaves_exactly_the_room_of_the_new_cap(
 
 
 async def test_concurrent_claimers_after_a_shrink_stay_within_the_cap(ctx, client, conn, world):
-    agent = await create_agent(client, world, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 10})
+    agent = await create_agent(client, world, PULL | {"max_concurrency": 10})
     await _queue(conn, world, agent["id"], 60)
     first = await _claim(ctx, agent["id"])
     assert len(first) == 10
@@ -186,7 +191,7 @@ async def test_concurrent_claimers_after_a_shrink_stay_within_the_cap(ctx, clien
 
 
 async def test_shrink_then_grow_restores_every_slot(ctx, client, conn, world):
-    agent = await create_agent(client, world, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 4})
+    agent = await create_agent(client, world, PULL | {"max_concurrency": 4})
     await _queue(conn, world, agent["id"], 10)
     first = await _claim(ctx, agent["id"])
     await _set_cap(client, world, agent["id"], 1)
@@ -329,7 +334,8 @@ async def test_both_endpoints_are_in_the_openapi_document(client):
 # --- HOOKGATE_AGENT_MAX_CONCURRENCY ---------------------------------------------------------------------------
 
 
-async def test_max_concurrency_above_the_gateways_bound_is_refused_naming_the_setting(ctx, client, conn, world):
+async def test_max_concurrency_above_the_gateways_bound_is_refused_naming_the_setting(ctx, client, conn,
+                                                                                      world):
     cap = ctx.settings.agent_max_concurrency
     over = await client.post("/v1/agents", headers=world.auth, json=agent_body(max_concurrency=cap + 1))
     assert over.status_code == 422 and over.json()["error"] == "max_concurrency_too_high"

@@ -87,7 +87,8 @@ async def test_replay_bulk_dry_runs_then_replays_what_the_filters_select(ctx, li
         assert refused.value.code == 2 and bad[1] in capsys.readouterr().err
 
 
-async def test_a_failed_run_reads_its_attempts_and_is_retried(ctx, live_url, conn, capsys, monkeypatch, world):
+async def test_a_failed_run_reads_its_attempts_and_is_retried(ctx, live_url, conn, capsys, monkeypatch,
+                                                               world):
     agent = await factories.http_agent(world)
     ap = await factories.autopilot(world, agent.row["id"])
     async with pushes.failing_agent() as url:
