@@ -25,7 +25,7 @@ from gateway.app import create_app, shutdown
 from gateway.server import HttpServer
 from hookgate.context import Context, open_context, with_database
 from hookgate.settings import Settings
-from tests import databases, processes
+from tests import databases, factories, processes
 from tests.pooler import PgBouncer
 
 TEST_SECRET_KEY = base64.b64encode(b"k" * 32).decode()
@@ -213,6 +213,12 @@ async def conn(ctx: Context) -> AsyncIterator[asyncpg.Connection]:
     """One pooled connection of this test's context."""
     async with ctx.pool.acquire() as connection:
         yield connection
+
+
+@pytest.fixture
+async def world(ctx: Context) -> factories.World:
+    """A workspace (acme) with its owner and the owner's key, in this test's database."""
+    return await factories.world(ctx)
 
 
 @contextlib.asynccontextmanager

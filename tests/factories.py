@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -9,8 +10,13 @@ from typing import Any
 
 import asyncpg
 
-from autopilot import agents, rules, workspaces
+from autopilot import admission, agents, dispatch, rules, tasks, workspaces
 from hookgate.context import Context
+
+
+def bearer(key: str) -> dict[str, str]:
+    """Authorization header for a key or a runtime token."""
+    return {"Authorization": f"Bearer {key}"}
 
 
 @dataclass
@@ -25,7 +31,7 @@ class World:
     @property
     def auth(self) -> dict[str, str]:
         """Authorization header for the owner."""
-        return {"Authorization": f"Bearer {self.api_key}"}
+        return bearer(self.api_key)
 
 
 async def world(ctx: Context, name: str = "acme") -> World:
@@ -105,6 +111,27 @@ async def schedule_trigger(w: World, autopilot_row: asyncpg.Record, cron: str, n
             conn, autopilot=autopilot_row, publisher=rules.Publisher.member(w.owner_id), cron=cron,
             timezone=timezone, next_fire_at=next_fire_at, **kw,
         )
+
+
+async def dispatched_run(conn: Any, autopilot_id: Any, payload: Any = None) -> Any:
+    """An api run of the autopilot, admitted and dispatched (its task queued or its issue made); its id."""
+    admitted = await admission.admit(conn, autopilot_id=autopilot_id, source="api", payload=payload or {},
+                                     heartbeat_timeout_s=120.0)
+    await dispatch.dispatch_run(conn, admitted.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+    return admitted.run_id
+
+
+async def claimed_http_task(ctx: Context, conn: Any) -> tuple[str, str, str]:
+    """A running task of a new HTTP agent (in a workspace of its own), claimed as the push worker claims it.
+
+    Returns ``(task id, lease token, agent id)``.
+    """
+    w = await world(ctx, f"pushed-{uuid.uuid4().hex[:6]}")
+    agent = await http_agent(w)
+    pilot = await autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
+    await dispatched_run(conn, pilot["id"])
+    [won] = await tasks.claim(conn, agent_id=agent.row["id"], lease_s=600, holder="w", actor_type="worker")
+    return str(won.id), str(won.lease_token), str(agent.row["id"])
 
 
 async def delivery(conn: Any, trigger: Mapping[str, Any], **columns: Any) -> Any:

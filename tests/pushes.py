@@ -17,8 +17,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from autopilot import admission, agents, dispatch
+from autopilot import agents
 from hookgate.context import Context
+from tests import factories
 from tests.servers import serving_app
 from worker.push import Pusher, PushWorker
 
@@ -47,9 +48,7 @@ async def failed_run(ctx: Context, autopilot_id: Any, agent_id: Any, url: str, *
     """
     async with ctx.pool.acquire() as conn:
         await agents.update_agent(conn, agent_id, agents.AgentChange(url=url, retry_schedule=SCHEDULE))
-        run_id: UUID = (await admission.admit(conn, autopilot_id=autopilot_id, source="api", payload={},
-                                              heartbeat_timeout_s=120.0)).run_id
-        await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+        run_id: UUID = await factories.dispatched_run(conn, autopilot_id)
     await push_until(ctx, run_id, "failed", timeout=timeout)
     return run_id
 

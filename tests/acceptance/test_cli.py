@@ -1,22 +1,11 @@
 """The real ``hookgate`` CLI as a subprocess: bootstrap, migrate, and one-line configuration errors."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from tests.acceptance.cli import hookgate
 from tests.conftest import TEST_SECRET_KEY
-from tests.processes import ROOT
-
-
-def hookgate(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    import os
-
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")}
-    full_env |= env | {"PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "hookgate.cli", *args], env=full_env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_bootstrap_json_is_idempotent_per_workspace_and_prints_a_new_key_each_time(db_url):

@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -23,19 +22,11 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.acceptance.cli import ARGV, cli_env, hookgate
 from tests.conftest import TEST_SECRET_KEY
 from tests.processes import ROOT, Proc, Spawner
 
 ZERO = "00000000-0000-0000-0000-000000000000"
-
-
-def cli_env(extra: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")} | extra | {"PYTHONPATH": str(ROOT)}
-
-
-def hookgate(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hookgate.cli", *args], env=cli_env(env), cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
 
 
 def ok_json(*args: str, env: dict[str, str]) -> Any:
@@ -133,9 +124,9 @@ def test_tail_prints_each_new_delivery_once_and_ctrl_c_ends_it_cleanly(admin: Ad
     before = httpx.post(f"{admin.gateway.url}/hooks/{admin.trigger['token']}", json={"n": 0}, timeout=10).json()
     # --last 1: the tail prints the newest delivery at start, which tells the test its start read is done (a
     # loaded machine can take seconds to start a Python process; deliveries sent before that are history).
-    tail = subprocess.Popen([sys.executable, "-m", "hookgate.cli", "deliveries", "tail", "--json", "--interval",
-                             "0.2", "--last", "1"], env=cli_env(admin.env), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    tail = subprocess.Popen([*ARGV, "deliveries", "tail", "--json", "--interval", "0.2", "--last", "1"],
+                            env=cli_env(admin.env), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: [lines.append(line) for line in tail.stdout or ()], daemon=True)
     reader.start()

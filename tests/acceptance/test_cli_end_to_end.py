@@ -10,30 +10,17 @@ import hashlib
 import hmac
 import http.server
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from tests.acceptance.cli import hookgate_json as hookgate
 from tests.conftest import TEST_SECRET_KEY
-from tests.processes import ROOT
 from tests.servers import QuietHandler, serving_thread
 
 GITHUB_SECRET = "gh-webhook-secret-e2e"
-
-
-def hookgate(*args: str, env: dict[str, str]) -> dict[str, object]:
-    """Run ``hookgate ARGS --json`` as a subprocess; its JSON answer."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")} | env | {"PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "hookgate.cli", *args, "--json"], env=full, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    answer: dict[str, object] = json.loads(done.stdout)
-    return answer
 
 
 @pytest.fixture

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,23 +20,10 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from tests.acceptance.cli import ARGV, cli_env, hookgate, hookgate_json
 from tests.conftest import TEST_SECRET_KEY
 from tests.processes import ROOT, Proc, Spawner
 from tests.servers import QuietHandler, serving_thread
-
-
-def cli_env(extra: dict[str, str]) -> dict[str, str]:
-    """The environment of a CLI subprocess: no HOOKGATE_ setting of the test run leaks in."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")} | extra | {"PYTHONPATH": str(ROOT)}
-
-
-def hookgate_json(*args: str, env: dict[str, str]) -> dict[str, Any]:
-    """``hookgate ARGS --json``: its JSON answer."""
-    done = subprocess.run([sys.executable, "-m", "hookgate.cli", *args, "--json"], env=cli_env(env), cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    answer: dict[str, Any] = json.loads(done.stdout)
-    return answer
 
 
 @dataclass
@@ -139,7 +124,7 @@ def listen(world: World) -> Iterator[Callable[..., Listening]]:
 
     def start(app: LocalApp, *extra: str) -> Listening:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hookgate.cli", "listen", "--forward-to", app.url, "--json", *extra],
+            [*ARGV, "listen", "--forward-to", app.url, "--json", *extra],
             env=cli_env({"HOOKGATE_URL": world.gateway.url, "HOOKGATE_RUNTIME_TOKEN": world.runtime_token}),
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         running = Listening(proc)
@@ -211,8 +196,7 @@ def test_a_500_from_the_local_app_is_a_retryable_failure(world, local_app, liste
 
 
 def test_without_a_runtime_token_listen_says_so_in_one_line(local_app):
-    done = subprocess.run([sys.executable, "-m", "hookgate.cli", "listen", "--forward-to", local_app.url],
-                          env=cli_env({}), cwd=ROOT, capture_output=True, text=True, timeout=30)
+    done = hookgate("listen", "--forward-to", local_app.url, env={}, timeout=30)
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         "hookgate: error: no runtime token: pass --token or set HOOKGATE_RUNTIME_TOKEN (a pull agent's hgr_ token)"]

@@ -1,14 +1,12 @@
 """``hookgate serve`` with no database URL: embedded PostgreSQL, first-run bootstrap, crash recovery."""
 
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
 
+from tests.acceptance.cli import ARGV, cli_env, hookgate_json
 from tests.processes import ROOT, Proc, free_port
 
 
@@ -28,10 +26,8 @@ def _postgres_for(data_dir) -> list[psutil.Process]:
 
 
 def _serve(data_dir, port, log):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")}
-    env |= {"HOOKGATE_DATA_DIR": str(data_dir), "HOOKGATE_PORT": str(port), "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "hookgate.cli", "serve"], env=env, cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT)
+    env = cli_env({"HOOKGATE_DATA_DIR": str(data_dir), "HOOKGATE_PORT": str(port)})
+    return subprocess.Popen([*ARGV, "serve"], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _wait_gone(data_dir, timeout=20):
@@ -60,13 +56,8 @@ def test_serve_runs_on_embedded_postgres_survives_sigkill_and_leaves_no_orphan(t
     with open(tmp_path / "serve2.log", "wb") as log:
         second = _serve(data_dir, port, log)
         Proc(second, tmp_path / "serve2.log", port).wait_ready(60)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKGATE_")}
-        boot = subprocess.run(
-            [sys.executable, "-m", "hookgate.cli", "bootstrap", "--json"], cwd=ROOT, capture_output=True, text=True,
-            env=env | {"HOOKGATE_DATA_DIR": str(data_dir), "PYTHONPATH": str(ROOT)}, timeout=60,
-        )
-        assert boot.returncode == 0, boot.stderr
-        assert json.loads(boot.stdout)["api_key"].startswith("hgk_")
+        boot = hookgate_json("bootstrap", env={"HOOKGATE_DATA_DIR": str(data_dir)})
+        assert boot["api_key"].startswith("hgk_")
         second.send_signal(signal.SIGTERM)
         assert second.wait(30) == 0
     assert "hgk_" not in (tmp_path / "serve2.log").read_text()

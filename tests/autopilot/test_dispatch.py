@@ -50,13 +50,12 @@ async def test_a_pause_after_admission_does_not_drop_the_run(ctx, conn):
     assert (await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))).status == "queued"
 
 
-async def test_squad_work_goes_to_the_leader(ctx, conn):
-    w = await factories.world(ctx)
-    leader = await factories.http_agent(w, name="leader")
-    member = await factories.http_agent(w, name="member")
-    squad = await agents.create_squad(conn, workspace_id=w.workspace_id, name="sq", leader_id=leader.row["id"],
-                                      member_ids=[member.row["id"]])
-    ap = await factories.autopilot(w, squad["id"], assignee_type="squad")
+async def test_squad_work_goes_to_the_leader(world, conn):
+    leader = await factories.http_agent(world, name="leader")
+    member = await factories.http_agent(world, name="member")
+    squad = await agents.create_squad(conn, workspace_id=world.workspace_id, name="sq",
+                                      leader_id=leader.row["id"], member_ids=[member.row["id"]])
+    ap = await factories.autopilot(world, squad["id"], assignee_type="squad")
     adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
     result = await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
     assert await conn.fetchval("SELECT agent_id FROM agent_task WHERE id = $1", result.task_id) == leader.row["id"]

@@ -58,6 +58,13 @@ def github(body: dict[str, Any] | bytes, secret: str = GITHUB_SECRET, event: str
     }
 
 
+async def post_github(client: httpx.AsyncClient, h: Hook, body: dict[str, Any] | bytes,
+                      **signing: Any) -> httpx.Response:
+    """POST ``body`` to ``h`` signed as :func:`github` signs it (its other arguments in ``signing``)."""
+    raw, headers = github(body, **signing)
+    return await client.post(h.path, content=raw, headers=headers)
+
+
 async def deliveries(conn: asyncpg.Connection) -> list[asyncpg.Record]:
     """Every delivery, oldest first."""
     return await conn.fetch("SELECT * FROM webhook_delivery ORDER BY received_at, id")

@@ -153,8 +153,7 @@ async def test_bearer_only_trigger_accepts_unsigned_requests(ctx, client, conn):
 async def test_not_admitted_deliveries_are_ignored_with_200_and_a_reason(ctx, client, conn, change, reason):
     h = await kit.hook(ctx)
     await conn.execute(change)
-    raw, headers = kit.github({"action": "opened"}, event="issues")
-    r = await client.post(h.path, content=raw, headers=headers)
+    r = await kit.post_github(client, h, {"action": "opened"}, event="issues")
     assert r.status_code == 200
     assert r.json() == {"status": "ignored", "delivery_id": r.json()["delivery_id"], "reason": reason}
     [d] = await kit.deliveries(conn)
@@ -165,14 +164,13 @@ async def test_not_admitted_deliveries_are_ignored_with_200_and_a_reason(ctx, cl
 
 async def test_event_filter_globs_match_case_insensitively(ctx, client, conn):
     h = await kit.hook(ctx, event_filters=["GitHub.Pull_Request.*"])
-    raw, headers = kit.github({"action": "opened"}, event="pull_request")
-    assert (await client.post(h.path, content=raw, headers=headers)).json()["status"] == "accepted"
+    r = await kit.post_github(client, h, {"action": "opened"}, event="pull_request")
+    assert r.json()["status"] == "accepted"
 
 
 async def test_gate_refusal_is_a_skipped_run_with_reason_and_the_delivery_needs_no_worker(ctx, client, conn):
     h = await kit.hook(ctx, pull=True)  # run_only with a pull runtime that never heartbeated
-    raw, headers = kit.github({"action": "opened"})
-    r = await client.post(h.path, content=raw, headers=headers)
+    r = await kit.post_github(client, h, {"action": "opened"})
     body = r.json()
     assert r.status_code == 200 and list(body) == ["status", "delivery_id", "run_id", "reason"]
     assert (body["status"], body["reason"]) == ("skipped", "runtime_offline")
@@ -224,8 +222,7 @@ async def test_workspace_mismatch_between_trigger_and_autopilot_is_the_same_404(
     other = await factories.world(ctx, "elsewhere")
     await conn.execute("UPDATE autopilot_trigger SET workspace_id = $1 WHERE id = $2", other.workspace_id,
                        h.trigger["id"])
-    raw, headers = kit.github({"action": "opened"})
-    r = await client.post(h.path, content=raw, headers=headers)
+    r = await kit.post_github(client, h, {"action": "opened"})
     assert (r.status_code, r.content) == (404, NOT_FOUND)
     assert await kit.deliveries(conn) == []
 
@@ -299,12 +296,10 @@ async def test_form_bodies_and_a_bom_are_accepted(ctx, client, conn):
 
 async def test_rotated_token_is_404_at_once_even_with_a_warm_cache(ctx, client, conn):
     h = await kit.hook(ctx)
-    raw, headers = kit.github({"action": "opened"})
-    assert (await client.post(h.path, content=raw, headers=headers)).status_code == 200  # cache is warm now
+    assert (await kit.post_github(client, h, {"action": "opened"})).status_code == 200  # cache is warm now
     await conn.execute("UPDATE autopilot_trigger SET token_digest = $1 WHERE id = $2",
                        crypto.digest(crypto.new_token("awt_")), h.trigger["id"])
-    raw, headers = kit.github({"action": "closed"})
-    r = await client.post(h.path, content=raw, headers=headers)
+    r = await kit.post_github(client, h, {"action": "closed"})
     assert (r.status_code, r.content) == (404, NOT_FOUND)
     assert len(await kit.deliveries(conn)) == 1
 
@@ -327,17 +322,15 @@ async def test_a_pause_and_a_new_secret_apply_at_once_even_with_a_warm_cache(ctx
     from autopilot import rules
 
     h = await kit.hook(ctx)
-    raw, headers = kit.github({"action": "opened"})
-    assert (await client.post(h.path, content=raw, headers=headers)).status_code == 200
+    assert (await kit.post_github(client, h, {"action": "opened"})).status_code == 200
     await conn.execute("UPDATE autopilot SET status = 'paused' WHERE id = $1", h.autopilot["id"])
-    raw, headers = kit.github({"action": "edited"})
-    assert (await client.post(h.path, content=raw, headers=headers)).json()["reason"] == "autopilot_paused"
+    assert (await kit.post_github(client, h, {"action": "edited"})).json()["reason"] == "autopilot_paused"
     await conn.execute("UPDATE autopilot SET status = 'active' WHERE id = $1", h.autopilot["id"])
     await rules.set_signing_secret(conn, ctx.keyring, h.trigger["id"], "brand-new")
     raw, headers = kit.github({"action": "closed"})  # signed with the old secret, no grace window
     assert (await client.post(h.path, content=raw, headers=headers)).json()["reason"] == "invalid_signature"
-    raw, headers = kit.github({"action": "reopened"}, secret="brand-new")
-    assert (await client.post(h.path, content=raw, headers=headers)).json()["status"] == "accepted"
+    r = await kit.post_github(client, h, {"action": "reopened"}, secret="brand-new")
+    assert r.json()["status"] == "accepted"
 
 
 async def test_previous_secret_verifies_only_during_its_grace_window(ctx, client, conn):
@@ -347,11 +340,10 @@ async def test_previous_secret_verifies_only_during_its_grace_window(ctx, client
     await rules.set_signing_secret(conn, ctx.keyring, h.trigger["id"], "next-secret", grace_seconds=3600)
     raw, headers = kit.github({"action": "opened"})  # the previous secret
     assert (await client.post(h.path, content=raw, headers=headers)).json()["status"] == "accepted"
-    raw, headers = kit.github({"action": "opened"}, secret="next-secret")
-    assert (await client.post(h.path, content=raw, headers=headers)).json()["status"] == "accepted"
+    r = await kit.post_github(client, h, {"action": "opened"}, secret="next-secret")
+    assert r.json()["status"] == "accepted"
     await conn.execute("UPDATE autopilot_trigger SET previous_secret_expires_at = now() - interval '1 second'")
-    raw, headers = kit.github({"action": "closed"})
-    assert (await client.post(h.path, content=raw, headers=headers)).json()["reason"] == "invalid_signature"
+    assert (await kit.post_github(client, h, {"action": "closed"})).json()["reason"] == "invalid_signature"
 
 
 async def test_concurrent_identical_deliveries_store_one_row_and_one_run(ctx, client, conn):
@@ -400,8 +392,7 @@ async def test_pool_pointed_at_a_closed_port_is_503(db_url):
 async def test_terminated_backends_and_an_exhausted_pool_are_503(db_url, server_url):
     async with kit.app_client(db_url, pool_max_size=1, pool_acquire_timeout=0.2) as (ctx, client):
         h = await kit.hook(ctx)
-        raw, headers = kit.github({"action": "opened"})
-        assert (await client.post(h.path, content=raw, headers=headers)).status_code == 200
+        assert (await kit.post_github(client, h, {"action": "opened"})).status_code == 200
         async with ctx.pool.acquire():  # the only connection is busy: acquire times out
             raw, headers = kit.github({"action": "edited"})
             r = await client.post(h.path, content=raw, headers=headers)

@@ -12,8 +12,7 @@ pytestmark = pytest.mark.asyncio
 
 
 async def _post(http, h: kit.Hook, n: int):
-    raw, headers = kit.github({"action": "opened", "issue": {"number": n}})
-    return await http.post(h.path, content=raw, headers=headers)
+    return await kit.post_github(http, h, {"action": "opened", "issue": {"number": n}})
 
 
 async def _next_refresh() -> None:

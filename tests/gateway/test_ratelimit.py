@@ -95,8 +95,7 @@ async def test_over_the_request_cap_is_429_with_retry_after(db_url) -> None:
     async with kit.app_client(db_url, ip_request_cap=3) as (ctx, client):
         h = await kit.hook(ctx)
         for _ in range(3):
-            raw, headers = kit.github({"action": "opened"})
-            assert (await client.post(h.path, content=raw, headers=headers)).status_code == 200
+            assert (await kit.post_github(client, h, {"action": "opened"})).status_code == 200
         raw, headers = kit.github({"action": "opened"})
         r = await client.post(h.path, content=raw, headers=headers)
         assert r.status_code == 429 and r.json()["error"] == "rate_limited" and r.json()["message"]

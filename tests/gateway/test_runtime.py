@@ -1,29 +1,21 @@
 import asyncio
 
-from autopilot import admission, dispatch
 from tests import factories
+from tests.factories import bearer
 
 
 async def _pull(ctx, conn, n=1):
     w = await factories.world(ctx)
     agent = await factories.pull_agent(w, max_concurrency=8)
     ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
-    runs = []
-    for _ in range(n):
-        adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={"k": "v"},
-                                    heartbeat_timeout_s=120.0)
-        await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
-        runs.append(adm.run_id)
+    runs = [await factories.dispatched_run(conn, ap["id"], {"k": "v"}) for _ in range(n)]
     return w, agent, ap, runs
-
-
-def _auth(token):
-    return {"Authorization": f"Bearer {token}"}
 
 
 async def test_heartbeat_marks_the_instance_online(ctx, conn, client):
     _, agent, _, _ = await _pull(ctx, conn, n=0)
-    r = await client.post("/v1/runtime/heartbeat", json={"instance": "box-1"}, headers=_auth(agent.runtime_token))
+    r = await client.post("/v1/runtime/heartbeat", json={"instance": "box-1"},
+                          headers=bearer(agent.runtime_token))
     assert r.status_code == 200 and r.json()["status"] == "online"
     row = await conn.fetchrow("SELECT * FROM agent_instance WHERE agent_id = $1", agent.row["id"])
     assert row["instance"] == "box-1" and row["status"] == "online"
@@ -32,13 +24,13 @@ async def test_heartbeat_marks_the_instance_online(ctx, conn, client):
 async def test_runtime_api_refuses_missing_or_unknown_tokens(ctx, conn, client):
     await _pull(ctx, conn, n=0)
     assert (await client.post("/v1/runtime/claim")).status_code == 401
-    bad = await client.post("/v1/runtime/claim", headers=_auth("hgr_" + "x" * 43))
+    bad = await client.post("/v1/runtime/claim", headers=bearer("hgr_" + "x" * 43))
     assert bad.status_code == 401 and bad.json()["error"] == "unauthorized"
 
 
 async def test_claim_returns_the_contract_shape_then_204_when_nothing_is_left(ctx, conn, client):
     _, agent, ap, [run_id] = await _pull(ctx, conn)
-    r = await client.post("/v1/runtime/claim", json={"wait_s": 0}, headers=_auth(agent.runtime_token))
+    r = await client.post("/v1/runtime/claim", json={"wait_s": 0}, headers=bearer(agent.runtime_token))
     assert r.status_code == 200
     body = r.json()
     assert set(body) == {"task", "lease_token", "lease_expires_at"}
@@ -46,7 +38,7 @@ async def test_claim_returns_the_contract_shape_then_204_when_nothing_is_left(ct
     assert body["task"]["run_id"] == str(run_id) and body["task"]["attempt"] == 1
     assert body["task"]["autopilot"] == {"id": str(ap["id"]), "title": "triage", "instructions": "do it"}
     assert body["task"]["payload"] == {"k": "v"}
-    empty = await client.post("/v1/runtime/claim", json={"wait_s": 0}, headers=_auth(agent.runtime_token))
+    empty = await client.post("/v1/runtime/claim", json={"wait_s": 0}, headers=bearer(agent.runtime_token))
     assert empty.status_code == 204
 
 
@@ -56,20 +48,19 @@ async def test_claim_long_polls_until_work_arrives(ctx, conn, client):
     async def later():
         await asyncio.sleep(0.3)
         async with ctx.pool.acquire() as c:
-            adm = await admission.admit(c, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
-            await dispatch.dispatch_run(c, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+            await factories.dispatched_run(c, ap["id"])
 
     loop = asyncio.get_running_loop()
     start = loop.time()
     maker = asyncio.create_task(later())
-    r = await client.post("/v1/runtime/claim", json={"wait_s": 5}, headers=_auth(agent.runtime_token))
+    r = await client.post("/v1/runtime/claim", json={"wait_s": 5}, headers=bearer(agent.runtime_token))
     await maker
     assert r.status_code == 200 and 0.3 <= loop.time() - start < 2
 
 
 async def test_renew_report_repeat_and_stale_token(ctx, conn, client):
     _, agent, _, [run_id] = await _pull(ctx, conn)
-    auth = _auth(agent.runtime_token)
+    auth = bearer(agent.runtime_token)
     claimed = (await client.post("/v1/runtime/claim", headers=auth)).json()
     task_id, token = claimed["task"]["id"], claimed["lease_token"]
     renewed = await client.post(f"/v1/runtime/tasks/{task_id}/renew", json={"lease_token": token}, headers=auth)
@@ -91,14 +82,14 @@ async def test_renew_report_repeat_and_stale_token(ctx, conn, client):
 
 async def test_a_pull_task_needs_its_own_agents_bearer(ctx, conn, client):
     _, agent, _, _ = await _pull(ctx, conn)
-    claimed = (await client.post("/v1/runtime/claim", headers=_auth(agent.runtime_token))).json()
+    claimed = (await client.post("/v1/runtime/claim", headers=bearer(agent.runtime_token))).json()
     url = f"/v1/runtime/tasks/{claimed['task']['id']}/report"
     report = {"lease_token": claimed["lease_token"], "status": "succeeded"}
     assert (await client.post(url, json=report)).status_code == 401
     w2 = await factories.world(ctx, "other")
     stranger = await factories.pull_agent(w2)
-    assert (await client.post(url, json=report, headers=_auth(stranger.runtime_token))).status_code == 404
-    bad = await client.post(url, json={"status": "succeeded"}, headers=_auth(agent.runtime_token))
+    assert (await client.post(url, json=report, headers=bearer(stranger.runtime_token))).status_code == 404
+    bad = await client.post(url, json={"status": "succeeded"}, headers=bearer(agent.runtime_token))
     assert bad.status_code == 422 and bad.json()["error"] == "invalid_request"
 
 
@@ -112,12 +103,10 @@ async def _pull_with_schedule(ctx, conn, client, schedule):
                              json={"name": "puller", "runtime": {"kind": "pull"}, "retry_schedule": schedule})
     assert made.status_code == 201, made.text
     agent = made.json()
-    auth = _auth(agent["runtime_token"])
+    auth = bearer(agent["runtime_token"])
     assert (await client.post("/v1/runtime/heartbeat", headers=auth, json={})).status_code == 200
     ap = await factories.autopilot(w, agent["id"])
-    adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
-    await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
-    return w, auth, adm.run_id
+    return w, auth, await factories.dispatched_run(conn, ap["id"])
 
 
 async def _attempt_rows(conn, task_id):

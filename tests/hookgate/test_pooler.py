@@ -17,7 +17,6 @@ import asyncpg
 import httpx
 import pytest
 
-from autopilot import admission, dispatch
 from gateway.app import create_app, shutdown
 from hookgate import database, migrations
 from hookgate.context import open_context
@@ -73,9 +72,7 @@ async def test_runtime_claims_through_pgbouncer_are_held_to_the_agent_cap_and_wo
 
         async def run_now() -> None:
             async with ctx.pool.acquire() as conn:
-                adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={},
-                                            heartbeat_timeout_s=120.0)
-                await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+                await factories.dispatched_run(conn, ap["id"])
 
         try:
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://hooks.test") as http:

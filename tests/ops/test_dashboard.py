@@ -432,9 +432,7 @@ async def test_every_id_on_the_run_timeline_links_to_its_page_and_issue_and_task
         client, ctx: Context, small: Small):
     pilot = await factories.autopilot(small.world, small.agent.row["id"], mode="create_issue", title="triage issues")
     async with ctx.pool.acquire() as conn:
-        run_id = (await admission.admit(conn, autopilot_id=pilot["id"], source="api", payload={},
-                                        heartbeat_timeout_s=120.0)).run_id
-        await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+        run_id = await factories.dispatched_run(conn, pilot["id"])
         issue_id = await conn.fetchval("SELECT id FROM issue WHERE run_id = $1", run_id)
         task_id = await conn.fetchval("SELECT id FROM agent_task WHERE run_id = $1", run_id)
     assert issue_id and task_id

@@ -26,7 +26,6 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from autopilot import admission, dispatch
 from hookgate.context import Context
 from tests import factories, pushes
 from tests.ops.conftest import Small
@@ -61,6 +60,24 @@ async def log_in(page, base: str, api_key: str) -> None:
     await page.wait_for_url(f"{base}/dashboard")
 
 
+async def follow(page: Any, selector: str, url: str | re.Pattern[str]) -> None:
+    """Click ``selector`` and wait until the page is at ``url``."""
+    await page.click(selector)
+    await page.wait_for_url(url)
+
+
+async def confirm(page: Any, shots: Callable[[Any, str], Awaitable[Path]], button: str, shot: str,
+                  then: str) -> str:
+    """Click ``button``, screenshot the question as ``shot``, confirm, wait for ``then``; what it asked."""
+    await page.click(button)
+    await page.wait_for_selector("#confirm")
+    asked: str = await page.inner_text("#confirm")
+    await shots(page, shot)
+    await page.click("#confirm-button")
+    await page.wait_for_selector(then)
+    return asked
+
+
 async def test_log_in_see_the_overview_and_log_out(page, live_url: str, small: Small):
     await page.goto(f"{live_url}/dashboard/login")
     await page.fill("input[name=api_key]", "hgk_" + "A" * 43)
@@ -74,8 +91,7 @@ async def test_log_in_see_the_overview_and_log_out(page, live_url: str, small: S
     session = next(c for c in cookies if c["name"] == "hookgate_session")
     assert session["httpOnly"] and session["sameSite"] == "Strict"
     assert await page.evaluate("document.cookie") == ""  # HttpOnly: scripts cannot read the session
-    await page.click("header button[type=submit]")
-    await page.wait_for_url(f"{live_url}/dashboard/login")
+    await follow(page, "header button[type=submit]", f"{live_url}/dashboard/login")
     await page.goto(f"{live_url}/dashboard")
     assert page.url.endswith("/dashboard/login")
 
@@ -118,14 +134,13 @@ async def test_log_in_search_open_a_delivery_its_run_and_replay_it(page, live_ur
     assert await rows.count() == 1 and delivery_id in await rows.first.inner_text()
     await shots(page, "2-search")
 
-    await page.click(f"#deliveries a[href='/dashboard/deliveries/{delivery_id}']")
-    await page.wait_for_url(f"{live_url}/dashboard/deliveries/{delivery_id}")
+    await follow(page, f"#deliveries a[href='/dashboard/deliveries/{delivery_id}']",
+                 f"{live_url}/dashboard/deliveries/{delivery_id}")
     assert "order.refunded" in await page.inner_text("#payload")
     assert await page.get_attribute("#summary time", "title")  # the exact UTC time on hover
     await shots(page, "3-delivery")
 
-    await page.click("#summary a[href^='/dashboard/runs/']")
-    await page.wait_for_url(re.compile(r".*/dashboard/runs/.*"))
+    await follow(page, "#summary a[href^='/dashboard/runs/']", re.compile(r".*/dashboard/runs/.*"))
     assert delivery_id in await page.inner_text("#step-delivery")
     assert "queued" in await page.inner_text("#step-task")
     await shots(page, "4-run")
@@ -152,8 +167,8 @@ async def test_open_a_failed_run_see_its_attempts_and_retry_it(page, live_url: s
     async with pushes.failing_agent() as url:
         run_id = await pushes.failed_run(ctx, small.autopilot["id"], small.agent.row["id"], url)
     await log_in(page, live_url, small.world.api_key)
-    await page.click(f"#failures a[href='/dashboard/runs/{run_id}']")  # the overview lists the failed run
-    await page.wait_for_url(f"{live_url}/dashboard/runs/{run_id}")
+    # the overview lists the failed run
+    await follow(page, f"#failures a[href='/dashboard/runs/{run_id}']", f"{live_url}/dashboard/runs/{run_id}")
     assert await page.inner_text("#run-status") == "failed"
     attempts = page.locator("#attempts tr[data-attempt]")
     assert await attempts.count() == 2
@@ -164,13 +179,13 @@ async def test_open_a_failed_run_see_its_attempts_and_retry_it(page, live_url: s
     await details.locator("summary").click()
     assert "upstream down" in await details.inner_text()
     await shots(page, "1-failed-run")
-    await page.click("#step-task a[href^='/dashboard/tasks/']")  # the task's own page, same attempts
-    await page.wait_for_url(re.compile(r".*/dashboard/tasks/[0-9a-f-]{36}$"))
+    # the task's own page, same attempts
+    await follow(page, "#step-task a[href^='/dashboard/tasks/']",
+                 re.compile(r".*/dashboard/tasks/[0-9a-f-]{36}$"))
     assert await page.inner_text("#task-status") == "failed"
     assert await page.locator("#attempts tr[data-attempt]").count() == 2
     await shots(page, "1b-task")
-    await page.click(f"#task-run a[href='/dashboard/runs/{run_id}']")
-    await page.wait_for_url(f"{live_url}/dashboard/runs/{run_id}")
+    await follow(page, f"#task-run a[href='/dashboard/runs/{run_id}']", f"{live_url}/dashboard/runs/{run_id}")
 
     await page.click("button:has-text('Retry…')")
     await page.wait_for_selector("#confirm")
@@ -221,37 +236,27 @@ async def test_agents_list_agent_page_edit_the_timeout_and_rotate_the_secret(pag
                                                                               small: Small, shots):
     agent_id = str(small.agent.row["id"])
     await log_in(page, live_url, small.world.api_key)
-    await page.click("header nav >> text=Agents")
-    await page.wait_for_url(f"{live_url}/dashboard/agents")
+    await follow(page, "header nav >> text=Agents", f"{live_url}/dashboard/agents")
     await shots(page, "1-agents")
-    await page.click(f"#agents a[href='/dashboard/agents/{agent_id}']")
-    await page.wait_for_url(f"{live_url}/dashboard/agents/{agent_id}")
+    await follow(page, f"#agents a[href='/dashboard/agents/{agent_id}']",
+                 f"{live_url}/dashboard/agents/{agent_id}")
     assert "healthy" in await page.inner_text("#circuit")
     await shots(page, "2-agent")
 
     await page.fill("#agent-timeout", "12.5")
-    await page.click("#edit button:has-text('Save…')")
-    await page.wait_for_selector("#confirm")
-    asked = await page.inner_text("#confirm")
+    asked = await confirm(page, shots, "#edit button:has-text('Save…')", "3-confirm-edit", "#saved")
     assert "timeout_s" in asked and "12.5" in asked and "max_concurrency" not in asked  # only what changed
-    await shots(page, "3-confirm-edit")
-    await page.click("#confirm-button")
-    await page.wait_for_selector("#saved")
     assert "timeout 12.5 s" in await page.inner_text("#health")
     await shots(page, "4-saved")
 
     old_hint = await ctx.pool.fetchval("SELECT signing_secret_hint FROM agent WHERE id = $1", small.agent.row["id"])
-    await page.click("button:has-text('Rotate signing secret…')")
-    await page.wait_for_selector("#confirm")
-    assert "Rotate the signing secret" in await page.inner_text("#confirm")
-    await shots(page, "5-confirm-rotate")
-    await page.click("#confirm-button")
-    await page.wait_for_selector("#shown-once")
+    asked = await confirm(page, shots, "button:has-text('Rotate signing secret…')", "5-confirm-rotate",
+                          "#shown-once")
+    assert "Rotate the signing secret" in asked
     secret = await page.input_value("#secret-value")
     assert len(secret) >= 24 and "Shown only now" in await page.inner_text("#secret-note")
     await shots(page, "6-secret-shown-once")
-    await page.click("#shown-once a:has-text('Done')")
-    await page.wait_for_url(f"{live_url}/dashboard/agents/{agent_id}")
+    await follow(page, "#shown-once a:has-text('Done')", f"{live_url}/dashboard/agents/{agent_id}")
     hint = await ctx.pool.fetchval("SELECT signing_secret_hint FROM agent WHERE id = $1", small.agent.row["id"])
     assert hint != old_hint and secret.endswith(hint)
     assert f"…{hint}" in await page.inner_text("#health") and secret not in await page.content()  # once only
@@ -263,11 +268,10 @@ async def test_autopilots_pause_resume_rotate_a_token_and_edit_the_event_filters
                                                 datetime.now(UTC) + timedelta(minutes=5))
     pilot_id, webhook_id = str(small.autopilot["id"]), str(small.trigger["id"])
     await log_in(page, live_url, small.world.api_key)
-    await page.click("header nav >> text=Autopilots")
-    await page.wait_for_url(f"{live_url}/dashboard/autopilots")
+    await follow(page, "header nav >> text=Autopilots", f"{live_url}/dashboard/autopilots")
     await shots(page, "1-autopilots")
-    await page.click(f"#autopilots a[href='/dashboard/autopilots/{pilot_id}']")
-    await page.wait_for_url(f"{live_url}/dashboard/autopilots/{pilot_id}")
+    await follow(page, f"#autopilots a[href='/dashboard/autopilots/{pilot_id}']",
+                 f"{live_url}/dashboard/autopilots/{pilot_id}")
     url = await page.input_value(f"#trigger-{webhook_id} input.webhook-url")  # the URL to copy
     assert urlsplit(url).path == f"/hooks/{small.token}"
     fires = page.locator(f"#trigger-{schedule['id']} .next-fires time")
@@ -277,20 +281,14 @@ async def test_autopilots_pause_resume_rotate_a_token_and_edit_the_event_filters
     await shots(page, "2-autopilot")
 
     for verb, status in (("Pause", "paused"), ("Resume", "active")):
-        await page.click(f"#autopilot button:has-text('{verb}…')")
-        await page.wait_for_selector("#confirm")
-        await shots(page, f"3-confirm-{verb.lower()}")
-        await page.click("#confirm-button")
-        await page.wait_for_selector("#done")
+        await confirm(page, shots, f"#autopilot button:has-text('{verb}…')", f"3-confirm-{verb.lower()}",
+                      "#done")
         assert await page.inner_text("#autopilot-status") == status
         await shots(page, f"4-{status}")
 
-    await page.click(f"#trigger-{webhook_id} button:has-text('Rotate token…')")
-    await page.wait_for_selector("#confirm")
-    assert "old URL stops working" in await page.inner_text("#confirm")
-    await shots(page, "5-confirm-rotate")
-    await page.click("#confirm-button")
-    await page.wait_for_selector("#shown-once")
+    asked = await confirm(page, shots, f"#trigger-{webhook_id} button:has-text('Rotate token…')",
+                          "5-confirm-rotate", "#shown-once")
+    assert "old URL stops working" in asked
     new_url = await page.input_value("#secret-value")
     assert "/hooks/" in new_url and small.token not in new_url
     await shots(page, "6-new-url")
@@ -298,17 +296,13 @@ async def test_autopilots_pause_resume_rotate_a_token_and_edit_the_event_filters
         old = await http.post(f"{live_url}/hooks/{small.token}", json={"event": "x"})
         new = await http.post(f"{live_url}{urlsplit(new_url).path}", json={"event": "x"})
     assert old.status_code in (401, 404) and new.status_code == 200, (old.text, new.text)
-    await page.click("#shown-once a:has-text('Done')")
-    await page.wait_for_url(f"{live_url}/dashboard/autopilots/{pilot_id}")
+    await follow(page, "#shown-once a:has-text('Done')", f"{live_url}/dashboard/autopilots/{pilot_id}")
     assert await page.input_value(f"#trigger-{webhook_id} input.webhook-url") == new_url
 
     await page.fill(f"#filters-{webhook_id}", "order.*\ngithub.push")
-    await page.click(f"#trigger-{webhook_id} button:has-text('Save filters…')")
-    await page.wait_for_selector("#confirm")
-    assert "order.*" in await page.inner_text("#confirm")
-    await shots(page, "7-confirm-filters")
-    await page.click("#confirm-button")
-    await page.wait_for_selector("#done")
+    asked = await confirm(page, shots, f"#trigger-{webhook_id} button:has-text('Save filters…')",
+                          "7-confirm-filters", "#done")
+    assert "order.*" in asked
     shown = await page.inner_text(f"#trigger-{webhook_id}")
     assert "order.*" in shown and "github.push" in shown
     assert await ctx.pool.fetchval("SELECT event_filters FROM autopilot_trigger WHERE id = $1",
@@ -345,8 +339,8 @@ async def test_overview_charts_then_deliveries_by_status_trigger_event_time_and_
     await shots(page, "1-overview-charts")
 
     # Status: from the overview's count of rejected deliveries, no typing.
-    await page.click("#deliveries-today a:has-text('rejected')")
-    await page.wait_for_url(re.compile(r".*/dashboard/deliveries\?status=rejected$"))
+    await follow(page, "#deliveries-today a:has-text('rejected')",
+                 re.compile(r".*/dashboard/deliveries\?status=rejected$"))
     only = await rows_shown(page)
     assert len(only) == 1 and (rejected_id is None or only == [rejected_id])
     assert await page.input_value("select[name=status]") == "rejected"
@@ -354,31 +348,29 @@ async def test_overview_charts_then_deliveries_by_status_trigger_event_time_and_
 
     # Trigger: from the autopilot page's link for each trigger.
     await page.goto(f"{live_url}/dashboard/autopilots/{small.autopilot['id']}")
-    await page.click(f"#trigger-{signed['id']} a:has-text(\"this trigger's deliveries\")")
-    await page.wait_for_url(re.compile(rf".*trigger_id={signed['id']}"))
+    await follow(page, f"#trigger-{signed['id']} a:has-text(\"this trigger's deliveries\")",
+                 re.compile(rf".*trigger_id={signed['id']}"))
     assert await rows_shown(page) == only
     await page.goto(f"{live_url}/dashboard/autopilots/{small.autopilot['id']}")
-    await page.click(f"#trigger-{small.trigger['id']} a:has-text(\"this trigger's deliveries\")")
-    await page.wait_for_url(re.compile(rf".*trigger_id={small.trigger['id']}"))
+    await follow(page, f"#trigger-{small.trigger['id']} a:has-text(\"this trigger's deliveries\")",
+                 re.compile(rf".*trigger_id={small.trigger['id']}"))
     first_page = await rows_shown(page)
     assert len(first_page) == 50 and only[0] not in first_page
     await shots(page, "3-trigger-first-page")
 
     # Paging: the cursor beyond the first page, and back to the newest.
-    await page.click("#next-page")
-    await page.wait_for_url(re.compile(r".*cursor=.*"))
+    await follow(page, "#next-page", re.compile(r".*cursor=.*"))
     second_page = await rows_shown(page)
     assert len(second_page) == 2 and not set(second_page) & set(first_page)
     assert await page.locator("#next-page").count() == 0
     await shots(page, "4-second-page")
-    await page.click("a:has-text('← Newest')")
-    await page.wait_for_url(re.compile(rf".*/dashboard/deliveries\?trigger_id={small.trigger['id']}$"))
+    await follow(page, "a:has-text('← Newest')",
+                 re.compile(rf".*/dashboard/deliveries\?trigger_id={small.trigger['id']}$"))
     assert await rows_shown(page) == first_page
 
     # Event: a glob, with the trigger filter kept.
     await page.fill("input[name=event]", "order.ship*")
-    await page.click("#search button[type=submit]")
-    await page.wait_for_url(re.compile(r".*event=order\.ship.*"))
+    await follow(page, "#search button[type=submit]", re.compile(r".*event=order\.ship.*"))
     assert len(await rows_shown(page)) == 26
     await shots(page, "5-event")
 
@@ -387,13 +379,11 @@ async def test_overview_charts_then_deliveries_by_status_trigger_event_time_and_
     ahead = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
     behind = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
     await page.fill("input[name=since]", ahead)
-    await page.click("#search button[type=submit]")
-    await page.wait_for_url(re.compile(r".*since=.*"))
+    await follow(page, "#search button[type=submit]", re.compile(r".*since=.*"))
     assert await rows_shown(page) == [] and "match these filters" in await page.inner_text("#deliveries")
     await page.fill("input[name=since]", behind)
     await page.fill("input[name=until]", ahead)
-    await page.click("#search button[type=submit]")
-    await page.wait_for_url(re.compile(r".*until=.*"))
+    await follow(page, "#search button[type=submit]", re.compile(r".*until=.*"))
     assert len(await rows_shown(page)) == 50 and await page.locator("#next-page").count() == 1
     await shots(page, "6-time-range")
 
@@ -401,22 +391,19 @@ async def test_overview_charts_then_deliveries_by_status_trigger_event_time_and_
 async def test_from_a_run_to_its_issue_and_task_and_back(page, live_url: str, ctx: Context, small: Small, shots):
     pilot = await factories.autopilot(small.world, small.agent.row["id"], mode="create_issue", title="bugs")
     async with ctx.pool.acquire() as conn:
-        run_id = (await admission.admit(conn, autopilot_id=pilot["id"], source="api", payload={},
-                                        heartbeat_timeout_s=120.0)).run_id
-        await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+        run_id = await factories.dispatched_run(conn, pilot["id"])
     await log_in(page, live_url, small.world.api_key)
     await page.goto(f"{live_url}/dashboard/runs/{run_id}")
-    await page.click("#step-issue a[href^='/dashboard/issues/']")
-    await page.wait_for_url(re.compile(r".*/dashboard/issues/[0-9a-f-]{36}$"))
+    await follow(page, "#step-issue a[href^='/dashboard/issues/']",
+                 re.compile(r".*/dashboard/issues/[0-9a-f-]{36}$"))
     assert await page.inner_text("#issue-status") in ("todo", "in_progress")
     assert "bugs" in await page.inner_text("#issue")
     await shots(page, "1-issue")
-    await page.click("#issue-tasks a[href^='/dashboard/tasks/']")
-    await page.wait_for_url(re.compile(r".*/dashboard/tasks/[0-9a-f-]{36}$"))
+    await follow(page, "#issue-tasks a[href^='/dashboard/tasks/']",
+                 re.compile(r".*/dashboard/tasks/[0-9a-f-]{36}$"))
     assert await page.inner_text("#task-status") == "queued" and "None yet." in await page.inner_text("#attempts")
     await shots(page, "2-task")
-    await page.click(f"#task-run a[href='/dashboard/runs/{run_id}']")
-    await page.wait_for_url(f"{live_url}/dashboard/runs/{run_id}")
+    await follow(page, f"#task-run a[href='/dashboard/runs/{run_id}']", f"{live_url}/dashboard/runs/{run_id}")
 
 
 async def test_a_write_with_the_keyboard_only(page, live_url: str, small: Small, shots):

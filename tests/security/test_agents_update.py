@@ -14,16 +14,12 @@ import pytest
 from autopilot import workspaces
 from hookgate.context import Context
 from tests import factories
+from tests.factories import bearer
 
 CALLERS = ("anonymous", "member", "agent_owner", "admin", "owner", "other_workspace")
 # The same rule as archiving: the agent's owner, or a workspace owner/admin; another workspace sees nothing.
 EXPECTED = {"anonymous": 401, "member": 403, "agent_owner": 200, "admin": 200, "owner": 200,
             "other_workspace": 404}
-
-
-def bearer(key: str) -> dict[str, str]:
-    """Authorization header for a key."""
-    return {"Authorization": f"Bearer {key}"}
 
 
 async def _keys(ctx: Context) -> dict[str, dict[str, str]]:

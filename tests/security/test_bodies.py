@@ -20,10 +20,10 @@ from urllib.parse import quote, urlsplit
 import psutil
 import pytest
 
-from autopilot import admission, dispatch, tasks
 from hookgate.context import open_context
 from tests import factories
 from tests.conftest import asgi_client, make_settings
+from tests.factories import bearer
 from tests.gateway import ingress_kit as kit
 
 LIMIT = 64  # hookgate.jsontext.MAX_DEPTH, written out so these tests also run (and fail) on the code before it
@@ -37,25 +37,9 @@ def nested(depth: int, leaf: str = '"x"') -> bytes:
     return ("[" * depth + leaf + "]" * depth).encode()
 
 
-def bearer(token: str) -> dict[str, str]:
-    """Authorization header for a token."""
-    return {"Authorization": f"Bearer {token}"}
-
-
 async def pull_agent(ctx):
     """A pull agent with a runtime token."""
     return await factories.pull_agent(await factories.world(ctx))
-
-
-async def http_task(ctx, conn) -> tuple[str, str]:
-    """A running task of an HTTP agent, claimed as the push worker does: ``(task id, lease token)``."""
-    w = await factories.world(ctx, "pushed")
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
-    adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
-    await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
-    [won] = await tasks.claim(conn, agent_id=agent.row["id"], lease_s=600, holder="w", actor_type="worker")
-    return str(won.id), str(won.lease_token)
 
 
 @contextmanager
@@ -182,7 +166,7 @@ async def test_a_lying_content_length_does_not_get_a_runtime_body_past_the_cap(c
 
 async def test_an_unauthenticated_runtime_body_is_not_read_at_all(ctx, conn, client):
     app = client._transport.app  # type: ignore[attr-defined]
-    task_id, _ = await http_task(ctx, conn)
+    task_id, _, _ = await factories.claimed_http_task(ctx, conn)
     for path, headers in [("/v1/runtime/heartbeat", []), ("/v1/runtime/claim", [(b"authorization", b"Bearer nope")]),
                           (f"/v1/runtime/tasks/{uuid.uuid4()}/report", []),
                           (f"/v1/runtime/tasks/{task_id}/renew", [(b"authorization", UNKNOWN_RUNTIME[
@@ -191,14 +175,13 @@ async def test_an_unauthenticated_runtime_body_is_not_read_at_all(ctx, conn, cli
         assert (status, reads) == (401, 0), path
 
 
-async def test_an_admin_body_past_the_cap_gets_413(ctx, client):
-    w = await factories.world(ctx)
+async def test_an_admin_body_past_the_cap_gets_413(world, client):
     body = {"name": "x" * CAP, "runtime": {"kind": "pull"}}
-    answer = await client.post("/v1/agents", json=body, headers=w.auth)
+    answer = await client.post("/v1/agents", json=body, headers=world.auth)
     assert answer.status_code == 413 and answer.json()["error"] == "payload_too_large"
     app = client._transport.app  # type: ignore[attr-defined]
     piece = b" " * (256 * 1024)
-    headers = [(b"authorization", w.auth["Authorization"].encode()), (b"content-length", b"2"),
+    headers = [(b"authorization", world.auth["Authorization"].encode()), (b"content-length", b"2"),
                (b"content-type", b"application/json")]
     status, raw, reads = await kit.asgi_post(app, "/v1/agents", [b"{}", *[piece] * 40], headers)
     assert status == 413 and json.loads(raw)["error"] == "payload_too_large"
@@ -225,20 +208,13 @@ async def test_deep_json_at_ingress_is_400_invalid_body(hook, raw):
     assert answer.status_code == 400 and answer.json()["error"] == "invalid_body", answer.text
 
 
-@pytest.mark.parametrize("leaf", ['"\\u0000"', '"x"'])
-async def test_deep_json_in_a_form_payload_at_ingress_is_400_invalid_body(hook, leaf):
+@pytest.mark.parametrize("raw", [
+    b"payload=" + quote(nested(490, '"\\u0000"')).encode(),
+    b"payload=" + quote(nested(LIMIT + 1, '"x"')).encode(),
+    b"payload=" + b"%5B" * 490 + b"%22%00%22" + b"%5D" * 490,  # a raw NUL in deep JSON: 400, not 500
+])
+async def test_deep_json_in_a_form_payload_at_ingress_is_400_invalid_body(hook, raw):
     trigger, client = hook
-    deep = (490 if "u0000" in leaf else LIMIT + 1)
-    raw = b"payload=" + quote(nested(deep, leaf)).encode()
-    body, headers = kit.github(raw)
-    answer = await client.post(trigger.path, content=body,
-                               headers=headers | {"content-type": "application/x-www-form-urlencoded"})
-    assert answer.status_code == 400 and answer.json()["error"] == "invalid_body", answer.text
-
-
-async def test_a_form_with_nul_in_deep_json_is_400_not_500(hook):
-    trigger, client = hook
-    raw = b"payload=" + b"%5B" * 490 + b"%22%00%22" + b"%5D" * 490
     body, headers = kit.github(raw)
     answer = await client.post(trigger.path, content=body,
                                headers=headers | {"content-type": "application/x-www-form-urlencoded"})
@@ -263,17 +239,17 @@ async def test_deep_json_on_the_runtime_api_is_400_invalid_body(ctx, client):
     assert answer.status_code == 200, answer.text
 
 
-async def test_deep_json_on_the_admin_api_is_400_invalid_json(ctx, client):
-    w = await factories.world(ctx)
+async def test_deep_json_on_the_admin_api_is_400_invalid_json(world, client):
     deep = b'{"name":"a","runtime":{"kind":"pull"},"x":' + nested(LIMIT - 1, '"\\u0000"') + b"}"
-    answer = await client.post("/v1/agents", content=deep, headers=w.auth | {"content-type": "application/json"})
+    as_json = world.auth | {"content-type": "application/json"}
+    answer = await client.post("/v1/agents", content=deep, headers=as_json)
     assert answer.status_code == 422, answer.text  # at the limit: parsed, then refused for the unknown field
     deeper = b'{"name":"b","runtime":{"kind":"pull"},"x":' + nested(LIMIT, '"\\u0000"') + b"}"
-    answer = await client.post("/v1/agents", content=deeper, headers=w.auth | {"content-type": "application/json"})
+    answer = await client.post("/v1/agents", content=deeper, headers=as_json)
     assert answer.status_code == 400 and answer.json()["error"] == "invalid_json", answer.text
     for depth in (490, 5000):
         raw = b'{"name":"c","runtime":{"kind":"pull"},"x":' + nested(depth) + b"}"
-        answer = await client.post("/v1/agents", content=raw, headers=w.auth)
+        answer = await client.post("/v1/agents", content=raw, headers=world.auth)
         assert answer.status_code == 400 and answer.json()["error"] == "invalid_json", answer.text
 
 
@@ -302,12 +278,10 @@ async def test_runtime_text_no_database_can_hold_is_400_not_500(ctx, client, raw
 
 
 @pytest.mark.parametrize("result", [b"NaN", b"-Infinity", b'{"x":Infinity}', b'[1,NaN]'])
-async def test_nan_or_infinity_in_a_runtime_report_is_400_not_500(ctx, conn, client, result):
-    w = await factories.world(ctx)
-    agent = await factories.pull_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
-    adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
-    await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+async def test_nan_or_infinity_in_a_runtime_report_is_400_not_500(world, conn, client, result):
+    agent = await factories.pull_agent(world)
+    ap = await factories.autopilot(world, agent.row["id"], mode="create_issue", instructions="do it")
+    await factories.dispatched_run(conn, ap["id"])
     claimed = (await client.post("/v1/runtime/claim", headers=bearer(agent.runtime_token), json={})).json()
     raw = b'{"lease_token":"%s","status":"succeeded","result":%s}' % (claimed["lease_token"].encode(), result)
     answer = await client.post(f"/v1/runtime/tasks/{claimed['task']['id']}/report", content=raw,

@@ -41,15 +41,12 @@ async def _deadlocks(db_url: str) -> int:
                                                 "WHERE datname = current_database()"))
 
 
-async def _original(conn: Any, w: factories.World, ap: Any, trigger: Any) -> Any:
+async def _original(conn: Any, trigger: Any) -> Any:
     """A delivery as ingress stores it, already dispatched."""
-    envelope = {"event": "push", "payload": {"n": 1}, "request": {}}
-    return await conn.fetchval(
-        """INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, envelope,
-                                         provider, event, signature_status, status)
-           VALUES ($1, $2, $3, $4, 'application/json', $5, 'generic', 'push', 'valid', 'dispatched')
-           RETURNING id""",
-        w.workspace_id, trigger["id"], ap["id"], json.dumps({"n": 1}).encode(), envelope)
+    return await factories.delivery(
+        conn, trigger, body=json.dumps({"n": 1}).encode(), content_type="application/json", event="push",
+        envelope={"event": "push", "payload": {"n": 1}, "request": {}}, signature_status="valid",
+        status="dispatched")
 
 
 def _transport(app: Any) -> httpx.ASGITransport:
@@ -68,7 +65,7 @@ async def test_replays_racing_the_delivery_workers_never_deadlock_nor_answer_5xx
         ap = await factories.autopilot(w, agent.row["id"])
         trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
         async with ctx.pool.acquire() as conn:
-            latest = [await _original(conn, w, ap, trigger)]
+            latest = [await _original(conn, trigger)]
         pushers = [Pusher(ctx, holder=f"w{i}") for i in range(2)]
         workers = [DeliveryWorker(ctx, holder=f"w{i}", pusher=p) for i, p in enumerate(pushers)]
         roles = [asyncio.create_task(r.run()) for r in [*pushers, *workers]]
@@ -323,16 +320,13 @@ async def test_a_delivery_worker_that_loses_a_real_deadlock_logs_a_warning_and_d
 ) -> None:
     other = race
     async with open_context(make_settings(db_url, **FAST), migrate=False) as ctx:
-        w = await factories.world(ctx)
-        agent = await factories.http_agent(w)
-        ap = await factories.autopilot(w, agent.row["id"])
-        trigger, _ = await factories.webhook_trigger(w, ap, rate_limit_per_minute=100000)
+        s = await factories.small(ctx, rate_limit_per_minute=100000)
         async with ctx.pool.acquire() as conn:
-            delivery, _ = await add_delivery(conn, ap, trigger)
+            delivery, _ = await add_delivery(conn, s.autopilot, s.trigger)
         # The worker locks the queued delivery, then checks the trigger's key (its first trigger_pace row),
         # which the other session holds; the other session then asks for the delivery's key: a deadlock.
         await other.execute("BEGIN")
-        await other.execute("SELECT 1 FROM autopilot_trigger WHERE id = $1 FOR UPDATE", trigger["id"])
+        await other.execute("SELECT 1 FROM autopilot_trigger WHERE id = $1 FOR UPDATE", s.trigger["id"])
         worker = DeliveryWorker(ctx, holder="w")
         with caplog.at_level(logging.WARNING):
             running = asyncio.create_task(worker.run())

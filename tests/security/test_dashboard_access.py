@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from autopilot import admission, dispatch, workspaces
+from autopilot import workspaces
 from hookgate.context import Context
 from tests import factories
 from tests.ops.conftest import Small, admit_runs, insert_delivery, log_in, make_small
@@ -59,9 +59,7 @@ async def issue_and_task(ctx: Context, small: Small) -> tuple[object, object]:
     """An issue and its task, made by dispatching a run of a ``create_issue`` autopilot of the same agent."""
     pilot = await factories.autopilot(small.world, small.agent.row["id"], mode="create_issue", title="issues")
     async with ctx.pool.acquire() as conn:
-        run_id = (await admission.admit(conn, autopilot_id=pilot["id"], source="api", payload={},
-                                        heartbeat_timeout_s=120.0)).run_id
-        await dispatch.dispatch_run(conn, run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+        run_id = await factories.dispatched_run(conn, pilot["id"])
         return (await conn.fetchval("SELECT id FROM issue WHERE run_id = $1", run_id),
                 await conn.fetchval("SELECT id FROM agent_task WHERE run_id = $1", run_id))
 
@@ -119,11 +117,8 @@ async def test_every_write_without_the_session_csrf_token_is_403(client: httpx.A
 
 async def test_another_workspaces_ids_are_404_on_every_page_and_write(client: httpx.AsyncClient, ctx: Context,
                                                                       small: Small):
-    other = await factories.world(ctx, "other")
-    agent = await factories.http_agent(other)
-    pilot = await factories.autopilot(other, agent.row["id"], title="secret-project")
-    trigger, token = await factories.webhook_trigger(other, pilot)
-    foreign = await ids_of(ctx, Small(other, agent, pilot, trigger, token))
+    other = await factories.small(ctx, "other", title="secret-project")
+    foreign = await ids_of(ctx, other)
     csrf = await log_in(client, small.world.api_key)  # the owner of the first workspace
     for path in foreign.pages():
         answer = await client.get(path)
@@ -133,7 +128,7 @@ async def test_another_workspaces_ids_are_404_on_every_page_and_write(client: ht
     for path, fields in foreign.writes():
         for confirmed in ("", "yes"):
             answer = await client.post(path, data={"csrf": csrf, "confirmed": confirmed, **fields})
-            assert answer.status_code == 404 and token not in answer.text, (path, confirmed)
+            assert answer.status_code == 404 and other.token not in answer.text, (path, confirmed)
             assert answer.headers["content-type"].startswith("text/html"), path  # the page's answer, not a route miss
     assert await state(ctx) == before
 

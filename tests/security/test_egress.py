@@ -74,32 +74,28 @@ FORBIDDEN = [
 
 
 @pytest.mark.parametrize("url", FORBIDDEN)
-async def test_agent_create_is_refused_for_a_forbidden_address(ctx, client, url):
-    w = await factories.world(ctx)
-    answer = await _create(client, w.auth, url)
+async def test_agent_create_is_refused_for_a_forbidden_address(ctx, client, url, world):
+    answer = await _create(client, world.auth, url)
     assert answer.status_code == 422, answer.text
     assert answer.json()["error"] == "agent_url_forbidden" and answer.json()["message"]
     assert await _agent_count(ctx) == 0
 
 
-async def test_a_name_that_does_not_resolve_is_refused_with_its_own_code(ctx, client):
-    w = await factories.world(ctx)
-    answer = await _create(client, w.auth, "http://no-such-agent.invalid/agent")
+async def test_a_name_that_does_not_resolve_is_refused_with_its_own_code(ctx, client, world):
+    answer = await _create(client, world.auth, "http://no-such-agent.invalid/agent")
     assert answer.status_code == 422 and answer.json()["error"] == "agent_url_unresolvable", answer.text
     assert await _agent_count(ctx) == 0
 
 
-async def test_a_name_resolving_to_loopback_gets_the_same_answer_as_the_address(ctx, client):
-    w = await factories.world(ctx)
-    by_name = await _create(client, w.auth, "http://localhost:9/agent")
-    by_address = await _create(client, w.auth, "http://127.0.0.1:9/agent")
+async def test_a_name_resolving_to_loopback_gets_the_same_answer_as_the_address(world, client):
+    by_name = await _create(client, world.auth, "http://localhost:9/agent")
+    by_address = await _create(client, world.auth, "http://127.0.0.1:9/agent")
     assert by_name.status_code == by_address.status_code == 422
     assert by_name.json() == by_address.json()  # nothing tells what the name resolved to
 
 
-async def test_a_public_address_is_allowed_by_default(ctx, client):
-    w = await factories.world(ctx)
-    answer = await _create(client, w.auth, "http://203.0.113.9/agent")
+async def test_a_public_address_is_allowed_by_default(world, client):
+    answer = await _create(client, world.auth, "http://203.0.113.9/agent")
     assert answer.status_code == 201, answer.text
 
 
@@ -141,11 +137,10 @@ async def test_credentials_in_the_agent_url_are_refused_and_not_echoed(db_url, u
         assert await _agent_count(ctx) == 0
 
 
-async def test_stored_credentials_in_an_agent_url_are_redacted_in_every_answer(ctx, client):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w, url="http://bob:hunter2@203.0.113.9/agent")  # an older row
-    one = await client.get(f"/v1/agents/{agent.row['id']}", headers=w.auth)
-    many = await client.get("/v1/agents", headers=w.auth)
+async def test_stored_credentials_in_an_agent_url_are_redacted_in_every_answer(world, client):
+    agent = await factories.http_agent(world, url="http://bob:hunter2@203.0.113.9/agent")  # an older row
+    one = await client.get(f"/v1/agents/{agent.row['id']}", headers=world.auth)
+    many = await client.get("/v1/agents", headers=world.auth)
     for answer in (one, many):
         assert answer.status_code == 200
         assert "hunter2" not in answer.text and "bob" not in answer.text, answer.text
@@ -280,14 +275,12 @@ async def test_a_pooled_connection_to_the_gateway_is_not_reused_for_its_hooks(db
     base = f"http://[::ffff:127.0.0.1]:{port}"  # the gateway, by a spelling its name check does not know
     async with gateway(db_url, agent_allow_cidrs=LOOPBACK, host="127.0.0.1", port=port) as (ctx, _http):
         async with serving(ctx, port=port):
-            w = await factories.world(ctx)
-            ap = await factories.autopilot(w, (await factories.http_agent(w, url="http://203.0.113.9/")).row["id"])
-            trigger, token = await factories.webhook_trigger(w, ap)
+            s = await factories.small(ctx, agent_url="http://203.0.113.9/")
             runs = {}
-            for name, url in (("other_path", f"{base}/agent"), ("hooks", f"{base}/hooks/{token}")):
-                agent = await factories.http_agent(w, url=url, name=name)
-                mine = await factories.autopilot(w, agent.row["id"], title=name)
-                mine_trigger, _ = await factories.webhook_trigger(w, mine)
+            for name, url in (("other_path", f"{base}/agent"), ("hooks", f"{base}/hooks/{s.token}")):
+                agent = await factories.http_agent(s.world, url=url, name=name)
+                mine = await factories.autopilot(s.world, agent.row["id"], title=name)
+                mine_trigger, _ = await factories.webhook_trigger(s.world, mine)
                 async with ctx.pool.acquire() as conn:
                     runs[name] = (await add_delivery(conn, mine, mine_trigger))[1]
             pusher = Pusher(ctx, holder="t1")  # one pusher, one connection pool, for both pushes in turn
@@ -299,7 +292,7 @@ async def test_a_pooled_connection_to_the_gateway_is_not_reused_for_its_hooks(db
                 first = await conn.fetchrow("SELECT * FROM agent_task WHERE run_id = $1", runs["other_path"])
                 hooks = await conn.fetchrow("SELECT * FROM agent_task WHERE run_id = $1", runs["hooks"])
                 deliveries = await conn.fetchval("SELECT count(*) FROM webhook_delivery WHERE trigger_id = $1",
-                                                 trigger["id"])
+                                                 s.trigger["id"])
     assert "404" in first["error"]  # the gateway answered the first push: its connection was pooled
     assert hooks["retry_class"] == "egress_forbidden" and deliveries == 0
 

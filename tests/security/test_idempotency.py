@@ -16,12 +16,8 @@ from gateway.admin import idempotency
 from hookgate import metrics
 from hookgate.context import Context
 from tests import factories
+from tests.factories import bearer
 from tests.gateway import ingress_kit as kit
-
-
-def bearer(key: str) -> dict[str, str]:
-    """Authorization header for a key."""
-    return {"Authorization": f"Bearer {key}"}
 
 
 @dataclass
@@ -192,11 +188,9 @@ async def test_a_duplicate_with_the_same_body_matches_and_counts_nothing(ctx, cl
 async def test_a_duplicate_with_another_body_is_still_a_200_duplicate_but_flagged_and_counted(ctx, client):
     h = await kit.hook(ctx)
     before = _mismatches()
-    raw, headers = kit.github({"action": "opened"}, delivery="evt-1")
-    first = (await client.post(h.path, content=raw, headers=headers)).json()
+    first = (await kit.post_github(client, h, {"action": "opened"}, delivery="evt-1")).json()
     for n in (1, 2):
-        raw, headers = kit.github({"action": "opened", "changed": n}, delivery="evt-1")
-        again = await client.post(h.path, content=raw, headers=headers)
+        again = await kit.post_github(client, h, {"action": "opened", "changed": n}, delivery="evt-1")
         assert again.status_code == 200
         assert again.json() == {"status": "duplicate", "delivery_id": first["delivery_id"],
                                 "run_id": first["run_id"], "body_matches": False}
@@ -224,12 +218,10 @@ async def test_a_bad_signature_with_another_body_never_touches_the_count(ctx, cl
 
 async def test_a_duplicate_of_a_delivery_whose_body_was_dropped_cannot_be_compared(ctx, client, conn):
     h = await kit.hook(ctx)
-    raw, headers = kit.github({"action": "opened"}, delivery="evt-3")
-    first = (await client.post(h.path, content=raw, headers=headers)).json()
+    first = (await kit.post_github(client, h, {"action": "opened"}, delivery="evt-3")).json()
     await conn.execute("UPDATE webhook_delivery SET body = NULL, status = 'dispatched'")  # retention's work
     before = _mismatches()
-    raw, headers = kit.github({"action": "edited"}, delivery="evt-3")
-    again = (await client.post(h.path, content=raw, headers=headers)).json()
+    again = (await kit.post_github(client, h, {"action": "edited"}, delivery="evt-3")).json()
     assert again["status"] == "duplicate" and again["body_matches"] is None
     assert (await _delivery(client, h, first["delivery_id"]))["body_mismatch_count"] == 0
     assert _mismatches() == before

@@ -8,25 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 
-from autopilot import admission, dispatch, tasks
 from tests import factories
 from tests.gateway import ingress_kit as kit
 
 SECRET_TEXT = "do-not-keep-this-" + "z" * 20
 WRONG = "00000000-0000-4000-8000-000000000000"
-
-
-async def http_task(ctx, conn) -> tuple[str, str, str]:
-    """A running task of an HTTP agent, claimed as the push worker does: ``(task id, lease token, agent id)``."""
-    w = await factories.world(ctx, f"pushed-{uuid.uuid4().hex[:6]}")
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
-    adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={}, heartbeat_timeout_s=120.0)
-    await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
-    [won] = await tasks.claim(conn, agent_id=agent.row["id"], lease_s=600, holder="w", actor_type="worker")
-    return str(won.id), str(won.lease_token), str(agent.row["id"])
 
 
 async def _late_rows(conn, task_id):
@@ -35,7 +22,7 @@ async def _late_rows(conn, task_id):
 
 
 async def test_a_wrong_lease_report_keeps_only_size_and_digest_under_an_anonymous_actor(ctx, conn, client):
-    task_id, _, _ = await http_task(ctx, conn)
+    task_id, _, _ = await factories.claimed_http_task(ctx, conn)
     raw = json.dumps({"lease_token": WRONG, "status": "failed", "result": {"note": SECRET_TEXT},
                       "error": SECRET_TEXT, "retry_class": SECRET_TEXT}).encode()
     answer = await client.post(f"/v1/runtime/tasks/{task_id}/report", content=raw)
@@ -48,7 +35,7 @@ async def test_a_wrong_lease_report_keeps_only_size_and_digest_under_an_anonymou
 
 
 async def test_a_wrong_lease_renew_keeps_only_size_and_digest_under_an_anonymous_actor(ctx, conn, client):
-    task_id, _, _ = await http_task(ctx, conn)
+    task_id, _, _ = await factories.claimed_http_task(ctx, conn)
     raw = json.dumps({"lease_token": WRONG, "instance": SECRET_TEXT}).encode()
     answer = await client.post(f"/v1/runtime/tasks/{task_id}/renew", content=raw)
     assert answer.status_code == 409 and answer.json()["error"] == "lease_lost"
@@ -59,7 +46,7 @@ async def test_a_wrong_lease_renew_keeps_only_size_and_digest_under_an_anonymous
 
 
 async def test_the_holders_report_without_a_bearer_is_still_applied_and_attributed_to_the_agent(ctx, conn, client):
-    task_id, lease, agent_id = await http_task(ctx, conn)
+    task_id, lease, agent_id = await factories.claimed_http_task(ctx, conn)
     answer = await client.post(f"/v1/runtime/tasks/{task_id}/report",
                                json={"lease_token": lease, "status": "succeeded"})
     assert answer.status_code == 200 and answer.json()["applied"] is True
@@ -70,7 +57,7 @@ async def test_the_holders_report_without_a_bearer_is_still_applied_and_attribut
 async def test_wrong_lease_reports_without_a_runtime_token_charge_the_debt_until_429(db_url):
     async with kit.app_client(db_url, ip_bad_credential_cap=5) as (ctx, client):
         async with ctx.pool.acquire() as conn:
-            task_id, lease, _ = await http_task(ctx, conn)
+            task_id, lease, _ = await factories.claimed_http_task(ctx, conn)
         url = f"/v1/runtime/tasks/{task_id}/report"
         for n in range(5):
             refused = await client.post(url, json={"lease_token": WRONG, "status": "succeeded"})
@@ -89,7 +76,7 @@ async def test_wrong_lease_reports_without_a_runtime_token_charge_the_debt_until
 async def test_wrong_lease_renews_charge_the_debt_too(db_url):
     async with kit.app_client(db_url, ip_bad_credential_cap=3) as (ctx, client):
         async with ctx.pool.acquire() as conn:
-            task_id, _, _ = await http_task(ctx, conn)
+            task_id, _, _ = await factories.claimed_http_task(ctx, conn)
         for _ in range(3):
             assert (await client.post(f"/v1/runtime/tasks/{task_id}/renew",
                                       json={"lease_token": WRONG})).status_code == 409
@@ -103,9 +90,7 @@ async def test_a_pull_runtime_with_its_token_is_not_charged_for_a_stale_lease(db
         agent = await factories.pull_agent(w)
         ap = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
         async with ctx.pool.acquire() as conn:
-            adm = await admission.admit(conn, autopilot_id=ap["id"], source="api", payload={},
-                                        heartbeat_timeout_s=120.0)
-            await dispatch.dispatch_run(conn, adm.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+            await factories.dispatched_run(conn, ap["id"])
         auth = {"Authorization": f"Bearer {agent.runtime_token}"}
         claimed = (await client.post("/v1/runtime/claim", headers=auth)).json()
         url = f"/v1/runtime/tasks/{claimed['task']['id']}/report"

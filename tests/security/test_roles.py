@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,15 +19,11 @@ import pytest
 from autopilot import workspaces
 from hookgate.context import Context
 from tests import factories
+from tests.factories import bearer
 
 ROLES = ("owner", "admin", "member")
 PAIRS = list(itertools.product(ROLES, ROLES))  # (caller role, target role)
 MEMBERS_ONLY = "/v1/members"
-
-
-def bearer(key: str) -> dict[str, str]:
-    """Authorization header for a key."""
-    return {"Authorization": f"Bearer {key}"}
 
 
 def table(rows: dict[str, tuple[int, int, int]]) -> dict[tuple[str, str], int]:
@@ -99,6 +96,11 @@ async def crew(ctx: Context) -> Crew:
     return Crew(ctx, w, keys, ids, outsider)
 
 
+async def matrix(crew: Crew, act: Callable[[str, Target], Awaitable[int]]) -> dict[tuple[str, str], int]:
+    """``act(caller role, target)``'s status for every (caller role, target role) pair, on fresh targets."""
+    return {(caller, role): await act(caller, await crew.target(role)) for caller, role in PAIRS}
+
+
 async def _live_keys(crew: Crew, member_id: str) -> int:
     return int(await crew.fetchval("SELECT count(*) FROM api_key WHERE member_id = $1 AND revoked_at IS NULL",
                                    member_id))
@@ -124,34 +126,32 @@ async def test_creating_a_member_grants_at_most_the_callers_own_role(client, cre
 
 
 async def test_creating_a_key_for_another_member_needs_a_role_at_least_theirs(client, crew):
-    codes = {}
-    for caller, role in PAIRS:
-        target = await crew.target(role)
+    async def create_key(caller: str, target: Target) -> int:
         answer = await client.post(f"/v1/members/{target.id}/keys", headers=crew.h(caller))
-        codes[caller, role] = answer.status_code
-        assert await _live_keys(crew, target.id) == (2 if answer.status_code == 201 else 1), (caller, role)
+        keys = await _live_keys(crew, target.id)
+        assert keys == (2 if answer.status_code == 201 else 1), (caller, target.role)
         if answer.status_code == 403:
             assert answer.json()["error"] == "forbidden"
-    assert codes == CREATE_KEY
+        return answer.status_code
+
+    assert await matrix(crew, create_key) == CREATE_KEY
 
 
 async def test_listing_another_members_keys_needs_a_role_at_least_theirs(client, crew):
-    codes = {}
-    for caller, role in PAIRS:
-        target = await crew.target(role)
+    async def list_keys(caller: str, target: Target) -> int:
         answer = await client.get("/v1/keys", headers=crew.h(caller), params={"member_id": target.id})
-        codes[caller, role] = answer.status_code
         if answer.status_code == 200:
-            assert [k["id"] for k in answer.json()["items"]] == [target.key_id], (caller, role)
-    assert codes == READ_KEYS
+            assert [k["id"] for k in answer.json()["items"]] == [target.key_id], (caller, target.role)
+        return answer.status_code
+
+    assert await matrix(crew, list_keys) == READ_KEYS
 
 
 async def test_reading_another_members_key_needs_a_role_at_least_theirs(client, crew):
-    codes = {}
-    for caller, role in PAIRS:
-        target = await crew.target(role)
-        codes[caller, role] = (await client.get(f"/v1/keys/{target.key_id}", headers=crew.h(caller))).status_code
-    assert codes == READ_KEYS
+    async def read_key(caller: str, target: Target) -> int:
+        return (await client.get(f"/v1/keys/{target.key_id}", headers=crew.h(caller))).status_code
+
+    assert await matrix(crew, read_key) == READ_KEYS
 
 
 async def test_listing_all_keys_shows_only_the_keys_of_members_within_reach(client, crew):
@@ -166,14 +166,13 @@ async def test_listing_all_keys_shows_only_the_keys_of_members_within_reach(clie
 
 
 async def test_revoking_another_members_key_needs_a_role_at_least_theirs(client, crew):
-    codes = {}
-    for caller, role in PAIRS:
-        target = await crew.target(role)
+    async def revoke(caller: str, target: Target) -> int:
         answer = await client.delete(f"/v1/keys/{target.key_id}", headers=crew.h(caller))
-        codes[caller, role] = answer.status_code
         works = (await client.get("/v1/me", headers=bearer(target.key))).status_code
-        assert works == (401 if answer.status_code == 200 else 200), (caller, role)
-    assert codes == REVOKE_KEY
+        assert works == (401 if answer.status_code == 200 else 200), (caller, target.role)
+        return answer.status_code
+
+    assert await matrix(crew, revoke) == REVOKE_KEY
 
 
 async def test_changing_a_role_stays_within_the_callers_own_role(client, crew):
@@ -194,31 +193,29 @@ async def test_changing_a_role_stays_within_the_callers_own_role(client, crew):
 
 
 async def test_disabling_a_member_needs_a_role_at_least_theirs_and_stops_their_keys_at_once(client, crew):
-    codes = {}
-    for caller, role in PAIRS:
-        target = await crew.target(role)
+    async def disable(caller: str, target: Target) -> int:
         answer = await client.patch(f"/v1/members/{target.id}", headers=crew.h(caller), json={"disabled": True})
-        codes[caller, role] = answer.status_code
         me = await client.get("/v1/me", headers=bearer(target.key))
         if answer.status_code == 200:
             assert answer.json()["disabled_at"] is not None
-            assert me.status_code == 401 and me.json()["error"] == "unauthorized", (caller, role)
+            assert me.status_code == 401 and me.json()["error"] == "unauthorized", (caller, target.role)
         else:
-            assert me.status_code == 200, (caller, role)
-    assert codes == DISABLE
+            assert me.status_code == 200, (caller, target.role)
+        return answer.status_code
+
+    assert await matrix(crew, disable) == DISABLE
 
 
 async def test_re_enabling_a_member_follows_the_same_hierarchy_and_their_keys_work_again(client, crew):
-    codes = {}
-    for caller, role in PAIRS:
-        target = await crew.target(role)
+    async def re_enable(caller: str, target: Target) -> int:
         off = await client.patch(f"/v1/members/{target.id}", headers=crew.h("owner"), json={"disabled": True})
         assert off.status_code == 200, off.text
         answer = await client.patch(f"/v1/members/{target.id}", headers=crew.h(caller), json={"disabled": False})
-        codes[caller, role] = answer.status_code
         me = await client.get("/v1/me", headers=bearer(target.key))
-        assert me.status_code == (200 if answer.status_code == 200 else 401), (caller, role)
-    assert codes == DISABLE
+        assert me.status_code == (200 if answer.status_code == 200 else 401), (caller, target.role)
+        return answer.status_code
+
+    assert await matrix(crew, re_enable) == DISABLE
 
 
 # ---------------------------------------------------------------------------------------------------

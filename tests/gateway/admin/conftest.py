@@ -13,11 +13,7 @@ from hookgate import admin_client
 from hookgate.cli import build_parser
 from hookgate.context import Context
 from tests import factories
-
-
-def bearer(key: str) -> dict[str, str]:
-    """Authorization header for a key."""
-    return {"Authorization": f"Bearer {key}"}
+from tests.factories import bearer
 
 
 def agent_body(url: str = "http://127.0.0.1:9/agent", **extra: Any) -> dict[str, Any]:

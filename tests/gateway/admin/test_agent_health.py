@@ -48,29 +48,32 @@ def _at(text: str) -> datetime:
 
 
 @pytest.mark.parametrize("runtime", [{"kind": "http", "url": "http://127.0.0.1:9/agent"}, {"kind": "pull"}])
-async def test_an_agent_created_with_a_retry_schedule_shows_it_and_a_never_failed_health(client, ctx, runtime):
-    w = await factories.world(ctx)
-    made = await create_agent(client, w, {"name": "bot", "runtime": runtime, "retry_schedule": [1, 60, 3600.5]})
+async def test_an_agent_created_with_a_retry_schedule_shows_it_and_a_never_failed_health(client, world,
+                                                                                          runtime):
+    made = await create_agent(client, world,
+                              {"name": "bot", "runtime": runtime, "retry_schedule": [1, 60, 3600.5]})
     assert made["retry_schedule"] == [1, 60, 3600.5]
     assert made["health"] == NEVER_FAILED | {"since": made["created_at"]}
-    shown = (await client.get(f"/v1/agents/{made['id']}", headers=w.auth)).json()
+    shown = (await client.get(f"/v1/agents/{made['id']}", headers=world.auth)).json()
     assert shown["retry_schedule"] == [1, 60, 3600.5]
     assert shown["health"] == NEVER_FAILED | {"since": made["created_at"]}
-    plain = await create_agent(client, w, {"name": "plain", "runtime": runtime})
+    plain = await create_agent(client, world, {"name": "plain", "runtime": runtime})
     assert plain["retry_schedule"] is None and plain["health"]["state"] == "healthy"
-    listed = (await client.get("/v1/agents", headers=w.auth)).json()["items"]
+    listed = (await client.get("/v1/agents", headers=world.auth)).json()["items"]
     assert {a["id"]: a["retry_schedule"] for a in listed} == {made["id"]: [1, 60, 3600.5], plain["id"]: None}
 
 
-async def test_patch_sets_the_schedule_null_resets_it_and_the_audit_names_it(client, ctx, conn):
-    w = await factories.world(ctx)
-    agent = await create_agent(client, w, agent_body())
-    set_ = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json={"retry_schedule": [10, 20]})
+async def test_patch_sets_the_schedule_null_resets_it_and_the_audit_names_it(client, world, conn):
+    agent = await create_agent(client, world, agent_body())
+    set_ = await client.patch(f"/v1/agents/{agent['id']}", headers=world.auth,
+                              json={"retry_schedule": [10, 20]})
     assert set_.status_code == 200 and set_.json()["retry_schedule"] == [10, 20], set_.text
-    assert (await client.get(f"/v1/agents/{agent['id']}", headers=w.auth)).json()["retry_schedule"] == [10, 20]
-    same = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json={"retry_schedule": [10, 20]})
+    shown = await client.get(f"/v1/agents/{agent['id']}", headers=world.auth)
+    assert shown.json()["retry_schedule"] == [10, 20]
+    same = await client.patch(f"/v1/agents/{agent['id']}", headers=world.auth,
+                              json={"retry_schedule": [10, 20]})
     assert same.status_code == 200 and same.json()["retry_schedule"] == [10, 20]
-    reset = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json={"retry_schedule": None})
+    reset = await client.patch(f"/v1/agents/{agent['id']}", headers=world.auth, json={"retry_schedule": None})
     assert reset.status_code == 200 and reset.json()["retry_schedule"] is None, reset.text
     assert await conn.fetchval("SELECT retry_schedule FROM agent WHERE id = $1", agent["id"]) is None
     entries = await conn.fetch("SELECT detail FROM audit_log WHERE action = 'AGENT_UPDATE' AND subject_id = $1 "
@@ -82,20 +85,19 @@ async def test_patch_sets_the_schedule_null_resets_it_and_the_audit_names_it(cli
 
 @pytest.mark.parametrize("schedule", [[], [1] * 21, [0], [-5], [7 * 86400 + 1], ["soon"], "5s,1m",
                                       [[1]], [None]])
-async def test_a_bad_retry_schedule_is_422_on_create_and_patch(client, ctx, conn, schedule):
-    w = await factories.world(ctx)
-    refused = await client.post("/v1/agents", headers=w.auth, json=agent_body(retry_schedule=schedule))
+async def test_a_bad_retry_schedule_is_422_on_create_and_patch(client, world, conn, schedule):
+    refused = await client.post("/v1/agents", headers=world.auth, json=agent_body(retry_schedule=schedule))
     assert refused.status_code == 422 and refused.json()["error"] == "invalid_request", refused.text
-    agent = await create_agent(client, w, agent_body(retry_schedule=[5]))
-    patched = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json={"retry_schedule": schedule})
+    agent = await create_agent(client, world, agent_body(retry_schedule=[5]))
+    patched = await client.patch(f"/v1/agents/{agent['id']}", headers=world.auth,
+                                 json={"retry_schedule": schedule})
     assert patched.status_code == 422 and patched.json()["error"] == "invalid_request", patched.text
     assert await conn.fetchval("SELECT count(*) FROM agent") == 1
     assert await conn.fetchval("SELECT retry_schedule FROM agent WHERE id = $1", agent["id"]) == [5]
 
 
-async def test_the_longest_allowed_schedule_is_accepted(client, ctx):
-    w = await factories.world(ctx)
-    made = await create_agent(client, w, agent_body(retry_schedule=[7 * 86400] * 20))
+async def test_the_longest_allowed_schedule_is_accepted(client, world):
+    made = await create_agent(client, world, agent_body(retry_schedule=[7 * 86400] * 20))
     assert made["retry_schedule"] == [7 * 86400] * 20
 
 
@@ -110,18 +112,18 @@ async def test_only_the_agents_owner_or_an_admin_changes_its_schedule(client, te
 
 
 @pytest.mark.parametrize("kind", ["http", "pull"])
-async def test_tasks_made_after_a_schedule_change_get_its_attempts(client, ctx, kind):
-    w = await factories.world(ctx)
+async def test_tasks_made_after_a_schedule_change_get_its_attempts(client, ctx, kind, world):
     runtime = {"kind": "pull"} if kind == "pull" else {"kind": "http", "url": "http://127.0.0.1:9/agent"}
-    agent = await create_agent(client, w, {"name": "bot", "runtime": runtime})
+    agent = await create_agent(client, world, {"name": "bot", "runtime": runtime})
+    default_attempts = ctx.settings.retry_schedule.attempts
     if kind == "pull":  # a pull agent's runs are dispatched while one of its runtimes is online
         beat = await client.post("/v1/runtime/heartbeat", headers={"Authorization": f"Bearer {agent['runtime_token']}"})
         assert beat.status_code == 200
-    assert (await _dispatched_task(ctx, w, agent["id"]))["max_attempts"] == ctx.settings.retry_schedule.attempts
-    await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json={"retry_schedule": [1, 2, 3]})
-    assert (await _dispatched_task(ctx, w, agent["id"]))["max_attempts"] == 4
-    await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json={"retry_schedule": None})
-    assert (await _dispatched_task(ctx, w, agent["id"]))["max_attempts"] == ctx.settings.retry_schedule.attempts
+    assert (await _dispatched_task(ctx, world, agent["id"]))["max_attempts"] == default_attempts
+    await client.patch(f"/v1/agents/{agent['id']}", headers=world.auth, json={"retry_schedule": [1, 2, 3]})
+    assert (await _dispatched_task(ctx, world, agent["id"]))["max_attempts"] == 4
+    await client.patch(f"/v1/agents/{agent['id']}", headers=world.auth, json={"retry_schedule": None})
+    assert (await _dispatched_task(ctx, world, agent["id"]))["max_attempts"] == default_attempts
 
 
 # --- health, from real failing pushes -------------------------------------------------------------------------

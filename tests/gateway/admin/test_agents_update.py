@@ -31,10 +31,9 @@ async def _audit(conn, action: str, agent_id: str) -> list[Any]:
 # --- PATCH ----------------------------------------------------------------------------------------------------
 
 
-async def test_patch_changes_the_given_fields_only_and_audits_them(ctx, client, conn):
-    w = await factories.world(ctx)
-    agent = await create_agent(client, w, agent_body(max_concurrency=2))
-    r = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth,
+async def test_patch_changes_the_given_fields_only_and_audits_them(world, client, conn):
+    agent = await create_agent(client, world, agent_body(max_concurrency=2))
+    r = await client.patch(f"/v1/agents/{agent['id']}", headers=world.auth,
                            json={"name": "renamed", "url": "http://127.0.0.1:10/new", "timeout_s": 30})
     assert r.status_code == 200, r.text
     out = r.json()
@@ -42,56 +41,57 @@ async def test_patch_changes_the_given_fields_only_and_audits_them(ctx, client, 
     assert out["runtime"]["timeout_s"] == 30 and out["max_concurrency"] == 2
     assert out["runtime"]["secret_hint"] == agent["runtime"]["secret_hint"]
     assert "signing_secret" not in out
-    assert (await client.get(f"/v1/agents/{agent['id']}", headers=w.auth)).json() == out
+    assert (await client.get(f"/v1/agents/{agent['id']}", headers=world.auth)).json() == out
     [entry] = await _audit(conn, "AGENT_UPDATE", agent["id"])
     detail = entry["detail"] if isinstance(entry["detail"], dict) else json.loads(entry["detail"])
     assert sorted(detail["changed"]) == ["name", "timeout_s", "url"]
     assert agent["signing_secret"] not in json.dumps(detail)
 
 
-async def test_patch_url_goes_through_the_egress_policy(ctx, client, conn):
-    w = await factories.world(ctx)
-    agent = await create_agent(client, w, agent_body())
+async def test_patch_url_goes_through_the_egress_policy(world, client, conn):
+    agent = await create_agent(client, world, agent_body())
     for url, code in (("http://169.254.169.254/latest/meta-data/", "agent_url_forbidden"),
                       ("http://user:pw@127.0.0.1:9/agent", "agent_url_forbidden"),
                       ("http://no-such-host.invalid/agent", "agent_url_unresolvable")):
-        r = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json={"url": url})
+        r = await client.patch(f"/v1/agents/{agent['id']}", headers=world.auth, json={"url": url})
         assert r.status_code == 422 and r.json()["error"] == code, (url, r.text)
     row = await conn.fetchrow("SELECT endpoint_url FROM agent WHERE id = $1", agent["id"])
     assert row["endpoint_url"] == "http://127.0.0.1:9/agent"
     assert await _audit(conn, "AGENT_UPDATE", agent["id"]) == []
 
 
-async def test_patch_refuses_bad_values_like_create(ctx, client):
-    w = await factories.world(ctx)
-    agent = await create_agent(client, w, agent_body())
+async def test_patch_refuses_bad_values_like_create(world, client):
+    agent = await create_agent(client, world, agent_body())
     for body in ({"max_concurrency": 0}, {"max_concurrency": 10001}, {"timeout_s": 0}, {"timeout_s": 301},
                  {"name": ""}, {"name": None}, {"url": "ftp://x"}, {"url": None}, {"runtime_kind": "pull"},
                  {"visibility": "public"}):
-        r = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json=body)
+        r = await client.patch(f"/v1/agents/{agent['id']}", headers=world.auth, json=body)
         assert r.status_code == 422, (body, r.text)
         assert {"error", "message"} <= set(r.json())
 
 
-async def test_patch_of_a_pull_agent_refuses_url_and_timeout(ctx, client):
-    w = await factories.world(ctx)
-    agent = await create_agent(client, w, {"name": "puller", "runtime": {"kind": "pull"}})
+async def test_patch_of_a_pull_agent_refuses_url_and_timeout(world, client):
+    agent = await create_agent(client, world, {"name": "puller", "runtime": {"kind": "pull"}})
     for body in ({"url": "http://127.0.0.1:9/agent"}, {"timeout_s": 5}):
-        r = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json=body)
+        r = await client.patch(f"/v1/agents/{agent['id']}", headers=world.auth, json=body)
         assert r.status_code == 422 and r.json()["error"] == "not_an_http_agent", r.text
-    r = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth,
+    r = await client.patch(f"/v1/agents/{agent['id']}", headers=world.auth,
                            json={"name": "p2", "max_concurrency": 7, "visibility": "private"})
     assert r.status_code == 200, r.text
     assert (r.json()["name"], r.json()["max_concurrency"], r.json()["visibility"]) == ("p2", 7, "private")
 
 
-async def test_patch_unknown_agent_is_404(ctx, client):
-    w = await factories.world(ctx)
-    r = await client.patch("/v1/agents/00000000-0000-7000-8000-000000000000", headers=w.auth, json={"name": "x"})
+async def test_patch_unknown_agent_is_404(world, client):
+    r = await client.patch("/v1/agents/00000000-0000-7000-8000-000000000000", headers=world.auth,
+                           json={"name": "x"})
     assert r.status_code == 404
 
 
 # --- the concurrency cap across changes, with real claims -----------------------------------------------------
+
+
+#: A pull agent's body for ``POST /v1/agents`` (the cap tests add ``max_concurrency``).
+PULL = {"name": "p", "runtime": {"kind": "pull"}}
 
 
 async def _queue(conn, w, agent_id, n: int) -> None:
@@ -128,12 +128,11 @@ async def _slots(conn, agent_id) -> list[int]:
                                                 agent_id)]
 
 
-async def test_growing_the_cap_lets_more_tasks_run_at_once(ctx, client, conn):
-    w = await factories.world(ctx)
-    agent = await create_agent(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 1})
-    await _queue(conn, w, agent["id"], 6)
+async def test_growing_the_cap_lets_more_tasks_run_at_once(ctx, client, conn, world):
+    agent = await create_agent(client, world, PULL | {"max_concurrency": 1})
+    await _queue(conn, world, agent["id"], 6)
     assert len(await _claim(ctx, agent["id"])) == 1
-    await _set_cap(client, w, agent["id"], 4)
+    await _set_cap(client, world, agent["id"], 4)
     assert await _slots(conn, agent["id"]) == [0, 1, 2, 3]
     assert len(await _claim(ctx, agent["id"])) == 3
     assert await _running(conn, agent["id"]) == 4
@@ -144,7 +143,7 @@ async def test_shrinking_the_cap_keeps_running_tasks_but_claims_never_exceed_the
     # One slot rule (hookgate_slots_take) serves every claim, the take's tasks born claimed included.
     claim = _claim
     w = await factories.world(ctx)
-    agent = await create_agent(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 4})
+    agent = await create_agent(client, w, PULL | {"max_concurrency": 4})
     await _queue(conn, w, agent["id"], 20)
     first = await _claim(ctx, agent["id"])
     assert len(first) == 4
@@ -165,27 +164,25 @@ async def test_shrinking_the_cap_keeps_running_tasks_but_claims_never_exceed_the
     assert await _running(conn, agent["id"]) == 2 and await claim(ctx, agent["id"]) == []
 
 
-async def test_shrinking_with_free_slots_leaves_exactly_the_room_of_the_new_cap(ctx, client, conn):
-    w = await factories.world(ctx)
-    agent = await create_agent(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 8})
-    await _queue(conn, w, agent["id"], 30)
+async def test_shrinking_with_free_slots_leaves_exactly_the_room_of_the_new_cap(ctx, client, conn, world):
+    agent = await create_agent(client, world, PULL | {"max_concurrency": 8})
+    await _queue(conn, world, agent["id"], 30)
     first = await _claim(ctx, agent["id"])
     for c in first[:6]:
         await _finish(ctx, c)
-    await _set_cap(client, w, agent["id"], 3)
+    await _set_cap(client, world, agent["id"], 3)
     assert await _running(conn, agent["id"]) == 2
     assert len(await _claim(ctx, agent["id"])) == 1
     assert await _running(conn, agent["id"]) == 3 and await _claim(ctx, agent["id"]) == []
     assert max(await _slots(conn, agent["id"])) < 8
 
 
-async def test_concurrent_claimers_after_a_shrink_stay_within_the_cap(ctx, client, conn):
-    w = await factories.world(ctx)
-    agent = await create_agent(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 10})
-    await _queue(conn, w, agent["id"], 60)
+async def test_concurrent_claimers_after_a_shrink_stay_within_the_cap(ctx, client, conn, world):
+    agent = await create_agent(client, world, PULL | {"max_concurrency": 10})
+    await _queue(conn, world, agent["id"], 60)
     first = await _claim(ctx, agent["id"])
     assert len(first) == 10
-    await _set_cap(client, w, agent["id"], 3)
+    await _set_cap(client, world, agent["id"], 3)
     for c in first[:8]:
         await _finish(ctx, c)
     got = await asyncio.gather(*(_claim(ctx, agent["id"], 2) for _ in range(8)))
@@ -193,15 +190,14 @@ async def test_concurrent_claimers_after_a_shrink_stay_within_the_cap(ctx, clien
     assert await _running(conn, agent["id"]) == 3
 
 
-async def test_shrink_then_grow_restores_every_slot(ctx, client, conn):
-    w = await factories.world(ctx)
-    agent = await create_agent(client, w, {"name": "p", "runtime": {"kind": "pull"}, "max_concurrency": 4})
-    await _queue(conn, w, agent["id"], 10)
+async def test_shrink_then_grow_restores_every_slot(ctx, client, conn, world):
+    agent = await create_agent(client, world, PULL | {"max_concurrency": 4})
+    await _queue(conn, world, agent["id"], 10)
     first = await _claim(ctx, agent["id"])
-    await _set_cap(client, w, agent["id"], 1)
+    await _set_cap(client, world, agent["id"], 1)
     for c in first:
         await _finish(ctx, c)
-    await _set_cap(client, w, agent["id"], 5)
+    await _set_cap(client, world, agent["id"], 5)
     assert len(await _claim(ctx, agent["id"])) == 5
     assert await _slots(conn, agent["id"]) == [0, 1, 2, 3, 4]
 
@@ -209,10 +205,9 @@ async def test_shrink_then_grow_restores_every_slot(ctx, client, conn):
 # --- rotate-secret --------------------------------------------------------------------------------------------
 
 
-async def test_rotate_secret_answers_a_new_secret_once_and_keeps_the_old_one_sealed(ctx, client, conn):
-    w = await factories.world(ctx)
-    agent = await create_agent(client, w, agent_body())
-    r = await client.post(f"/v1/agents/{agent['id']}/rotate-secret", headers=w.auth)
+async def test_rotate_secret_answers_a_new_secret_once_and_keeps_the_old_one_sealed(ctx, client, conn, world):
+    agent = await create_agent(client, world, agent_body())
+    r = await client.post(f"/v1/agents/{agent['id']}/rotate-secret", headers=world.auth)
     assert r.status_code == 200, r.text
     out = r.json()
     assert set(out) == {"signing_secret", "previous_expires_at"}
@@ -225,25 +220,23 @@ async def test_rotate_secret_answers_a_new_secret_once_and_keeps_the_old_one_sea
     context = agents.secret_context(row["id"])
     assert ctx.keyring.decrypt(bytes(row["previous_secret_ct"]), context) == agent["signing_secret"]
     assert ctx.keyring.decrypt(bytes(row["signing_secret_ct"]), context) == new
-    shown = (await client.get(f"/v1/agents/{agent['id']}", headers=w.auth)).json()
+    shown = (await client.get(f"/v1/agents/{agent['id']}", headers=world.auth)).json()
     assert shown["runtime"]["secret_hint"] == new[-4:] and new not in json.dumps(shown)
     [entry] = await _audit(conn, "AGENT_SECRET_ROTATE", agent["id"])
     assert new not in json.dumps(dict(entry), default=str)
     assert agent["signing_secret"] not in json.dumps(dict(entry), default=str)
 
 
-async def test_rotate_secret_of_a_pull_agent_is_refused(ctx, client):
-    w = await factories.world(ctx)
-    agent = await create_agent(client, w, {"name": "puller", "runtime": {"kind": "pull"}})
-    r = await client.post(f"/v1/agents/{agent['id']}/rotate-secret", headers=w.auth)
+async def test_rotate_secret_of_a_pull_agent_is_refused(world, client):
+    agent = await create_agent(client, world, {"name": "puller", "runtime": {"kind": "pull"}})
+    r = await client.post(f"/v1/agents/{agent['id']}/rotate-secret", headers=world.auth)
     assert r.status_code == 409 and r.json()["error"] == "not_an_http_agent"
 
 
-async def test_a_second_rotation_drops_the_first_secret(ctx, client, conn):
-    w = await factories.world(ctx)
-    agent = await create_agent(client, w, agent_body())
-    first = (await client.post(f"/v1/agents/{agent['id']}/rotate-secret", headers=w.auth)).json()
-    second = (await client.post(f"/v1/agents/{agent['id']}/rotate-secret", headers=w.auth)).json()
+async def test_a_second_rotation_drops_the_first_secret(ctx, client, conn, world):
+    agent = await create_agent(client, world, agent_body())
+    first = (await client.post(f"/v1/agents/{agent['id']}/rotate-secret", headers=world.auth)).json()
+    second = (await client.post(f"/v1/agents/{agent['id']}/rotate-secret", headers=world.auth)).json()
     row = await conn.fetchrow("SELECT * FROM agent WHERE id = $1", agent["id"])
     context = agents.secret_context(row["id"])
     assert ctx.keyring.decrypt(bytes(row["previous_secret_ct"]), context) == first["signing_secret"]
@@ -310,10 +303,9 @@ async def test_during_the_rotation_window_pushes_verify_with_both_secrets_then_o
 # --- CLI ------------------------------------------------------------------------------------------------------
 
 
-async def test_cli_gets_updates_and_rotates_an_agent(ctx, live_url, capsys, monkeypatch):
-    w = await factories.world(ctx)
+async def test_cli_gets_updates_and_rotates_an_agent(world, live_url, capsys, monkeypatch):
     monkeypatch.setenv("HOOKGATE_URL", live_url)
-    monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
+    monkeypatch.setenv("HOOKGATE_API_KEY", world.api_key)
     code, out, _ = await hookgate(capsys, "agents", "create", "--name", "bot", "--endpoint",
                                   "http://127.0.0.1:9/x", "--json")
     agent = json.loads(out)
@@ -342,28 +334,27 @@ async def test_both_endpoints_are_in_the_openapi_document(client):
 # --- HOOKGATE_AGENT_MAX_CONCURRENCY ---------------------------------------------------------------------------
 
 
-async def test_max_concurrency_above_the_gateways_bound_is_refused_naming_the_setting(ctx, client, conn):
-    w = await factories.world(ctx)
+async def test_max_concurrency_above_the_gateways_bound_is_refused_naming_the_setting(ctx, client, conn,
+                                                                                      world):
     cap = ctx.settings.agent_max_concurrency
-    over = await client.post("/v1/agents", headers=w.auth, json=agent_body(max_concurrency=cap + 1))
+    over = await client.post("/v1/agents", headers=world.auth, json=agent_body(max_concurrency=cap + 1))
     assert over.status_code == 422 and over.json()["error"] == "max_concurrency_too_high"
     assert "HOOKGATE_AGENT_MAX_CONCURRENCY" in over.json()["message"]
-    assert await conn.fetchval("SELECT count(*) FROM agent WHERE workspace_id = $1", w.workspace_id) == 0
-    agent = await create_agent(client, w, agent_body(max_concurrency=cap))
-    r = await client.patch(f"/v1/agents/{agent['id']}", headers=w.auth, json={"max_concurrency": cap + 1})
+    assert await conn.fetchval("SELECT count(*) FROM agent WHERE workspace_id = $1", world.workspace_id) == 0
+    agent = await create_agent(client, world, agent_body(max_concurrency=cap))
+    r = await client.patch(f"/v1/agents/{agent['id']}", headers=world.auth, json={"max_concurrency": cap + 1})
     assert r.status_code == 422 and r.json()["error"] == "max_concurrency_too_high"
     assert "HOOKGATE_AGENT_MAX_CONCURRENCY" in r.json()["message"]
     assert await conn.fetchval("SELECT max_concurrency FROM agent WHERE id = $1", UUID(agent["id"])) == cap
 
 
-async def test_an_agent_above_the_bound_is_held_to_it_when_claiming(ctx, conn):
-    w = await factories.world(ctx)
-    agent = await factories.pull_agent(w, max_concurrency=ctx.settings.agent_max_concurrency)
+async def test_an_agent_above_the_bound_is_held_to_it_when_claiming(ctx, conn, world):
+    agent = await factories.pull_agent(world, max_concurrency=ctx.settings.agent_max_concurrency)
     await conn.execute("UPDATE agent SET max_concurrency = 10000 WHERE id = $1", agent.row["id"])  # an older row
     await conn.execute(
         "INSERT INTO agent_task (workspace_id, agent_id, idempotency_key) "
         "SELECT $1, $2, gen_random_uuid()::text FROM generate_series(1, $3)",
-        w.workspace_id, agent.row["id"], ctx.settings.agent_max_concurrency + 5)
+        world.workspace_id, agent.row["id"], ctx.settings.agent_max_concurrency + 5)
     won = await tasks.claim(conn, agent_id=agent.row["id"], limit=1000, lease_s=60, holder="h", actor_type="runtime",
                             cap=ctx.settings.agent_max_concurrency)
     assert len(won) == ctx.settings.agent_max_concurrency

@@ -11,10 +11,9 @@ from tests import factories, pushes
 from tests.gateway.admin.conftest import hookgate
 
 
-async def test_daily_verbs_create_list_rotate_and_replay(ctx, live_url, capsys, monkeypatch):
-    w = await factories.world(ctx)
+async def test_daily_verbs_create_list_rotate_and_replay(world, live_url, capsys, monkeypatch):
     monkeypatch.setenv("HOOKGATE_URL", live_url)
-    monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
+    monkeypatch.setenv("HOOKGATE_API_KEY", world.api_key)
     code, out, _ = await hookgate(capsys, "agents", "create", "--name", "bot", "--endpoint", "http://127.0.0.1:9/x",
                                   "--json")
     agent = json.loads(out)
@@ -39,16 +38,15 @@ async def test_daily_verbs_create_list_rotate_and_replay(ctx, live_url, capsys, 
     header, *rows = out.splitlines()
     assert code == 0 and header.split()[:3] == ["ID", "SOURCE", "STATUS"] and rows[0].startswith(run["run_id"])
     _, out, _ = await hookgate(capsys, "runs", "get", run["run_id"], "--json")
-    assert json.loads(out)["originator_id"] == str(w.owner_id)
+    assert json.loads(out)["originator_id"] == str(world.owner_id)
     code, out, _ = await hookgate(capsys, "deliveries", "list", "--json")
     assert code == 0 and json.loads(out) == {"items": [], "next_cursor": None}
     code, out, _ = await hookgate(capsys, "agents", "list")
     assert "bot" in out and "http://127.0.0.1:9/x" in out
 
 
-async def test_errors_exit_nonzero_with_one_line(ctx, live_url, capsys, monkeypatch):
-    w = await factories.world(ctx)
-    monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
+async def test_errors_exit_nonzero_with_one_line(world, live_url, capsys, monkeypatch):
+    monkeypatch.setenv("HOOKGATE_API_KEY", world.api_key)
     code, _, err = await hookgate(capsys, "runs", "get", "00000000-0000-0000-0000-000000000000", "--url", live_url)
     assert code == 1 and err.strip() == "hookgate: error: 404 not_found: no such run"
     code, _, err = await hookgate(capsys, "deliveries", "replay", "00000000-0000-0000-0000-000000000000", "--url",
@@ -89,14 +87,14 @@ async def test_replay_bulk_dry_runs_then_replays_what_the_filters_select(ctx, li
         assert refused.value.code == 2 and bad[1] in capsys.readouterr().err
 
 
-async def test_a_failed_run_reads_its_attempts_and_is_retried(ctx, live_url, conn, capsys, monkeypatch):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
-    ap = await factories.autopilot(w, agent.row["id"])
+async def test_a_failed_run_reads_its_attempts_and_is_retried(ctx, live_url, conn, capsys, monkeypatch,
+                                                               world):
+    agent = await factories.http_agent(world)
+    ap = await factories.autopilot(world, agent.row["id"])
     async with pushes.failing_agent() as url:
         run_id = str(await pushes.failed_run(ctx, ap["id"], agent.row["id"], url))
     monkeypatch.setenv("HOOKGATE_URL", live_url)
-    monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
+    monkeypatch.setenv("HOOKGATE_API_KEY", world.api_key)
     code, out, _ = await hookgate(capsys, "runs", "get", run_id)
     lines = dict(line.split(None, 1) for line in out.splitlines())
     assert code == 0 and lines["status"] == "failed" and lines["attempt"] == "2"
@@ -126,12 +124,11 @@ async def test_a_failed_run_reads_its_attempts_and_is_retried(ctx, live_url, con
     assert code == 1 and err.startswith("hookgate: error: 409 run_not_retryable: ")
 
 
-async def test_agents_show_health_and_take_a_retry_schedule(ctx, live_url, conn, capsys, monkeypatch):
-    w = await factories.world(ctx)
-    agent = await factories.http_agent(w)
+async def test_agents_show_health_and_take_a_retry_schedule(world, live_url, conn, capsys, monkeypatch):
+    agent = await factories.http_agent(world)
     agent_id = str(agent.row["id"])
     monkeypatch.setenv("HOOKGATE_URL", live_url)
-    monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
+    monkeypatch.setenv("HOOKGATE_API_KEY", world.api_key)
     code, out, _ = await hookgate(capsys, "agents", "update", agent_id, "--retry-schedule", "5s,1m,1h", "--json")
     assert code == 0 and json.loads(out)["retry_schedule"] == [5.0, 60.0, 3600.0]
     code, out, _ = await hookgate(capsys, "agents", "get", agent_id)
@@ -161,10 +158,9 @@ async def test_agents_show_health_and_take_a_retry_schedule(ctx, live_url, conn,
         assert refused.value.code == 2 and "retry" in capsys.readouterr().err
 
 
-async def test_notification_channels_create_list_test_and_delete(ctx, live_url, conn, capsys, monkeypatch):
-    w = await factories.world(ctx)
+async def test_notification_channels_create_list_test_and_delete(world, live_url, conn, capsys, monkeypatch):
     monkeypatch.setenv("HOOKGATE_URL", live_url)
-    monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
+    monkeypatch.setenv("HOOKGATE_API_KEY", world.api_key)
     code, out, _ = await hookgate(capsys, "channels", "create", "--name", "ops", "--endpoint",
                                   "http://127.0.0.1:9/alerts", "--event", "run.failed", "--event", "agent.unhealthy")
     lines = dict(line.split(None, 1) for line in out.splitlines())

@@ -228,16 +228,12 @@ async def test_schemathesis_finds_no_server_errors_and_no_schema_drift(ctx, live
 @pytest.mark.slow
 @pytest.mark.skipif(not ST.exists() and shutil.which("st") is None, reason="schemathesis is not installed")
 async def test_schemathesis_finds_no_server_errors_and_no_schema_drift_in_the_runtime_api(ctx, live_url, tmp_path):
-    from autopilot import admission, dispatch
-
     w = await factories.world(ctx)
     agent = await factories.pull_agent(w, max_concurrency=8)
     pilot = await factories.autopilot(w, agent.row["id"], mode="create_issue", instructions="do it")
     async with ctx.pool.acquire() as conn:  # tasks waiting: claims answer 200 with a task, not only 204
         for n in range(3):
-            run = await admission.admit(conn, autopilot_id=pilot["id"], source="api", payload={"n": n},
-                                        heartbeat_timeout_s=120.0)
-            await dispatch.dispatch_run(conn, run.run_id, dispatch.Options(heartbeat_timeout_s=120.0))
+            await factories.dispatched_run(conn, pilot["id"], {"n": n})
     text = await _schemathesis(live_url, agent.runtime_token, tmp_path, "--include-tag", "runtime")
     assert "Tested: 4" in text, text[-3000:]
     assert await ctx.pool.fetchval("SELECT count(*) FROM agent_task WHERE lease_token IS NOT NULL") > 0
