@@ -212,6 +212,7 @@ async def main(args: argparse.Namespace) -> None:
         finally:
             if bouncer is not None:
                 bouncer.stop()
+            await databases.drop(server, DB)
 
 
 if __name__ == "__main__":

@@ -418,6 +418,7 @@ async def run(args: argparse.Namespace) -> int:
     logs = Path(tempfile.mkdtemp(prefix="hookgate-bench-"))
     print(f"load     {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) on {os.cpu_count()} CPUs at the "
           f"start", flush=True)
+    ok = False
     try:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HOOKGATE_DATABASE_URL": dsn, "HOOKGATE_SECRET_KEY": SECRET_KEY,
                "HOOKGATE_IP_REQUEST_CAP": "1000000000", "HOOKGATE_IP_BAD_CREDENTIAL_CAP": "1000000000",
@@ -502,10 +503,15 @@ async def run(args: argparse.Namespace) -> int:
         gateways = Result()
         for srv in servers[1:]:
             gateways.merge(srv.total)
-        return 0 if await check(dsn, gateways, baseline) else 1
+        ok = await check(dsn, gateways, baseline)
+        return 0 if ok else 1
     finally:
         stop_all(procs, 10)
         await databases.drop(server, name)
+        if ok:
+            shutil.rmtree(logs, ignore_errors=True)
+        else:
+            print(f"server logs kept in {logs}", flush=True)
 
 
 def main() -> None:
