@@ -197,7 +197,7 @@ async def read_facts(conn: Conn, requests: Sequence[Request], heartbeat_timeout_
     return [found.get(n) for n in range(1, len(requests) + 1)]
 
 
-def existing(facts: Facts | None, autopilot_id: UUID) -> Facts:
+def require_autopilot(facts: Facts | None, autopilot_id: UUID) -> Facts:
     """Facts :func:`read_facts` found; for None, :class:`AdmissionError`: the autopilot does not exist."""
     if facts is None:
         raise AdmissionError(f"autopilot {autopilot_id} does not exist")
@@ -211,7 +211,7 @@ async def decide(
     """Read the facts (one round trip) and evaluate the gate."""
     [facts] = await read_facts(conn, [Request(autopilot_id, source, {}, trigger_id, clicker_id=clicker_id)],
                                heartbeat_timeout_s)
-    return Decision.of(existing(facts, autopilot_id), source)
+    return Decision.of(require_autopilot(facts, autopilot_id), source)
 
 
 async def admit_many(
@@ -224,7 +224,7 @@ async def admit_many(
     if not requests:
         return []
     known = list(facts) or await read_facts(conn, requests, heartbeat_timeout_s)
-    decisions = [Decision.of(existing(fact, request.autopilot_id), request.source)
+    decisions = [Decision.of(require_autopilot(fact, request.autopilot_id), request.source)
                  for request, fact in zip(requests, known, strict=True)]
     rows = await conn.fetch(Q.run_insert_many, *_run_columns(requests, decisions))
     return [Admission.from_row(row, created=True) if row["id"] is not None else await _existing(conn, request)

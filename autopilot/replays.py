@@ -94,7 +94,7 @@ async def _facts(conn: Conn, originals: Sequence[Delivery], heartbeat_timeout_s:
     pairs = list(dict.fromkeys((o.autopilot_id, o.trigger_id) for o in originals))
     requests = [admission.Request(autopilot_id, "webhook", {}, trigger_id) for autopilot_id, trigger_id in pairs]
     found = dict(zip(pairs, await admission.read_facts(conn, requests, heartbeat_timeout_s), strict=True))
-    return [admission.existing(found[o.autopilot_id, o.trigger_id], o.autopilot_id) for o in originals]
+    return [admission.require_autopilot(found[o.autopilot_id, o.trigger_id], o.autopilot_id) for o in originals]
 
 
 async def _insert_copies(conn: Conn, originals: Sequence[Delivery], codes: Sequence[str | None]) -> list[Delivery]:

@@ -320,7 +320,7 @@ async def _decide(
         return {}
     requests = [admission.Request(state["autopilot_id"], "schedule", {}, state["id"]) for state in pairs.values()]
     facts = await admission.read_facts(conn, requests, heartbeat_timeout_s)
-    return {pair: admission.Decision.of(admission.existing(fact, pair[0]), "schedule")
+    return {pair: admission.Decision.of(admission.require_autopilot(fact, pair[0]), "schedule")
             for pair, fact in zip(pairs, facts, strict=True)}
 
 
