@@ -2,7 +2,8 @@
 
 The admin API and the scheduler only admit a run ``pending`` and NOTIFY ``hookgate_runs``; this loop makes
 its issue/task. Runs left pending or half-made (an issue without its task) for ``run_repair_after_s``
-are dispatched again: dispatch is idempotent, so repair completes them and never duplicates.
+are dispatched again: dispatch is idempotent, so repair completes them and never duplicates. A webhook run
+whose delivery is still queued is not half-made: the delivery path dispatches it, within its trigger's pacing.
 """
 
 from __future__ import annotations

@@ -132,9 +132,14 @@ RETURNING id, status, workspace_id, autopilot_id, trigger_id, source, reason_cod
 -- or any run left half-made (pending / issue_created without its task) for more than $1 seconds.
 -- $2 = clock override (nullable). SKIP LOCKED: each run goes to one dispatcher. A buffered run (overlap
 -- policy buffer_one) is left alone while an older run of its trigger is unfinished: never two active.
+-- A webhook run whose delivery is still queued is not half-made: the delivery path owns it (its pacing,
+-- backoff and fair order), however long it waits; dispatching it here pushed paced deliveries' runs past
+-- their trigger's rate limit once they had waited the repair delay.
 SELECT id FROM autopilot_run r
 WHERE ((status = 'pending' AND (webhook_delivery_id IS NULL
-                                OR updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)))
+                                OR (updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)
+                                    AND NOT EXISTS (SELECT 1 FROM webhook_delivery d
+                                                    WHERE d.id = r.webhook_delivery_id AND d.status = 'queued'))))
        OR (status = 'issue_created' AND task_id IS NULL
            AND updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)))
   AND NOT (reason_code IS NOT DISTINCT FROM 'buffered' AND EXISTS (

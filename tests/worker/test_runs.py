@@ -29,3 +29,24 @@ async def test_a_stale_half_made_webhook_run_is_repaired_after_the_repair_delay(
     assert await worker.run_once(now=later) == 1
     async with wctx.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1
+
+
+async def test_a_webhook_run_whose_delivery_still_waits_is_left_to_the_delivery_path(wctx):
+    # A delivery held back by its trigger's pacing (or a backed-up queue) keeps its run pending for longer than
+    # the repair delay: the delivery path owns that run. Repairing it would push it past the trigger's pacing.
+    s = await factories.small(wctx, rate_limit_per_minute=1)
+    async with wctx.pool.acquire() as conn:
+        delivery_id, run_id = await add_delivery(conn, s.autopilot, s.trigger)
+        await conn.execute("UPDATE webhook_delivery SET available_at = now() + interval '10 min', reason_code = 'paced'"
+                           " WHERE id = $1", delivery_id)
+        later = await conn.fetchval("SELECT now() + interval '61 s'")
+    worker = RunWorker(wctx, holder="t")
+    assert await worker.run_once(now=later) == 0
+    async with wctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 0
+        assert await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "pending"
+        # Once its delivery is no longer queued (dispatched by a crashed worker without the task), it is repaired.
+        await conn.execute("UPDATE webhook_delivery SET status = 'dispatched' WHERE id = $1", delivery_id)
+    assert await worker.run_once(now=later) == 1
+    async with wctx.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1
