@@ -15,6 +15,8 @@ RETURNS integer[]
 LANGUAGE plpgsql
 -- Key plans only, as in hookgate_slots_take: every statement reads rows by an index prefix.
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+-- No JIT, as in hookgate_slots_take.
+SET jit = off
 AS $$
 DECLARE
     moved  integer[];

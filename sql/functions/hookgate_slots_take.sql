@@ -26,6 +26,8 @@ LANGUAGE plpgsql
 -- auto_explain in bench/dispatch.py, where the tables grow from empty to ~10,000 rows in half a minute; a
 -- young production database does the same). The settings hold only while the function runs.
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+-- No JIT, as in the take and the task claim that call it (a pinned plan can be costed past jit_above_cost).
+SET jit = off
 AS $$
 DECLARE
     cap   integer;

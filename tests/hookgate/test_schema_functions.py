@@ -62,6 +62,8 @@ CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
     "hookgate_slots_take",
     # 0020_fair_deliveries and 0023_agent_cap_argument made it with a placeholder body: its definition is the file's
     "hookgate_delivery_take",
+    # no JIT, as every function that pins its plans
+    "hookgate_slots_settle",
     # takes its slots from hookgate_slots_take (one slot rule); stamps attempt_started_at; fair across autopilots;
     # plans with key lookups only and no sorts an index spares, expects a few rows, locks its candidates by key;
     # 0023_agent_cap_argument made it with a placeholder body
@@ -125,6 +127,16 @@ def test_every_function_of_the_migrated_database_has_a_file_and_every_file_a_fun
     assert set(in_database) >= CHANGED_SINCE_MIGRATIONS
 
 
+def test_every_function_that_pins_its_plans_also_switches_jit_off(schemas):
+    # A plan pinned by enable_* = off can be costed far above jit_above_cost (a disabled node, or estimates
+    # from statistics autovacuum took mid-drain): the take then compiled ~320 functions on every call.
+    _, current = schemas
+    pinned = {row[0]: row[3] for row in current["definitions"]
+              if any(c.startswith("enable_") and c.endswith("=off") for c in row[3] or [])}
+    assert {"hookgate_delivery_take", "hookgate_task_claim"} <= set(pinned), "the catalog query is wrong"
+    assert [name for name, config in pinned.items() if "jit=off" not in config] == []
+
+
 def test_the_function_files_ship_in_the_package():
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert "functions/*.sql" in pyproject["tool"]["setuptools"]["package-data"]["sql"]
@@ -159,7 +171,7 @@ async def test_a_function_file_missing_from_the_records_is_applied(conn):
     assert await migrations.migrate(conn) == ["functions/hookgate_delivery_take.sql"]
     config = await conn.fetchval("SELECT proconfig FROM pg_proc WHERE proname = 'hookgate_delivery_take'")
     assert config == ["plan_cache_mode=force_generic_plan", "enable_seqscan=off", "enable_hashjoin=off",
-                      "enable_mergejoin=off"]
+                      "enable_mergejoin=off", "jit=off"]
 
 
 async def test_an_unchanged_function_file_is_not_applied_again(conn):
