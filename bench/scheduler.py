@@ -5,8 +5,8 @@ i.e. when it was committed and visible), how many occurrences fired exactly once
 occurrences, each scheduler's CPU and peak RSS, the CPU of the database backends, and the same-run
 baselines: a raw INSERT rate and the herd's own writes done by bare set-based statements.
 
-    /work/venv/bin/python bench/scheduler.py --server postgresql://postgres@127.0.0.1:5432/postgres
-    /work/venv/bin/python bench/scheduler.py --triggers 100000
+    python bench/scheduler.py --server postgresql://postgres@127.0.0.1:5432/postgres
+    python bench/scheduler.py --triggers 100000
 
 It creates (and drops) its own database on that server, and a clone of it for the baseline (the clone
 is dropped before the schedulers start). Runtime: until the ``--minutes``-th minute boundary after a
