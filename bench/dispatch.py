@@ -169,6 +169,10 @@ async def main(args: argparse.Namespace) -> None:
         base_rate = await baseline(url, args.runs)
         conn = await database.connect(url)
         ap, trigger, token = await world(conn, f"http://127.0.0.1:{port}/agent")
+        # Autovacuum decides when plans change under a drain, JIT whether a plan costed high compiles: a figure
+        # is read with the server's settings beside it.
+        server_settings = {name: await conn.fetchval("SELECT current_setting($1)", name)
+                           for name in ("autovacuum", "jit")}
         workers = start_workers(pooled, args.workers, url)
         gateway_port = free_port()
         workers.append(start_gateway(pooled, gateway_port, url))
@@ -195,6 +199,7 @@ async def main(args: argparse.Namespace) -> None:
         await conn.close()
         print(json.dumps({
             "pooler": "pgbouncer transaction mode" if bouncer is not None else "none",
+            "server_autovacuum": server_settings["autovacuum"], "server_jit": server_settings["jit"],
             "baseline_skip_locked_jobs_per_s": round(base_rate),
             "drain_runs_per_s": round(drain), "drain_runs": args.runs, "workers": args.workers,
             "drain_worker_cpu_ms_per_run": round(drain_cpu * 1000 / args.runs, 3),
