@@ -128,18 +128,31 @@ WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled', 'skipped')
 RETURNING id, status, workspace_id, autopilot_id, trigger_id, source, reason_code, reason, created_at, finished_at;
 
 -- name: run_claim_undispatched
--- Lock one run the worker must dispatch: admitted 'pending' without a delivery (manual, api, schedule),
--- or any run left half-made (pending / issue_created without its task) for more than $1 seconds.
--- $2 = clock override (nullable). SKIP LOCKED: each run goes to one dispatcher. A buffered run (overlap
--- policy buffer_one) is left alone while an older run of its trigger is unfinished: never two active.
--- A webhook run whose delivery is still queued is not half-made: the delivery path owns it (its pacing,
--- backoff and fair order), however long it waits; dispatching it here pushed paced deliveries' runs past
--- their trigger's rate limit once they had waited the repair delay.
+-- Lock one run the worker must dispatch: admitted 'pending' without a delivery (manual, api, schedule), oldest
+-- first (autopilot_run_undispatched_idx: pending webhook runs are the delivery path's and never read here).
+-- SKIP LOCKED: each run goes to one dispatcher. A buffered run (overlap policy buffer_one) is left alone while
+-- an older run of its trigger is unfinished: never two active.
 SELECT id FROM autopilot_run r
-WHERE ((status = 'pending' AND (webhook_delivery_id IS NULL
-                                OR (updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)
-                                    AND NOT EXISTS (SELECT 1 FROM webhook_delivery d
-                                                    WHERE d.id = r.webhook_delivery_id AND d.status = 'queued'))))
+WHERE status = 'pending' AND webhook_delivery_id IS NULL
+  AND NOT (reason_code IS NOT DISTINCT FROM 'buffered' AND EXISTS (
+      SELECT 1 FROM autopilot_run o
+      WHERE o.trigger_id = r.trigger_id AND o.status IN ('pending', 'issue_created', 'queued', 'running')
+        AND (o.created_at, o.id) < (r.created_at, r.id)))
+ORDER BY updated_at
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+
+-- name: run_claim_stale
+-- Lock one run left half-made for more than $1 seconds ($2 = clock override, nullable): a webhook run still
+-- 'pending' whose delivery is no longer queued (a crash between the two writes), or an issue without its task.
+-- A webhook run whose delivery is still queued is not half-made: the delivery path owns it (its pacing, backoff
+-- and fair order), however long it waits; dispatching it here pushed paced deliveries' runs past their
+-- trigger's rate limit once they had waited the repair delay. Both branches are bounded by age on their
+-- indexes (autopilot_run_pending_idx, autopilot_run_half_made_idx); the buffered rule as above.
+SELECT id FROM autopilot_run r
+WHERE ((status = 'pending' AND webhook_delivery_id IS NOT NULL
+        AND updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)
+        AND NOT EXISTS (SELECT 1 FROM webhook_delivery d WHERE d.id = r.webhook_delivery_id AND d.status = 'queued'))
        OR (status = 'issue_created' AND task_id IS NULL
            AND updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)))
   AND NOT (reason_code IS NOT DISTINCT FROM 'buffered' AND EXISTS (
