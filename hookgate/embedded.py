@@ -397,6 +397,12 @@ def server_binaries() -> tuple[Path, pwd.struct_passwd | None]:
     return bindir, user
 
 
+def shared_clusters() -> set[Path]:
+    """The cluster dirs under SHARED_ROOT (where a root user's embedded clusters live; empty otherwise)."""
+    clusters = SHARED_ROOT / "clusters"
+    return set(clusters.iterdir()) if clusters.is_dir() else set()
+
+
 def prune_orphan_clusters(among: Iterable[Path] | None = None, *, under: Path | None = None) -> list[Path]:
     """As root: remove clusters whose data dir is gone (stopping what still runs there); returns them.
 

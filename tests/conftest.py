@@ -53,11 +53,10 @@ def _no_orphan_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     """
     from hookgate import embedded
 
-    clusters = embedded.SHARED_ROOT / "clusters"
-    before = set(clusters.iterdir()) if clusters.is_dir() else set()
+    before = embedded.shared_clusters()
     yield
-    if os.geteuid() == 0 and clusters.is_dir():
-        embedded.prune_orphan_clusters(set(clusters.iterdir()) - before, under=tmp_path_factory.getbasetemp())
+    if os.geteuid() == 0:
+        embedded.prune_orphan_clusters(embedded.shared_clusters() - before, under=tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from hookgate import embedded
 from hookgate.embedded import EmbeddedPostgres
 from tests import databases
 from tests.chaos.proxy import TcpProxy
@@ -54,6 +55,9 @@ class Database:
         self.server_url = server_url or ""
         self.embedded = None if server_url else EmbeddedPostgres(work / "pg")
         self.name = f"hookgate_chaos_{uuid.uuid4().hex[:8]}"
+        #: As root, an embedded server's cluster lives under /var/lib/hookgate, not in ``work``: the ones there
+        #: before the run, so that :meth:`Cluster.remove` removes the one it made.
+        self.clusters_before = embedded.shared_clusters()
 
     @property
     def restartable(self) -> bool:
@@ -187,6 +191,11 @@ class Cluster:
         self.db.close()
 
     def remove(self) -> None:
-        """After :meth:`stop`: drop the database and delete the work dir (its logs, an embedded cluster's data)."""
+        """After :meth:`stop`: drop the database and delete the work dir (its logs, an embedded cluster's data).
+
+        As root, also the embedded cluster the run made under /var/lib/hookgate (its data dir pointed there).
+        """
         self.db.drop()
         shutil.rmtree(self.work, ignore_errors=True)
+        if self.db.embedded is not None:
+            embedded.prune_orphan_clusters(embedded.shared_clusters() - self.db.clusters_before, under=self.work)
