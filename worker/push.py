@@ -242,6 +242,8 @@ class Pusher:
         #: finished push wake the ``pushes`` loop (a lookup per burst otherwise spent for nothing). Set by any
         #: ``hookgate_tasks`` notification (a task was queued somewhere) and by a pass that saw waiting tasks.
         self.backlog = True
+        #: How many ``hookgate_tasks`` notifications arrived (a pass tells from it whether one came meanwhile).
+        self.notices = 0
         #: The asyncio task posting each task (by task id) while its request is in flight, and the task ids
         #: whose push a ``hookgate_cancels`` notice aborted.
         self._posting: dict[UUID, asyncio.Task[Any]] = {}
@@ -272,6 +274,7 @@ class Pusher:
 
     def _on_task_notice(self, _payload: str) -> None:
         self.backlog = True
+        self.notices += 1
 
     def _on_cancel_notice(self, payload: str) -> None:
         """A task was cancelled: abort its push if this process is posting it now."""
@@ -582,8 +585,10 @@ class PushWorker(PollingService):
         """
         s = self.ctx.settings
         started = 0
-        # Cleared before the lookup: a notification during this pass sets it again.
-        self.pusher.backlog = False
+        # Decided once the lookup answered, never cleared while it runs: a push that finishes during the lookup
+        # frees its slot after the lookup's snapshot, and must still wake the next pass (it waited for the poll,
+        # ~1 s, seen in bench/fairness.py). A notification during the pass keeps it set.
+        notices = self.pusher.notices
         shares = self.pusher.shares
         waiting: dict[UUID, float] = {}
         async with self.ctx.pool.acquire() as conn:
@@ -591,7 +596,7 @@ class PushWorker(PollingService):
             shares.wanting({a["id"]: a["workspace_id"] for a in due})
             allotments = shares.allotments()
             # Tasks are waiting (for a slot, or for this process's capacity): finished pushes look again.
-            self.pusher.backlog = bool(due)
+            self.pusher.backlog = bool(due) or self.pusher.notices != notices
             clock = time.monotonic()
             for agent in sorted(due, key=lambda a: (not a["has_free"], shares.order(a["id"]))):
                 free = self.pusher.capacity()

@@ -9,9 +9,10 @@ from starlette.responses import JSONResponse, Response
 
 from autopilot import dispatch
 from gateway.app import create_app
-from hookgate import database
+from hookgate import database, notify
 from hookgate.context import open_context
 from hookgate.crypto import webhook_signature as sign
+from hookgate.notify import NotifyListener
 from tests import factories
 from tests.conftest import make_settings
 from tests.worker.conftest import FAST, UNPACED, add_delivery, agent_world, answer, push_loop, wait_for
@@ -343,6 +344,49 @@ async def test_a_finished_push_wakes_the_pushes_loop_only_while_tasks_wait(db_ur
                 await wait_for(lambda: _succeeded(conn, 3), timeout=5)
             await asyncio.sleep(0.2)
             assert pushes.passes == passes  # the finished push cost no lookup
+
+
+async def test_a_push_that_finishes_while_a_pass_looks_up_due_work_still_wakes_the_pushes_loop(db_url, agent_server):
+    # The pass clears nothing before its lookup answers: a push finishing meanwhile (its slot freed after the
+    # lookup's snapshot) pokes the loop, or the waiting task would wait for the next poll.
+    settings = make_settings(db_url, **(FAST | {"worker_poll_s": 30.0}))
+    async with open_context(settings, migrate=False) as ctx, open_context(settings, migrate=False) as lookups:
+        release = asyncio.Event()
+
+        async def first_waits(n, hit):
+            if n == 0:
+                await release.wait()
+            return JSONResponse({"ok": True})
+
+        agent_server.behaviours["a"] = first_waits
+        _w, _agent, ap, trigger = await _world(ctx, agent_server, max_concurrency=1)
+        wake = NotifyListener(ctx.dsn)
+        await wake.ensure()
+        pusher = Pusher(ctx, holder="t1", wake=wake)
+        # The loop's pass reads from its own pool, which the test holds: the pass waits inside, as if its lookup
+        # were slow, while the pusher's flush writes through the other pool.
+        pushes = PushWorker(lookups, holder="t1", pusher=pusher, wake=wake)
+        held = [await lookups.pool.acquire() for _ in range(settings.pool_max_size)]
+        try:
+            async with ctx.pool.acquire() as conn:
+                for _ in range(2):
+                    await add_delivery(conn, ap, trigger)
+            await DeliveryWorker(ctx, holder="t1", pusher=pusher, wake=wake).run_once()  # one pushed, one queued
+            await wait_for(lambda: len(agent_server.of("a")) == 1 and pusher.notices > 0)
+            assert await wake.wait(notify.TASKS, 0.01)  # the queued task's notice, consumed
+            looking = asyncio.create_task(pushes.run_once())
+            await asyncio.sleep(0.05)  # the pass is in, waiting for a connection
+            release.set()  # the first push finishes and frees the slot meanwhile
+            async with ctx.pool.acquire() as conn:
+                await wait_for(lambda: _succeeded(conn, 1), timeout=5)
+            await asyncio.sleep(0.05)
+            assert wake.events[notify.TASKS].is_set()  # the next pass comes at once
+        finally:
+            for conn in held:
+                await lookups.pool.release(conn)
+            await asyncio.wait_for(looking, 5)
+            await pusher.stop(deadline=5)
+            await wake.close()
 
 
 class _CountingPushWorker(PushWorker):
