@@ -148,17 +148,14 @@ FOR UPDATE SKIP LOCKED;
 -- A webhook run whose delivery is still queued is not half-made: the delivery path owns it (its pacing, backoff
 -- and fair order), however long it waits; dispatching it here pushed paced deliveries' runs past their
 -- trigger's rate limit once they had waited the repair delay. Both branches are bounded by age on their
--- indexes (autopilot_run_pending_idx, autopilot_run_half_made_idx); the buffered rule as above.
+-- indexes (autopilot_run_pending_idx, autopilot_run_half_made_idx). No buffered run is among them: those are
+-- schedule runs (no delivery), and a run's issue ends its wait (run_set_issue).
 SELECT id FROM autopilot_run r
-WHERE ((status = 'pending' AND webhook_delivery_id IS NOT NULL
-        AND updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)
-        AND NOT EXISTS (SELECT 1 FROM webhook_delivery d WHERE d.id = r.webhook_delivery_id AND d.status = 'queued'))
-       OR (status = 'issue_created' AND task_id IS NULL
-           AND updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)))
-  AND NOT (reason_code IS NOT DISTINCT FROM 'buffered' AND EXISTS (
-      SELECT 1 FROM autopilot_run o
-      WHERE o.trigger_id = r.trigger_id AND o.status IN ('pending', 'issue_created', 'queued', 'running')
-        AND (o.created_at, o.id) < (r.created_at, r.id)))
+WHERE (status = 'pending' AND webhook_delivery_id IS NOT NULL
+       AND updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1)
+       AND NOT EXISTS (SELECT 1 FROM webhook_delivery d WHERE d.id = r.webhook_delivery_id AND d.status = 'queued'))
+   OR (status = 'issue_created' AND task_id IS NULL
+       AND updated_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1))
 ORDER BY updated_at
 LIMIT 1
 FOR UPDATE SKIP LOCKED;

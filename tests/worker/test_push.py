@@ -311,17 +311,23 @@ async def test_dispatch_without_a_pusher_leaves_the_task_queued_and_notifies(wct
     assert heard == [str(result.task_id)]
 
 
+def _first_push_waits(agent_server, name):
+    """Agent ``name`` holds its first push until the returned event is set, and answers the others at once."""
+    release = asyncio.Event()
+
+    async def first_waits(n, hit):
+        if n == 0:
+            await release.wait()
+        return JSONResponse({"ok": True})
+
+    agent_server.behaviours[name] = first_waits
+    return release
+
+
 async def test_a_finished_push_wakes_the_pushes_loop_only_while_tasks_wait(db_url, agent_server):
     # A poll far longer than the test: only a wake-up can push the waiting task in time.
     async with open_context(make_settings(db_url, **(FAST | {"worker_poll_s": 30.0})), migrate=False) as ctx:
-        release = asyncio.Event()
-
-        async def first_waits(n, hit):
-            if n == 0:
-                await release.wait()
-            return JSONResponse({"ok": True})
-
-        agent_server.behaviours["a"] = first_waits
+        release = _first_push_waits(agent_server, "a")
         _w, _agent, ap, trigger = await _world(ctx, agent_server, max_concurrency=1)
         async with push_loop(ctx, deadline=5, loop=_CountingPushWorker) as (pusher, pushes, wake):
             deliveries = DeliveryWorker(ctx, holder="t1", pusher=pusher, wake=wake)
@@ -351,14 +357,7 @@ async def test_a_push_that_finishes_while_a_pass_looks_up_due_work_still_wakes_t
     # lookup's snapshot) pokes the loop, or the waiting task would wait for the next poll.
     settings = make_settings(db_url, **(FAST | {"worker_poll_s": 30.0}))
     async with open_context(settings, migrate=False) as ctx, open_context(settings, migrate=False) as lookups:
-        release = asyncio.Event()
-
-        async def first_waits(n, hit):
-            if n == 0:
-                await release.wait()
-            return JSONResponse({"ok": True})
-
-        agent_server.behaviours["a"] = first_waits
+        release = _first_push_waits(agent_server, "a")
         _w, _agent, ap, trigger = await _world(ctx, agent_server, max_concurrency=1)
         wake = NotifyListener(ctx.dsn)
         await wake.ensure()

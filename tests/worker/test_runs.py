@@ -20,19 +20,30 @@ async def test_pending_runs_without_a_delivery_are_dispatched_once(wctx):
         assert run["status"] == "queued" and run["issue_id"] and run["task_id"]
 
 
-async def test_a_stale_half_made_webhook_run_is_repaired_after_the_repair_delay(wctx):
+async def _half_made(wctx):
+    """A half-made webhook run and a clock past the repair delay (60 s).
+
+    Its delivery says dispatched, but the run never got its task (a crash between the two).
+    """
     s = await factories.small(wctx)
     async with wctx.pool.acquire() as conn:
         delivery_id, run_id = await add_delivery(conn, s.autopilot, s.trigger)
-        # The delivery says dispatched, but the run never got its task (a crash between the two).
         await conn.execute("UPDATE webhook_delivery SET status = 'dispatched' WHERE id = $1", delivery_id)
-        later = await conn.fetchval("SELECT now() + interval '61 s'")
+        return run_id, await conn.fetchval("SELECT now() + interval '61 s'")
+
+
+async def _tasks_of(wctx, run_id):
+    async with wctx.pool.acquire() as conn:
+        return await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id)
+
+
+async def test_a_stale_half_made_webhook_run_is_repaired_after_the_repair_delay(wctx):
+    run_id, later = await _half_made(wctx)
     worker = RunWorker(wctx, holder="t")
     assert await worker.run_once() == 0
     worker.swept_at = None  # the next pass sweeps again (at most every REPAIR_SWEEP_S otherwise)
     assert await worker.run_once(now=later) == 1
-    async with wctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1
+    assert await _tasks_of(wctx, run_id) == 1
 
 
 async def test_a_webhook_run_whose_delivery_still_waits_is_left_to_the_delivery_path(wctx):
@@ -58,18 +69,13 @@ async def test_a_webhook_run_whose_delivery_still_waits_is_left_to_the_delivery_
 
 
 async def test_the_sweep_for_half_made_runs_runs_at_most_every_repair_sweep_s(wctx):
-    s = await factories.small(wctx)
-    async with wctx.pool.acquire() as conn:
-        delivery_id, run_id = await add_delivery(conn, s.autopilot, s.trigger)
-        await conn.execute("UPDATE webhook_delivery SET status = 'dispatched' WHERE id = $1", delivery_id)
-        later = await conn.fetchval("SELECT now() + interval '61 s'")
+    run_id, later = await _half_made(wctx)
     worker = RunWorker(wctx, holder="t")
     worker.swept_at = time.monotonic()  # swept just now: a pass dispatches runs without a delivery only
     assert await worker.run_once(now=later) == 0
     worker.swept_at = time.monotonic() - REPAIR_SWEEP_S
     assert await worker.run_once(now=later) == 1
-    async with wctx.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM agent_task WHERE run_id = $1", run_id) == 1
+    assert await _tasks_of(wctx, run_id) == 1
 
 
 async def test_a_run_without_a_delivery_is_claimed_without_reading_the_pending_webhook_runs(wctx):
