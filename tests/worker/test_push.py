@@ -374,12 +374,13 @@ async def test_a_push_that_finishes_while_a_pass_looks_up_due_work_still_wakes_t
             await wait_for(lambda: len(agent_server.of("a")) == 1 and pusher.notices > 0)
             assert await wake.wait(notify.TASKS, 0.01)  # the queued task's notice, consumed
             looking = asyncio.create_task(pushes.run_once())
-            await asyncio.sleep(0.05)  # the pass is in, waiting for a connection
+            await asyncio.sleep(0.05)
+            assert not looking.done()  # the pass is in, waiting for a connection
             release.set()  # the first push finishes and frees the slot meanwhile
             async with ctx.pool.acquire() as conn:
                 await wait_for(lambda: _succeeded(conn, 1), timeout=5)
-            await asyncio.sleep(0.05)
-            assert wake.events[notify.TASKS].is_set()  # the next pass comes at once
+            await wait_for(lambda: wake.events[notify.TASKS].is_set(), timeout=2)  # the next pass comes at once
+            assert not looking.done()
         finally:
             for conn in held:
                 await lookups.pool.release(conn)
