@@ -56,7 +56,7 @@ class Database:
         self.embedded = None if server_url else EmbeddedPostgres(work / "pg")
         self.name = f"hookgate_chaos_{uuid.uuid4().hex[:8]}"
         #: As root, an embedded server's cluster lives under /var/lib/hookgate, not in ``work``: the ones there
-        #: before the run, so that :meth:`Cluster.remove` removes the one it made.
+        #: before the run, so that :meth:`drop` removes the one it made.
         self.clusters_before = embedded.shared_clusters()
 
     @property
@@ -92,9 +92,16 @@ class Database:
             self.embedded.stop()
 
     def drop(self) -> None:
-        """Drop the run's database on an external server (after :meth:`close`)."""
+        """After :meth:`close`: drop the run's database.
+
+        On an external server, the database; embedded, as root, the cluster the run made under /var/lib/hookgate
+        (its data dir goes with the work dir).
+        """
         if self.embedded is None:
             asyncio.run(databases.drop(self.server_url, self.name))
+        else:
+            embedded.prune_orphan_clusters(embedded.shared_clusters() - self.clusters_before,
+                                           under=self.embedded.data_dir)
 
 
 @dataclass
@@ -191,11 +198,6 @@ class Cluster:
         self.db.close()
 
     def remove(self) -> None:
-        """After :meth:`stop`: drop the database and delete the work dir (its logs, an embedded cluster's data).
-
-        As root, also the embedded cluster the run made under /var/lib/hookgate (its data dir pointed there).
-        """
+        """After :meth:`stop`: drop the database and delete the work dir (its logs, an embedded cluster's data)."""
         self.db.drop()
         shutil.rmtree(self.work, ignore_errors=True)
-        if self.db.embedded is not None:
-            embedded.prune_orphan_clusters(embedded.shared_clusters() - self.db.clusters_before, under=self.work)
