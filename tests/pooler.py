@@ -60,9 +60,16 @@ class PgBouncer:
 
     @classmethod
     def start(cls, server_url: str, **options: object) -> PgBouncer:
-        """Write the configuration, start PgBouncer and wait until it lets a client in."""
+        """Write the configuration, start PgBouncer and wait until it lets a client in.
+
+        A start that fails (no binary, not listening in time) leaves no process and no directory behind.
+        """
         bouncer = cls(server_url, **options)  # type: ignore[arg-type]
-        bouncer._start()
+        try:
+            bouncer._start()
+        except BaseException:
+            bouncer.stop()
+            raise
         return bouncer
 
     @property
