@@ -66,3 +66,57 @@ async def test_documented_example_is_accepted_with_its_event(served: tuple[Conte
                                   answer["delivery_id"])
     assert (row["event"], row["signature_status"]) == (event, "valid")
     assert answer["trigger_id"] == str(trigger["id"])
+
+
+NAMES = re.compile(r"<!-- names: generic -->\n((?:\s*\|.*\|\n)+)")
+
+
+def documented_names() -> list[tuple[str, str]]:
+    """The rows of the page's event-name table: (what the sender sends, the event name Hookgate makes)."""
+    found = NAMES.search(DOC.read_text())
+    assert found, "docs/PROVIDERS.md has no event-name table"
+    rows = [[cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
+            for line in found.group(1).splitlines()[2:]]
+    return [(sent, made) for sent, made in rows]
+
+
+@pytest.mark.parametrize(("sent", "made"), documented_names())
+async def test_documented_event_names_are_the_names_deliveries_get(db_url: str, sent: str, made: str) -> None:
+    from tests.gateway.ingress_kit import app_client, hook
+
+    async with app_client(db_url) as (ctx, http):
+        h = await hook(ctx, provider="generic", secret=None)
+        answer = await http.post(h.path, json={"event": sent}, headers={"Idempotency-Key": sent})
+        assert answer.json()["status"] == "accepted", answer.text
+        event = await ctx.pool.fetchval("SELECT event FROM webhook_delivery WHERE id = $1",
+                                        answer.json()["delivery_id"])
+    assert event == made
+
+
+def test_documented_secret_length_is_the_one_enforced() -> None:
+    from annotated_types import MaxLen, MinLen
+
+    from gateway.admin.triggers import SigningSecret
+
+    limits = {type(m): m for m in SigningSecret.__metadata__[0].metadata}
+    low, high = limits[MinLen].min_length, limits[MaxLen].max_length
+    assert f"**{low} to {high} characters**" in DOC.read_text()
+
+
+@pytest.mark.parametrize(("content_type", "status"), [
+    ("application/json", 200), ("application/vnd.sender+json", 200), (None, 200),
+    ("application/x-www-form-urlencoded", 200), ("text/csv", 415), ("multipart/form-data", 415),
+])
+async def test_documented_body_types_are_the_ones_accepted(db_url: str, content_type: str | None,
+                                                          status: int) -> None:
+    from tests.gateway.ingress_kit import app_client, hook
+
+    page = DOC.read_text()
+    said = {None: "no `Content-Type`", "application/vnd.sender+json": "`application/*+json`"}
+    assert (said.get(content_type, f"`{content_type}`") if status == 200 else "415 unsupported_media_type") in page
+    body = b"event=x" if content_type and "form" in content_type else b'{"event": "x"}'
+    headers = {"content-type": content_type} if content_type else {}
+    async with app_client(db_url) as (ctx, http):
+        h = await hook(ctx, provider="generic", secret=None)
+        answer = await http.post(h.path, content=body, headers=headers)
+    assert answer.status_code == status, answer.text
