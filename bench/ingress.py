@@ -422,6 +422,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HOOKGATE_DATABASE_URL": dsn, "HOOKGATE_SECRET_KEY": SECRET_KEY,
                "HOOKGATE_IP_REQUEST_CAP": "1000000000", "HOOKGATE_IP_BAD_CREDENTIAL_CAP": "1000000000",
+               "HOOKGATE_MAX_CONNECTIONS_PER_IP": "1024",  # one loopback client: only the cap applies
                "HOOKGATE_POOL_MAX_SIZE": str(args.pool), "HOOKGATE_LOG_LEVEL": "warning"}
 
         def gateway(label: str, workers: int) -> Server:

@@ -12,8 +12,13 @@ head that arrives whole. ``guarded(base, …)`` wraps uvicorn's protocol class (
   ``{"error":"headers_too_large"}`` and a close, before the application sees it: checked on the parsed head
   when it completes (whatever chunks it came in, first or pipelined or kept-alive request), and on the bytes
   of a head still arriving (so an endless head is cut after at most one read past the cap);
-- at most ``gate.limit`` connections are open at once: past it a new connection is closed as soon as it is
-  accepted, without reading or writing (the cheapest refusal; the open ones are not touched).
+- at most ``gate.limit`` connections are open at once, and at most ``gate.per_ip`` from one client address
+  (the TCP peer; an IPv6 address counts as its /64; a trusted proxy's connections count only against the
+  cap, since they carry many clients). A new connection over either limit takes the place of the connection
+  idle the longest that counts against that limit (idle: no request being received or answered, as a
+  kept-alive connection between requests or one that has not sent a byte); only when none is idle is the
+  new connection closed as soon as it is accepted, without reading or writing (the cheapest refusal). A
+  request being received or answered is never cut to make room.
 
 The protocol also sends each response in one write (:mod:`gateway.http_coalesce`).
 """
@@ -21,7 +26,7 @@ The protocol also sends each response in one write (:mod:`gateway.http_coalesce`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import h11
@@ -29,6 +34,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.http_coalesce import CoalescingTransport
+from gateway.ratelimit import IPNetwork, parse_address, rate_key
+from hookgate import metrics
 
 MAX_HEAD_BYTES = 64 * 1024
 TIMEOUT = b'{"error":"request_timeout","message":"the request was not received in time"}'
@@ -38,22 +45,103 @@ LINGER_S = 2.0
 LINGER_BYTES = 256 * 1024
 
 
+class Seat:
+    """An admitted connection in a :class:`ConnectionGate`: its client key (None: a trusted proxy) and its close."""
+
+    __slots__ = ("close", "gone", "idle", "key")
+
+    def __init__(self, key: bytes | None, close: Callable[[], None]) -> None:
+        self.key, self.close = key, close
+        self.idle = self.gone = False
+
+
 class ConnectionGate:
-    """The open connections of one server, admitted while fewer than ``limit`` are open."""
+    """The open connections of one server: at most ``limit`` in all and ``per_ip`` per client address.
 
-    def __init__(self, limit: int) -> None:
-        self.limit, self.open = limit, 0
+    The idle connections are kept in the order they became idle, in all and per client key, so the one idle
+    the longest is found at once: that is the one a new connection over a limit replaces.
+    """
 
-    def enter(self) -> bool:
-        """Count a new connection if there is room; False means refuse it."""
-        if self.open >= self.limit:
-            return False
+    def __init__(self, limit: int, per_ip: int | None = None, trusted: tuple[IPNetwork, ...] = ()) -> None:
+        self.limit, self.per_ip, self.trusted = limit, per_ip or limit, trusted
+        self.open = 0
+        self._held: dict[bytes, int] = {}  # open connections per client key (a key leaves at 0: bounded by open)
+        self._idle: dict[Seat, None] = {}  # idle connections, the longest idle first
+        self._idle_of: dict[bytes, dict[Seat, None]] = {}  # the same per client key
+
+    @property
+    def idle(self) -> int:
+        """How many admitted connections are idle now."""
+        return len(self._idle)
+
+    def enter(self, peer: str | None, close: Callable[[], None]) -> Seat | None:
+        """Admit a connection from ``peer`` (idle until :meth:`busy`), making room if needed; None: refuse it.
+
+        ``close`` closes it, should it later be the idle connection that makes room for another.
+        """
+        key = self.key(peer)
+        if key is not None and self._held.get(key, 0) >= self.per_ip and not self._shed(self._idle_of.get(key)):
+            metrics.CONNECTIONS_CLOSED.labels("refused_ip").inc()
+            return None
+        if self.open >= self.limit and not self._shed(self._idle):
+            metrics.CONNECTIONS_CLOSED.labels("refused_cap").inc()
+            return None
+        seat = Seat(key, close)
         self.open += 1
-        return True
+        if key is not None:
+            self._held[key] = self._held.get(key, 0) + 1
+        self.rest(seat)
+        return seat
 
-    def leave(self) -> None:
-        """An admitted connection is gone."""
+    def key(self, peer: str | None) -> bytes | None:
+        """The client key of a connection from ``peer``, as the rate gates key it; None for a trusted proxy."""
+        addr = parse_address(peer)
+        if addr is not None and any(addr in net for net in self.trusted):
+            return None
+        return rate_key(addr)
+
+    def rest(self, seat: Seat) -> None:
+        """``seat``'s connection is idle from now on (it may be closed to make room)."""
+        if seat.idle or seat.gone:
+            return
+        seat.idle = True
+        self._idle[seat] = None
+        if seat.key is not None:
+            self._idle_of.setdefault(seat.key, {})[seat] = None
+
+    def busy(self, seat: Seat) -> None:
+        """``seat``'s connection is receiving or answering a request (it is not closed to make room)."""
+        if not seat.idle:
+            return
+        seat.idle = False
+        del self._idle[seat]
+        if seat.key is not None:
+            of_key = self._idle_of[seat.key]
+            del of_key[seat]
+            if not of_key:
+                del self._idle_of[seat.key]
+
+    def leave(self, seat: Seat) -> None:
+        """An admitted connection is gone (a second call for the same seat does nothing)."""
+        if seat.gone:
+            return
+        self.busy(seat)
+        seat.gone = True
         self.open -= 1
+        if seat.key is not None:
+            self._held[seat.key] -= 1
+            if not self._held[seat.key]:
+                del self._held[seat.key]
+
+    def _shed(self, idle: dict[Seat, None] | None) -> bool:
+        """Close the connection idle the longest in ``idle``; False if there is none."""
+        if not idle:
+            return False
+        seat = next(iter(idle))
+        self.leave(seat)
+        seat.close()
+        metrics.CONNECTIONS_CLOSED.labels("idle").inc()
+        return True
 
 
 class HeadTooLarge(Exception):
@@ -214,24 +302,27 @@ def guarded(base: type[asyncio.Protocol], read_timeout_s: float, gate: Connectio
 
     class Guarded(heads):  # type: ignore[valid-type,misc]
         _deadline: asyncio.TimerHandle | None = None
-        _admitted = False
+        _seat: Seat | None = None
 
         def connection_made(self, transport: Any) -> None:
-            if not gate.enter():
-                transport.close()  # over the cap: refused before a byte is read
+            peer = transport.get_extra_info("peername")
+            self._seat = gate.enter(peer[0] if isinstance(peer, tuple) else None, self._make_room)
+            if self._seat is None:
+                transport.close()  # over a limit with nothing idle to close: refused before a byte is read
                 return
-            self._admitted = True
             super().connection_made(CoalescingTransport(transport, self.loop))  # one send per response
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            if not self._admitted:
+            if self._seat is None:
                 return
-            gate.leave()
+            gate.leave(self._seat)
             self._disarm()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
+            if self._seat is not None:
+                gate.busy(self._seat)
             if self.lingering:
                 self.drop(data)
             else:
@@ -240,6 +331,15 @@ def guarded(base: type[asyncio.Protocol], read_timeout_s: float, gate: Connectio
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._arm()
+            cycle = self.cycle  # a pipelined request already started makes a new, unanswered cycle
+            if self._seat is not None and cycle is not None and cycle.response_complete and not self.mid_head() \
+                    and not self.transport.is_closing():
+                gate.rest(self._seat)
+
+        def _make_room(self) -> None:
+            """Closed, idle, to make room for a new connection: as uvicorn's keep-alive timer would close it."""
+            self._disarm()
+            self.transport.close()
 
         def _arm(self) -> None:
             self._disarm()

@@ -22,6 +22,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from gateway.app import create_app, shutdown
 from gateway.http_limits import ConnectionGate, guarded
+from gateway.ratelimit import parse_networks
 from gateway.sockets import listen
 from hookgate.context import Context
 
@@ -54,7 +55,8 @@ class HttpServer:
                  sockets: list[socket.socket] | None = None) -> None:
         settings = ctx.settings
         self.app = app or create_app(ctx)
-        self.connections = ConnectionGate(settings.max_connections)
+        self.connections = ConnectionGate(settings.max_connections, settings.max_connections_per_ip,
+                                          parse_networks(settings.trusted_proxies))
         config = uvicorn.Config(
             self.app, host=host or settings.host, port=settings.port if port is None else port,
             lifespan="off", access_log=False, log_config=None, server_header=False, proxy_headers=False,

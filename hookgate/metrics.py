@@ -58,6 +58,11 @@ RATE_REJECTIONS = Counter(
     "hookgate_rate_gate_rejections", "Requests refused with 429, by gate (ip_cap, bad_credentials, trigger)",
     ["gate"], registry=REGISTRY,
 )
+CONNECTIONS_CLOSED = Counter(
+    "hookgate_http_connections_closed", "HTTP connections closed to hold the connection limits, by reason "
+    "(idle: closed to make room for a new one; refused_ip, refused_cap: a new one refused, nothing idle to close)",
+    ["reason"], registry=REGISTRY,
+)
 CLAIMS = Counter(
     "hookgate_claims", "Work items claimed with a lease, by queue (deliveries, runs, tasks)",
     ["queue"], registry=REGISTRY,

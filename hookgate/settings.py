@@ -83,6 +83,10 @@ class Settings(BaseSettings):
     max_connections: int = Field(
         default=1024, ge=1, description="Open HTTP connections per server process; past it new ones are closed at once"
     )
+    max_connections_per_ip: int = Field(
+        default=0, ge=0, description="Open HTTP connections per client address per server process (0 = an eighth "
+        "of HOOKGATE_MAX_CONNECTIONS, at least 1); connections from HOOKGATE_TRUSTED_PROXIES count only against the cap"
+    )
     gateway_workers: int = Field(
         default=1, ge=1, le=MAX_GATEWAY_WORKERS, description="Gateway processes of `gateway` and `serve` sharing one "
         "listening port (1 = the gateway runs in the command's own process)"
@@ -134,6 +138,13 @@ class Settings(BaseSettings):
         if not self.public_url:
             host = "localhost" if self.host in ("0.0.0.0", "::", "") else self.host
             object.__setattr__(self, "public_url", f"http://{host}:{self.port}")
+        return self
+
+    @model_validator(mode="after")
+    def _default_connections_per_ip(self) -> Settings:
+        if not self.max_connections_per_ip:
+            # One address may hold an eighth: eight busy hosts to fill a process (idle connections make room).
+            object.__setattr__(self, "max_connections_per_ip", max(1, self.max_connections // 8))
         return self
 
     @field_validator("direct_database_url")

@@ -10,7 +10,7 @@ from tests.ops.conftest import Small, admit_runs, samples, scrape
 FAMILIES = (
     "hookgate_ingress_requests", "hookgate_ingress_latency_seconds", "hookgate_ingress_batch_size",
     "hookgate_ingress_token_lookups", "hookgate_ingress_body_mismatch",
-    "hookgate_rate_gate_rejections",
+    "hookgate_rate_gate_rejections", "hookgate_http_connections_closed",
     "hookgate_claims", "hookgate_completions", "hookgate_retries", "hookgate_lease_expiries",
     "hookgate_push_outcomes", "hookgate_scheduler_plans", "hookgate_scheduler_fire_lag_seconds",
     "hookgate_queue_depth", "hookgate_queue_oldest_age_seconds", "hookgate_queue_stats_up",

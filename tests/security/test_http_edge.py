@@ -18,8 +18,10 @@ import pytest
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.http_limits import ConnectionGate
 from gateway.ingress.endpoint import ingress_state
 from gateway.server import HttpServer
+from hookgate import metrics
 from hookgate.context import open_context
 from tests import conftest
 from tests.conftest import make_settings
@@ -186,13 +188,14 @@ async def test_a_head_that_never_ends_gets_431_json_once_past_the_cap_on_either_
 # --- the connection cap ---------------------------------------------------------------------------------
 
 @contextlib.asynccontextmanager
-async def _connections(url: str) -> AsyncIterator[Callable[[], Awaitable[Stream]]]:
-    """A function opening a raw connection to ``url``; every connection it opened is closed on exit."""
+async def _connections(url: str) -> AsyncIterator[Callable[..., Awaitable[Stream]]]:
+    """A function opening a raw connection to ``url``, from loopback address ``source`` if given; all closed on exit."""
     host, port = url.removeprefix("http://").split(":")
     opened: list[Stream] = []
 
-    async def connect() -> Stream:
-        opened.append(await asyncio.open_connection(host, int(port)))
+    async def connect(source: str | None = None) -> Stream:
+        local = (source, 0) if source else None
+        opened.append(await asyncio.open_connection(host, int(port), local_addr=local))
         return opened[-1]
 
     try:
@@ -215,30 +218,129 @@ async def _serves(stream: Stream) -> bool:
         return False
 
 
-@with_settings(max_connections=8)
-async def test_past_the_connection_cap_new_connections_are_closed_and_open_ones_still_work(live_url):
-    async with _connections(live_url) as connect:
-        held = [await connect() for _ in range(8)]
-        assert [await _serves(s) for s in held] == [True] * 8
+# --- one client's share of the connections ---------------------------------------------------------------
+# A loopback peer is any 127.x.y.z: each test's clients bind a source address of their own, so they are
+# different IPs to the server.
+
+PARTIAL = b"GET /healthz HTTP/1.1\r\nhost: x\r\n"  # a request head still arriving: the connection is busy
+
+
+async def _busy(stream: Stream) -> Stream:
+    """``stream`` with the start of a request sent (so not idle); finish it with :func:`_finishes`."""
+    stream[1].write(PARTIAL)
+    await stream[1].drain()
+    return stream
+
+
+async def _settled(gate: ConnectionGate, idle: int) -> None:
+    """Wait (up to 5 s) until the server has read what its clients sent: ``idle`` of its connections are idle."""
+    for _ in range(500):
+        if gate.idle == idle:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{gate.idle} connections are idle, not {idle}")
+
+
+def _closed(reason: str) -> float:
+    """Connections this process closed to hold the limits, for ``reason`` (its /metrics counter)."""
+    return metrics.REGISTRY.get_sample_value("hookgate_http_connections_closed_total", {"reason": reason}) or 0.0
+
+
+async def _finishes(stream: Stream) -> bool:
+    """True if a connection left mid-head by :func:`_busy` is still open and answers once the head ends."""
+    reader, writer = stream
+    try:
+        writer.write(b"\r\n")
+        await writer.drain()
+        return (await _read_answer(reader))[0] == 200
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return False
+
+
+@with_settings(max_connections=8, max_connections_per_ip=8)
+async def test_past_the_connection_cap_with_none_idle_new_connections_are_closed_and_open_ones_kept(ctx):
+    async with serving(ctx) as server, _connections(f"http://127.0.0.1:{server.port}") as connect:
+        gate = server.connections
+        held = [await _busy(await connect()) for _ in range(8)]
+        await _settled(gate, idle=0)
         assert not await _serves(await connect())  # the ninth
-        assert [await _serves(s) for s in held] == [True] * 8  # the first eight are untouched
         for _, writer in held[:2]:
             writer.close()
         fresh = []
         for _ in range(50):  # until the server has seen the two closes
             stream = await connect()
             if await _serves(stream):
-                fresh.append(stream)
+                fresh.append(await _busy(stream))
                 if len(fresh) == 2:
                     break
             else:
                 await asyncio.sleep(0.02)
         assert len(fresh) == 2
+        await _settled(gate, idle=0)
         assert not await _serves(await connect())  # full again
+        assert [await _finishes(s) for s in held[2:] + fresh] == [True] * 8  # the open ones were untouched
 
 
-async def test_the_connection_cap_defaults_to_1024_per_server_and_reads_the_environment(db_url, monkeypatch):
+async def test_the_connection_caps_default_to_1024_per_server_and_an_eighth_of_it_per_ip(db_url, monkeypatch):
     async with open_context(make_settings(db_url), migrate=False) as ctx:
-        assert HttpServer(ctx).connections.limit == 1024
-    monkeypatch.setenv("HOOKGATE_MAX_CONNECTIONS", "8")
-    assert make_settings(db_url).max_connections == 8
+        gate = HttpServer(ctx).connections
+        assert (gate.limit, gate.per_ip) == (1024, 128)
+    monkeypatch.setenv("HOOKGATE_MAX_CONNECTIONS", "80")
+    settings = make_settings(db_url)
+    assert (settings.max_connections, settings.max_connections_per_ip) == (80, 10)
+    assert make_settings(db_url, max_connections=7).max_connections_per_ip == 1
+    monkeypatch.setenv("HOOKGATE_MAX_CONNECTIONS_PER_IP", "3")
+    assert make_settings(db_url).max_connections_per_ip == 3
+
+
+@with_settings(max_connections=40, max_connections_per_ip=10)
+async def test_one_ip_flooding_idle_connections_keeps_only_its_limit_and_healthz_answers_others(live_url):
+    closed = _closed("idle")
+    async with _connections(live_url) as connect:
+        flood = [await connect("127.0.0.1") for _ in range(60)]  # never a byte sent: idle
+        assert await _serves(await connect("127.0.0.2"))
+        # Each connection past its limit took the place of its own longest idle one: the newest ten remain.
+        assert [await _serves(s) for s in flood] == [False] * 50 + [True] * 10
+    assert _closed("idle") == closed + 50
+
+
+@with_settings(max_connections=40, max_connections_per_ip=10)
+async def test_one_ip_holding_its_limit_of_busy_connections_is_refused_more_and_healthz_answers_others(ctx):
+    async with serving(ctx) as server, _connections(f"http://127.0.0.1:{server.port}") as connect:
+        held = [await _busy(await connect("127.0.0.1")) for _ in range(10)]  # slow requests: nothing to close
+        await _settled(server.connections, idle=0)
+        refused = _closed("refused_ip")
+        extra = [await connect("127.0.0.1") for _ in range(30)]
+        assert await _serves(await connect("127.0.0.2"))
+        assert [await _serves(s) for s in extra] == [False] * 30  # the flooding IP's excess is closed
+        assert _closed("refused_ip") == refused + 30
+        assert [await _finishes(s) for s in held] == [True] * 10  # its requests in progress are untouched
+
+
+@with_settings(max_connections=40, max_connections_per_ip=10)
+@pytest.mark.parametrize("parser", PARSERS)
+async def test_at_the_cap_the_longest_idle_keep_alive_connection_is_closed_before_a_new_one_is_refused(ctx, parser):
+    async with serving(ctx, parser) as server, _connections(f"http://127.0.0.1:{server.port}") as connect:
+        sources = [f"127.0.0.{n}" for n in (1, 2, 3, 4)]
+        busy = [await _busy(await connect(source)) for source in sources for _ in range(5)]
+        idle = [await connect(source) for source in sources for _ in range(5)]
+        assert [await _serves(s) for s in idle] == [True] * 20  # served once each, now idle keep-alive
+        newcomer = await connect("127.0.0.5")
+        assert await _serves(newcomer)  # the 41st connection
+        assert [await _serves(s) for s in idle] == [False] + [True] * 19  # only the one idle the longest closed
+        # With nothing idle left, a new connection is refused and the busy ones are untouched.
+        kept = [*busy, *[await _busy(s) for s in [*idle[1:], newcomer]]]
+        await _settled(server.connections, idle=0)
+        refused = _closed("refused_cap")
+        assert not await _serves(await connect("127.0.0.6"))
+        assert _closed("refused_cap") == refused + 1
+        assert [await _finishes(s) for s in kept] == [True] * 40
+
+
+@with_settings(max_connections=40, max_connections_per_ip=10, trusted_proxies="127.0.0.1/32")
+async def test_a_trusted_proxy_s_connections_count_only_against_the_cap(live_url):
+    async with _connections(live_url) as connect:
+        proxied = [await connect("127.0.0.1") for _ in range(30)]  # a balancer: its clients' connections
+        others = [await connect("127.0.0.2") for _ in range(12)]
+        assert [await _serves(s) for s in proxied] == [True] * 30
+        assert [await _serves(s) for s in others] == [False] * 2 + [True] * 10  # the limit applies to 127.0.0.2
