@@ -491,10 +491,17 @@ def attempt_line(attempt: dict[str, Any] | None) -> str | None:
 
 
 def _run_lines(run: dict[str, Any]) -> dict[str, Any]:
-    """A run with its latest attempt in one line (the attempt count, next attempt and last error stay as they are)."""
+    """A run with its latest attempt in one line; a retried run's names its task (``task 2, #1 failed, …``).
+
+    The attempt count, next attempt and last error stay as they are. After a retry the attempt numbers start
+    again with the new task: "task 2" tells its attempts from the failed task's.
+    """
     if "latest_attempt" not in run:
         return run
-    return run | {"latest_attempt": attempt_line(run["latest_attempt"])}
+    line = attempt_line(run["latest_attempt"])
+    if line is not None and (run.get("run_attempt") or 0) > 1:
+        line = f"task {run['run_attempt']}, {line}"
+    return run | {"latest_attempt": line}
 
 
 #: How one object of a noun reads (default: its fields as they are).

@@ -17,6 +17,7 @@ from autopilot import lifecycle
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
 from gateway.admin.pagination import Page, PageQuery
+from gateway.admin.runs import agent_wait
 from hookgate.database import one
 from sql import Q
 
@@ -77,6 +78,9 @@ class TaskOut(BaseModel):
     #: While the task waits to be retried (``queued`` after an attempt): when; and the last attempt's error.
     next_attempt_at: datetime | None
     last_error: str | None
+    #: While queued for an unhealthy agent: ``waiting for the agent to recover (next probe …)``, and
+    #: ``next_attempt_at`` is that probe.
+    waiting: str | None = None
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None
@@ -101,8 +105,9 @@ def issue_out(row: asyncpg.Record) -> IssueOut:
 
 
 def task_out(row: asyncpg.Record) -> TaskOut:
-    """Render a task row."""
-    return TaskOut.model_validate(dict(row))
+    """Render a task row (a task held by its agent's open circuit says so: :func:`runs.agent_wait`)."""
+    return TaskOut.model_validate(dict(row) | agent_wait(row["status"], row["available_at"],
+                                                         row.get("agent_next_probe_at")))
 
 
 @api.add("GET", "/v1/issues", summary="List issues", response=IssuePage, query=IssueQuery)

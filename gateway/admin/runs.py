@@ -80,6 +80,11 @@ class RunOut(BaseModel):
     #: Its task's attempts so far (0 before the first), and the last attempt's error.
     attempt: int = 0
     last_error: str | None = None
+    #: Which of the run's tasks its task is: 1 for the first dispatch, n + 1 after n retries (a retry's ``attempt``);
+    #: 0 before it has one.
+    run_attempt: int = 0
+    #: What its queued task waits for when it is not its own next attempt, in words (see :func:`agent_wait`).
+    waiting: str | None = None
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
@@ -154,12 +159,26 @@ class Retried(BaseModel):
     attempt: int
 
 
+def agent_wait(status: str | None, available_at: datetime | None, next_probe_at: datetime | None) -> dict[str, Any]:
+    """A queued task held by its agent's open circuit: its next attempt is the agent's next probe, said in words.
+
+    ``next_probe_at`` is what the queries read as ``agent_next_probe_at``: set only while the task is queued and
+    its agent unhealthy, and never before now (a due probe is taken by the next push pass). Otherwise nothing.
+    """
+    if status != "queued" or next_probe_at is None:
+        return {}
+    probe = next_probe_at.isoformat().replace("+00:00", "Z")
+    return {"next_attempt_at": max(next_probe_at, available_at or next_probe_at),
+            "waiting": f"waiting for the agent to recover (next probe {probe})"}
+
+
 def run_out(row: asyncpg.Record) -> RunOut:
     """Render a run row with its task's attempt; a run held back by pacing shows ``reason_code = paced``."""
     out = dict(row) | {"delivery_id": row["webhook_delivery_id"], "attempt": row.get("task_attempt") or 0,
-                       "last_error": row.get("task_error")}
+                       "last_error": row.get("task_error"), "run_attempt": row.get("run_attempt") or 0}
     if row.get("task_status") == "queued" and out["attempt"] > 0:  # waiting for a retry
         out["next_attempt_at"] = row["task_available_at"]
+    out |= agent_wait(row.get("task_status"), row.get("task_available_at"), row.get("agent_next_probe_at"))
     paced = paced_until(row)
     if paced is not None and row["reason_code"] is None:
         out |= {"reason_code": "paced", "reason": PACED_REASON, "next_attempt_at": paced}

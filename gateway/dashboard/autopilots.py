@@ -50,7 +50,9 @@ async def autopilot(request: Request) -> Response:
                                      PageQuery(limit=500)))["items"]
         writer = await auth.can_write(conn, v.principal, await auth.autopilot_of(conn, v.principal, autopilot_id))
         fires = {t["id"]: await _next_fires(v, conn, t) for t in triggers if t["kind"] == "schedule"}
-    return v.render("autopilot.html", p=row, triggers=triggers, writer=writer, fires=fires,
+        assignee = await conn.fetchrow(Q.dashboard_assignee, v.workspace_id, row["assignee"]["type"],
+                                       UUID(row["assignee"]["id"]))
+    return v.render("autopilot.html", p=row, triggers=triggers, writer=writer, fires=fires, assignee=assignee,
                     done=request.query_params.get("done"))
 
 

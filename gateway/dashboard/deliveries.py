@@ -159,7 +159,22 @@ async def delivery(request: Request) -> Response:
                                     context["signing_secret_hint"] if context else None)
     return v.render("delivery.html", d=row, context=context, replays=replays, writer=writer,
                     payload=_payload(row), hint=REJECTION_HINTS.get(row["reason_code"] or ""), signature=explained,
-                    replayed=request.query_params.get("replayed") == "1")
+                    dispatch=dispatch_attempts(row), replayed=request.query_params.get("replayed") == "1")
+
+
+def dispatch_attempts(row: dict[str, Any]) -> str:
+    """How many times the gateway tried to make the delivery's run, in words.
+
+    ``dispatch_attempts`` counts the failed tries only (it paces the retries); the try that made the run, for a
+    ``dispatched`` delivery, is one more.
+    """
+    failed: int = row["dispatch_attempts"]
+    if row["status"] == "dispatched":
+        return "1 dispatch attempt (it made the run)" if failed == 0 else \
+            f"{failed + 1} dispatch attempts (the last made the run)"
+    if failed == 0:
+        return "none yet" if row["status"] == "queued" else "none"
+    return f"{failed} failed dispatch attempt{'s' if failed != 1 else ''}"
 
 
 def _payload(row: dict[str, Any]) -> Any:

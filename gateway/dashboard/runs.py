@@ -52,7 +52,7 @@ async def run(request: Request) -> Response:
         shown = await admin_read(v, conn, "GET", "/v1/runs/{run_id}", {"run_id": run_id})
     return v.render("run.html", run=row, tasks=tasks, writer=writer, finished=row["status"] in FINISHED,
                     retryable=row["status"] in reruns.RETRYABLE, attempts=attempts,
-                    next_attempt_at=_ahead(shown.get("next_attempt_at")),
+                    next_attempt_at=_ahead(shown.get("next_attempt_at")), probe=_probe(shown, tasks),
                     cancelled=request.query_params.get("cancelled") == "1",
                     retried=request.query_params.get("retried") == "1")
 
@@ -62,6 +62,15 @@ def _ahead(at: Any) -> str | None:
     if not at:
         return None
     return str(at) if datetime.fromisoformat(str(at).replace("Z", "+00:00")) > datetime.now(UTC) else None
+
+
+def _probe(shown: dict[str, Any], tasks: list[Any]) -> datetime | None:
+    """The next probe of the agent the run's task waits for, while its circuit is open (the API's ``waiting``)."""
+    if not shown.get("waiting"):
+        return None
+    probe: datetime | None = next((t["agent_next_probe_at"] for t in tasks if str(t["id"]) == shown["task_id"]),
+                                  None)
+    return probe
 
 
 async def _confirm(request: Request, v: Viewer, run_id: UUID, question: str) -> Response:

@@ -202,10 +202,15 @@ HAVING count(*) >= $3::bigint AND count(*) FILTER (WHERE r.status = 'failed') >=
 -- Runs of workspace $1, newest first. Filters (each nullable): $2 = autopilot, $3 = status, $4 = source,
 -- $5 = cursor (the last id seen). $6 = at most. A pending run's delivery status, reason code and
 -- available_at come along (a run held back by its trigger's pacing says so; see gateway/admin/runs.py), and
--- its task's attempt, last error and when a waiting task is tried next.
+-- its task's attempt, last error and when a waiting task is tried next, which of the run's tasks it is
+-- (run_attempt: 1 for the first dispatch, n + 1 after n retries) and, while it waits for an unhealthy agent,
+-- that agent's next probe (not before now).
 SELECT r.*, d.status AS delivery_status, d.reason_code AS delivery_reason_code,
        d.available_at AS delivery_available_at,
-       t.status AS task_status, t.attempt AS task_attempt, t.error AS task_error, t.available_at AS task_available_at
+       t.status AS task_status, t.attempt AS task_attempt, t.error AS task_error, t.available_at AS task_available_at,
+       CASE WHEN r.task_id IS NOT NULL THEN (SELECT count(*) FROM agent_task c WHERE c.run_id = r.id) END AS run_attempt,
+       (SELECT greatest(h.next_probe_at, now()) FROM agent_health h
+        WHERE h.agent_id = t.agent_id AND h.state = 'unhealthy' AND t.status = 'queued') AS agent_next_probe_at
 FROM autopilot_run r
 LEFT JOIN webhook_delivery d ON d.id = r.webhook_delivery_id AND r.status = 'pending'
 LEFT JOIN agent_task t ON t.id = r.task_id
@@ -215,12 +220,16 @@ ORDER BY r.id DESC
 LIMIT $6;
 
 -- name: run_chain
--- Run $2 of workspace $1 with what it came from and what it made: delivery, issue and task statuses.
+-- Run $2 of workspace $1 with what it came from and what it made: delivery, issue and task statuses, and the
+-- task's place among the run's tasks and its agent's next probe as in run_list.
 SELECT r.*,
        d.status AS delivery_status, d.reason_code AS delivery_reason_code,
        d.signature_status AS delivery_signature_status, d.available_at AS delivery_available_at,
        i.status AS issue_status,
-       t.status AS task_status, t.attempt AS task_attempt, t.error AS task_error, t.available_at AS task_available_at
+       t.status AS task_status, t.attempt AS task_attempt, t.error AS task_error, t.available_at AS task_available_at,
+       CASE WHEN r.task_id IS NOT NULL THEN (SELECT count(*) FROM agent_task c WHERE c.run_id = r.id) END AS run_attempt,
+       (SELECT greatest(h.next_probe_at, now()) FROM agent_health h
+        WHERE h.agent_id = t.agent_id AND h.state = 'unhealthy' AND t.status = 'queued') AS agent_next_probe_at
 FROM autopilot_run r
 LEFT JOIN webhook_delivery d ON d.id = r.webhook_delivery_id
 LEFT JOIN issue i ON i.id = r.issue_id

@@ -91,11 +91,14 @@ LEFT JOIN issue i ON i.run_id = r.id
 WHERE r.workspace_id = $1 AND r.id = $2
 
 -- name: dashboard_run_tasks
--- Every task of a run of the workspace, oldest first: status, attempt, last error and lease (never its token).
--- $1 = workspace, $2 = run id.
+-- Every task of a run of the workspace, oldest first: status, attempt, last error and lease (never its token),
+-- and while one is queued for an unhealthy agent, that agent's next probe (not before now; as run_chain reads
+-- it). $1 = workspace, $2 = run id.
 SELECT t.id, t.status, t.attempt, t.max_attempts, t.error, t.retry_class, t.result, t.lease_expires_at,
        t.holder_instance, t.available_at, t.created_at, t.started_at, t.finished_at,
-       a.id AS agent_id, a.name AS agent_name, a.runtime_kind
+       a.id AS agent_id, a.name AS agent_name, a.runtime_kind,
+       (SELECT greatest(h.next_probe_at, now()) FROM agent_health h
+        WHERE h.agent_id = t.agent_id AND h.state = 'unhealthy' AND t.status = 'queued') AS agent_next_probe_at
 FROM agent_task t
 JOIN agent a ON a.id = t.agent_id
 WHERE t.workspace_id = $1 AND t.run_id = $2
@@ -190,13 +193,24 @@ ORDER BY i.status DESC, i.heartbeat_at DESC
 LIMIT 100
 
 -- name: dashboard_agent_errors
--- The latest task errors of an agent of the workspace (failed tasks, and retries' last errors);
--- $1 = workspace, $2 = agent.
-SELECT t.id, t.run_id, t.status, t.attempt, t.error, t.updated_at
-FROM agent_task t
-WHERE t.workspace_id = $1 AND t.agent_id = $2 AND t.error IS NOT NULL
-ORDER BY t.updated_at DESC
+-- The latest failed attempts of an agent of the workspace, newest first, with their task's status now: every
+-- attempt that did not succeed, kept when a later attempt of its task did (task_attempt_agent_failed_idx; keep
+-- the outcome list as the index's). $1 = workspace, $2 = agent.
+SELECT a.id, a.task_id, a.run_id, a.attempt, a.outcome, a.http_status, a.error, a.finished_at,
+       t.status AS task_status
+FROM task_attempt a
+JOIN agent_task t ON t.id = a.task_id
+WHERE a.agent_id = $2 AND a.outcome NOT IN ('succeeded', 'accepted', 'cancelled') AND a.workspace_id = $1
+ORDER BY a.id DESC
 LIMIT 20
+
+-- name: dashboard_assignee
+-- An autopilot's assignee by name: the squad's name (for a squad) and the agent it resolves to (the squad's
+-- leader), archived or not. $1 = workspace, $2 = assignee type ('agent' or 'squad'), $3 = assignee id.
+SELECT (SELECT s.name FROM squad s WHERE $2 = 'squad' AND s.id = $3 AND s.workspace_id = $1) AS squad_name,
+       ag.id AS agent_id, ag.name AS agent_name, ag.archived_at IS NOT NULL AS agent_archived
+FROM hookgate_assignee_agent($2, $3, $1) ag
+RIGHT JOIN (SELECT 1) one ON true
 
 -- name: dashboard_autopilots
 -- The workspace's autopilots with their live trigger counts, active first; $1 = workspace.
@@ -238,9 +252,12 @@ GROUP BY 1
 ORDER BY 1
 
 -- name: dashboard_task_context
--- What a task's page names besides the task itself: its agent, its run's status and autopilot.
+-- What a task's page names besides the task itself: its agent, its run's status and autopilot, and while the
+-- task is queued for an unhealthy agent, that agent's next probe (as task_get reads it).
 -- $1 = workspace, $2 = task id.
-SELECT a.name AS agent_name, a.runtime_kind, r.status AS run_status, p.id AS autopilot_id, p.title AS autopilot
+SELECT a.name AS agent_name, a.runtime_kind, r.status AS run_status, p.id AS autopilot_id, p.title AS autopilot,
+       (SELECT greatest(h.next_probe_at, now()) FROM agent_health h
+        WHERE h.agent_id = t.agent_id AND h.state = 'unhealthy' AND t.status = 'queued') AS agent_next_probe_at
 FROM agent_task t
 JOIN agent a ON a.id = t.agent_id
 LEFT JOIN autopilot_run r ON r.id = t.run_id

@@ -533,6 +533,11 @@ async def test_agents_page_shows_health_queue_in_flight_and_last_error(client, c
                 " CASE WHEN $5 = 'running' THEN gen_random_uuid() END,"
                 " CASE WHEN $5 = 'running' THEN now() + interval '1 minute' END, now())",
                 w.workspace_id, run_ids[i], small.agent.row["id"], f"h{i}", status, error)
+        # The failed task's attempt, as the push worker records it (the agent page lists failed attempts).
+        await conn.execute(
+            "INSERT INTO task_attempt (workspace_id, task_id, run_id, agent_id, attempt, started_at, finished_at,"
+            " duration_ms, outcome, error) SELECT workspace_id, id, run_id, agent_id, 1, now(), now(), 3,"
+            " 'unreachable', error FROM agent_task WHERE idempotency_key = 'h2'")
     await log_in(client, w.api_key)
     page = (await client.get("/dashboard/agents")).text
     row = lambda agent_id: page[page.index(f'data-agent="{agent_id}"'):].split("</tr>")[0]  # noqa: E731
@@ -663,3 +668,125 @@ async def test_pages_answer_503_with_retry_after_when_the_pool_is_exhausted(db_u
             assert answer.status_code == 503 and answer.headers["retry-after"]
             assert answer.json()["error"] == "unavailable"
             assert (await http.get("/dashboard")).status_code == 200
+
+
+async def _agent_unhealthy_with_a_due_task(ctx: Context, small: Small) -> tuple[Any, Any, datetime]:
+    """A run whose task waited out its own backoff (due a minute ago) while its agent's circuit is open.
+
+    Returns ``(run id, task id, the agent's next probe)``.
+    """
+    async with ctx.pool.acquire() as conn:
+        run_id = await factories.dispatched_run(conn, small.autopilot["id"])
+        task_id = await conn.fetchval("UPDATE agent_task SET attempt = 1, error = 'agent answered 503',"
+                                      " available_at = now() - interval '1 minute' WHERE run_id = $1 RETURNING id",
+                                      run_id)
+        probe = await conn.fetchval(
+            "INSERT INTO agent_health (agent_id, state, since, failures, last_error, next_probe_at, probe_interval_s,"
+            " probe_max_s) VALUES ($1, 'unhealthy', now() - interval '5 minutes', 5, 'agent answered 503',"
+            " now() + interval '20 minutes', 600, 3600) RETURNING next_probe_at", small.agent.row["id"])
+    return run_id, task_id, probe
+
+
+async def test_a_due_task_of_an_unhealthy_agent_waits_for_the_agent_on_the_run_and_task_pages(
+        client, ctx: Context, small: Small):
+    run_id, task_id, probe = await _agent_unhealthy_with_a_due_task(ctx, small)
+    await log_in(client, small.world.api_key)
+    probe_time = f'<time datetime="{probe.isoformat()}"'
+    run = (await client.get(f"/dashboard/runs/{run_id}")).text
+    assert re.search(r'id="next-attempt">waiting for the agent to recover \(next probe <time datetime="[^"]+" '
+                     r'title="[^"]+ UTC">in (19|20) min</time>\)', run), run
+    task_row = run[run.index(f'data-task="{task_id}"'):].split("</table>")[0]
+    assert "waiting for the agent to recover (next probe " + probe_time in task_row and "next try" not in task_row
+    task = (await client.get(f"/dashboard/tasks/{task_id}")).text
+    attempt = task[task.index("<th>Attempt</th>"):].split("</tr>")[0]
+    assert "waiting for the agent to recover (next probe " + probe_time in attempt and "next try" not in attempt
+
+
+async def test_a_dispatched_delivery_counts_the_dispatch_attempt_that_made_its_run(client, ctx: Context,
+                                                                                    small: Small):
+    from worker.deliveries import DeliveryWorker
+
+    posted = await client.post(f"/hooks/{small.token}", json={"event": "order.paid"})
+    assert posted.status_code == 200, posted.text
+    delivery_id = posted.json()["delivery_id"]
+    assert await DeliveryWorker(ctx, holder="dashboard-test").run_once() == 1
+    await ctx.pool.execute("UPDATE autopilot_run SET status = 'completed', finished_at = now() WHERE id ="
+                           " (SELECT run_id FROM webhook_delivery WHERE id = $1)", delivery_id)
+    await log_in(client, small.world.api_key)
+    page = (await client.get(f"/dashboard/deliveries/{delivery_id}")).text
+    assert 'id="delivery-status">dispatched<' in page and ">completed<" in page
+    assert 'id="dispatch-attempts">1 dispatch attempt (it made the run)<' in page, page
+    # Two failed dispatches before the one that made the run: 3.
+    await ctx.pool.execute("UPDATE webhook_delivery SET dispatch_attempts = 2 WHERE id = $1", delivery_id)
+    page = (await client.get(f"/dashboard/deliveries/{delivery_id}")).text
+    assert 'id="dispatch-attempts">3 dispatch attempts (the last made the run)<' in page
+    queued = await insert_delivery(ctx, small)
+    page = (await client.get(f"/dashboard/deliveries/{queued}")).text
+    assert 'id="dispatch-attempts">none yet<' in page
+
+
+async def test_the_agent_page_keeps_its_recent_errors_after_later_successes(client, ctx: Context, small: Small):
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from autopilot import agents
+    from tests.servers import serving_app
+
+    answered = []
+
+    async def flaky(_request):  # the first push of each task fails, the second succeeds
+        answered.append(1)
+        return JSONResponse({"error": "warming up"} if len(answered) % 2 else {"ok": True},
+                            status_code=503 if len(answered) % 2 else 200)
+
+    async with serving_app(Starlette(routes=[Route("/agent", flaky, methods=["POST"])])) as base:
+        async with ctx.pool.acquire() as conn:
+            await agents.update_agent(conn, small.agent.row["id"],
+                                      agents.AgentChange(url=f"{base}/agent", retry_schedule=[0.05]))
+            run_id = await factories.dispatched_run(conn, small.autopilot["id"])
+        await pushes.push_until(ctx, run_id, "completed")
+    await log_in(client, small.world.api_key)
+    page = (await client.get(f"/dashboard/agents/{small.agent.row['id']}")).text
+    errors = page[page.index('id="errors"'):].split("</section>")[0]
+    rows = re.findall(r"<tr data-attempt=.*?</tr>", errors, re.S)
+    assert len(rows) == 1 and "agent answered 503" in rows[0] and ">503<" in rows[0], errors
+    assert f"/dashboard/runs/{run_id}" in rows[0] and "No errors." not in errors
+
+
+async def test_the_autopilot_page_shows_the_instructions_and_the_assignee_by_name(client, ctx: Context,
+                                                                                 small: Small):
+    from autopilot import agents
+
+    pilot = await factories.autopilot(small.world, small.agent.row["id"], title="triage <bugs>",
+                                      instructions="Label each issue.\nClose <dupes>.")
+    async with ctx.pool.acquire() as conn:
+        squad = await agents.create_squad(conn, workspace_id=small.world.workspace_id, name="night <shift>",
+                                          leader_id=small.agent.row["id"], member_ids=[])
+    led = await factories.autopilot(small.world, squad["id"], title="by squad", assignee_type="squad")
+    await log_in(client, small.world.api_key)
+    page = (await client.get(f"/dashboard/autopilots/{pilot['id']}")).text
+    assert '<pre id="instructions">Label each issue.\nClose &lt;dupes&gt;.</pre>' in page
+    assignee = page[page.index('id="assignee"'):].split("</td>")[0]
+    agent_name = small.agent.row["name"]
+    assert f'<a href="/dashboard/agents/{small.agent.row["id"]}">{agent_name}</a>' in assignee
+    page = (await client.get(f"/dashboard/autopilots/{led['id']}")).text
+    assignee = page[page.index('id="assignee"'):].split("</td>")[0]
+    assert "squad night &lt;shift&gt;" in assignee and f'>{agent_name}</a>' in assignee  # led by that agent
+    empty = (await client.get(f"/dashboard/autopilots/{small.autopilot['id']}")).text
+    assert '<span class="note" id="instructions">none</span>' in empty
+
+
+async def test_a_completed_run_has_no_empty_actions_box(client, ctx: Context, small: Small):
+    async with ctx.pool.acquire() as conn:
+        run_id = await factories.dispatched_run(conn, small.autopilot["id"])
+        await conn.execute("UPDATE agent_task SET status = 'succeeded', finished_at = now() WHERE run_id = $1", run_id)
+        await conn.execute("UPDATE autopilot_run SET status = 'completed', finished_at = now() WHERE id = $1", run_id)
+        _, key = await workspaces.add_member(conn, small.world.workspace_id, "viewer", "member")
+    await log_in(client, small.world.api_key)
+    page = (await client.get(f"/dashboard/runs/{run_id}")).text
+    assert 'id="run-status">completed<' in page and 'id="run-actions"' not in page
+    client.cookies.clear()
+    await log_in(client, key)
+    page = (await client.get(f"/dashboard/runs/{run_id}")).text
+    assert 'id="run-actions"' not in page  # nothing to do, nothing to be refused

@@ -424,3 +424,80 @@ async def test_a_write_with_the_keyboard_only(page, live_url: str, small: Small,
     await page.wait_for_selector("#done")
     assert await page.inner_text("#autopilot-status") == "paused"
     await shots(page, "3-paused")
+
+
+#: What a page's layout looks like to a reader: whether the document or a section scrolls sideways, and every
+#: table wider than its box with the box that scrolls it (its nearest ancestor with overflow-x auto or scroll).
+LAYOUT = """() => {
+  const scroller = (el) => { for (let p = el.parentElement; p; p = p.parentElement) {
+    if (['auto', 'scroll'].includes(getComputedStyle(p).overflowX)) return p; } return null; };
+  const wide = [...document.querySelectorAll('main table')].filter(t => {
+    const box = t.parentElement.getBoundingClientRect(); return t.getBoundingClientRect().width > box.width + 1; });
+  return {
+    page: document.documentElement.scrollWidth, viewport: document.documentElement.clientWidth,
+    sections: [...document.querySelectorAll('main section')].filter(s => s.scrollWidth > s.clientWidth + 1)
+      .map(s => s.id || s.querySelector('h2, table')?.id || 'section'),
+    wide: wide.map(t => { const s = scroller(t);
+      return {table: t.id || t.className || 'table', scroller: s ? s.className : null,
+              scrolls: s ? s.scrollWidth > s.clientWidth : false}; }),
+  };
+}"""
+
+
+async def test_at_390_pixels_tables_scroll_in_their_own_box_and_the_page_does_not(page, live_url: str, ctx: Context,
+                                                                                  small: Small, shots):
+    async with pushes.failing_agent() as url:
+        run_id = await pushes.failed_run(ctx, small.autopilot["id"], small.agent.row["id"], url)
+    task_id = await ctx.pool.fetchval("SELECT id FROM agent_task WHERE run_id = $1", run_id)
+    async with httpx.AsyncClient() as http:
+        posted = await http.post(f"{live_url}/hooks/{small.token}", json={"event": "order.paid"})
+    await page.set_viewport_size({"width": 390, "height": 844})
+    await log_in(page, live_url, small.world.api_key)
+    pages = {"overview": "/dashboard", "deliveries": "/dashboard/deliveries",
+             "delivery": f"/dashboard/deliveries/{posted.json()['delivery_id']}", "agents": "/dashboard/agents",
+             "agent": f"/dashboard/agents/{small.agent.row['id']}", "autopilots": "/dashboard/autopilots",
+             "autopilot": f"/dashboard/autopilots/{small.autopilot['id']}", "run": f"/dashboard/runs/{run_id}",
+             "task": f"/dashboard/tasks/{task_id}"}
+    scrolled = set()
+    for name, path in pages.items():
+        await page.goto(f"{live_url}{path}")
+        layout = await page.evaluate(LAYOUT)
+        await shots(page, f"390-{name}")
+        assert layout["page"] <= layout["viewport"] == 390, (name, layout)  # no sideways scroll of the page
+        assert layout["sections"] == [], (name, layout)  # nor of a whole section, heading and forms included
+        for table in layout["wide"]:
+            assert table["scroller"] == "table-scroll" and table["scrolls"], (name, table)
+            scrolled.add(name)
+    assert {"deliveries", "agents", "run"} <= scrolled  # their tables are wider than 390 px: they scroll
+    # A wide table scrolls in its box: the box moves, the page does not.
+    await page.goto(f"{live_url}/dashboard/deliveries")
+    box = page.locator(".table-scroll:has(#deliveries)")
+    await box.evaluate("b => b.scrollLeft = 200")
+    assert await box.evaluate("b => b.scrollLeft") > 0 and await page.evaluate("window.scrollX") == 0
+
+
+async def test_the_event_filter_labels_keep_their_text_together_and_inside_the_page(page, live_url: str,
+                                                                                     small: Small, shots):
+    filters = ["order.paid", "github.pull_request_review_comment.created", "x" * 80]
+    await factories.webhook_trigger(small.world, small.autopilot, event_filters=filters)
+    await log_in(page, live_url, small.world.api_key)
+    for width in (1280, 390):
+        await page.set_viewport_size({"width": width, "height": 900})
+        # The deliveries search: "Event (glob: *, ?)" reads on one line above its field, not a word a line.
+        await page.goto(f"{live_url}/dashboard/deliveries")
+        label = page.locator("#search label:has(input[name=event])")
+        tops = await label.locator("code").evaluate_all("cs => cs.map(c => c.getBoundingClientRect().top)")
+        field = await label.locator("input").bounding_box()
+        assert len(tops) == 2 and abs(tops[0] - tops[1]) < 2, (width, tops)
+        assert all(top < field["y"] for top in tops), (width, tops, field)
+        await shots(page, f"{width}-event-search")
+        # The trigger's filters: the field and the filters shown stay inside their section.
+        await page.goto(f"{live_url}/dashboard/autopilots/{small.autopilot['id']}")
+        inside = await page.evaluate("""() => {
+          const section = document.querySelector('#triggers').getBoundingClientRect();
+          return [...document.querySelectorAll('#triggers textarea, #triggers .filters label')].map(e => {
+            const r = e.getBoundingClientRect(); return r.left >= section.left && r.right <= section.right + 1; });
+        }""")
+        assert inside and all(inside), (width, inside)
+        assert await page.evaluate("document.documentElement.scrollWidth") <= width
+        await shots(page, f"{width}-trigger-filters")

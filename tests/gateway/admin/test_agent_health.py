@@ -201,3 +201,41 @@ async def test_an_agent_below_the_trip_count_stays_healthy_and_counts_its_failur
     health = (await client.get(f"/v1/agents/{agent['id']}", headers=w.auth)).json()["health"]
     assert (health["state"], health["since"], health["failures"], health["next_probe_at"]) == (
         "healthy", agent["created_at"], 0, None)
+
+
+async def test_a_task_due_while_its_agent_is_unhealthy_says_it_waits_for_the_next_probe(
+        client, ctx, conn, agent_server: AgentServer):  # noqa: F811
+    agent_server.behaviours["sick"] = _always_503
+    w = await factories.world(ctx)
+    agent = await create_agent(client, w, agent_body(agent_server.url("sick")))
+    task = await _dispatched_task(ctx, w, agent["id"])
+    pusher = Pusher(ctx, holder="t1")
+    try:
+        await _push_until(ctx, pusher, lambda: conn.fetchval(
+            "SELECT state = 'unhealthy' FROM agent_health WHERE agent_id = $1", agent["id"]))
+    finally:
+        await pusher.stop(deadline=5)
+    # Its own wait is over (a time in the past), but the open circuit holds it until a probe gets through.
+    await conn.execute("UPDATE agent_task SET available_at = now() - interval '1 minute' WHERE id = $1", task["id"])
+    probe = _at((await client.get(f"/v1/agents/{agent['id']}", headers=w.auth)).json()["health"]["next_probe_at"])
+    shown_task = (await client.get(f"/v1/tasks/{task['id']}", headers=w.auth)).json()
+    listed = (await client.get("/v1/tasks", headers=w.auth, params={"agent_id": agent["id"]})).json()["items"]
+    run = (await client.get(f"/v1/runs/{task['run_id']}", headers=w.auth)).json()
+    runs = (await client.get("/v1/runs", headers=w.auth)).json()["items"]
+    expected = f"waiting for the agent to recover (next probe {probe.isoformat().replace('+00:00', 'Z')})"
+    for shown in (shown_task, listed[0], run, runs[0]):
+        assert shown["status"] == "queued"
+        assert _at(shown["next_attempt_at"]) == probe and shown["waiting"] == expected
+    # A probe that is due (no worker has taken it yet) is not a time in the past either: it is now.
+    await conn.execute("UPDATE agent_health SET next_probe_at = now() - interval '5 minutes' WHERE agent_id = $1",
+                       agent["id"])
+    now = await conn.fetchval("SELECT now()")
+    shown_task = (await client.get(f"/v1/tasks/{task['id']}", headers=w.auth)).json()
+    assert _at(shown_task["next_attempt_at"]) >= now and "(next probe " in shown_task["waiting"]
+    # Healthy again: the task's own time, no waiting.
+    await conn.execute("UPDATE agent_health SET state = 'healthy', next_probe_at = NULL WHERE agent_id = $1",
+                       agent["id"])
+    shown_task = (await client.get(f"/v1/tasks/{task['id']}", headers=w.auth)).json()
+    run = (await client.get(f"/v1/runs/{task['run_id']}", headers=w.auth)).json()
+    assert shown_task["waiting"] is None and run["waiting"] is None
+    assert _at(shown_task["next_attempt_at"]) < now and _at(run["next_attempt_at"]) < now

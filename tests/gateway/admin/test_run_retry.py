@@ -6,6 +6,8 @@ import asyncio
 
 from autopilot import dispatch
 from hookgate import database
+from tests import pushes
+from tests.gateway.admin.conftest import hookgate
 
 OPTIONS = dispatch.Options(heartbeat_timeout_s=120.0)
 
@@ -127,3 +129,36 @@ async def test_a_create_issue_run_keeps_its_issue_and_a_cancelled_issue_is_reope
     assert task["issue_id"] == issue_id
     assert await conn.fetchval("SELECT status FROM issue WHERE id = $1", issue_id) == "todo"
     assert await conn.fetchval("SELECT count(*) FROM issue WHERE run_id = $1", run_id) == 1
+
+
+async def test_get_after_a_retry_shows_the_new_task_not_the_failed_one(client, team, ctx, live_url, capsys,
+                                                                      monkeypatch):
+    async with pushes.failing_agent() as url:
+        run_id = str(await pushes.failed_run(ctx, team.autopilot_id, team.agent_id, url))
+        before = (await client.get(f"/v1/runs/{run_id}", headers=team.h("member"))).json()
+        assert (before["status"], before["run_attempt"], before["attempt"]) == ("failed", 1, 2)
+        retried = (await _retry(client, team, run_id)).json()
+        new_task = retried["task_id"]
+        assert new_task != before["task_id"]
+
+        # At once: the new task, queued, the run's second attempt; nothing of the failed task's attempts.
+        run = (await client.get(f"/v1/runs/{run_id}", headers=team.h("member"))).json()
+        assert (run["status"], run["task_id"], run["run_attempt"]) == ("queued", new_task, retried["attempt"])
+        assert (run["attempt"], run["last_error"], run["latest_attempt"]) == (0, None, None)
+        assert (run["chain"]["task"]["id"], run["chain"]["task"]["status"]) == (new_task, "queued")
+        listed = (await client.get("/v1/runs", headers=team.h("member"))).json()["items"]
+        assert [(r["task_id"], r["run_attempt"]) for r in listed if r["id"] == run_id] == [(new_task, 2)]
+        monkeypatch.setenv("HOOKGATE_URL", live_url)
+        monkeypatch.setenv("HOOKGATE_API_KEY", team.keys["member"])
+        code, out, _ = await hookgate(capsys, "runs", "get", run_id)
+        lines = dict(line.split(None, 1) for line in out.splitlines())
+        assert code == 0 and (lines["status"], lines["task_id"], lines["run_attempt"]) == ("queued", new_task, "2")
+
+        # The new task fails too: what the run shows is that task's last attempt, still the run's second.
+        await pushes.push_until(ctx, run_id, "failed")
+    run = (await client.get(f"/v1/runs/{run_id}", headers=team.h("owner"))).json()
+    assert (run["status"], run["task_id"], run["run_attempt"], run["attempt"]) == ("failed", new_task, 2, 2)
+    assert run["latest_attempt"]["task_id"] == new_task
+    code, out, _ = await hookgate(capsys, "runs", "get", run_id)
+    lines = dict(line.split(None, 1) for line in out.splitlines())
+    assert lines["latest_attempt"].startswith("task 2, #2 failed, HTTP 502")
