@@ -1,4 +1,7 @@
-"""Logging in and out of the dashboard, and ``GET /`` leading a browser to it."""
+"""Logging in and out of the dashboard, and ``GET /`` leading a browser to it.
+
+Logout deletes the session's row, so the cookie is refused from then on even if replayed.
+"""
 
 from __future__ import annotations
 
@@ -44,9 +47,10 @@ async def login(request: Request) -> Response:
         return _login_form(request, "The form expired; please try again.", 403)
     async with overload.connection(ctx_of(request)) as conn:
         principal = await workspaces.authenticate(conn, form.get("api_key", "").strip())
-    if principal is None:
-        return _login_form(request, "That API key is not valid.", 401)
-    cookie, _ = signer(request).issue(str(principal.key_id))
+        if principal is None:
+            return _login_form(request, "That API key is not valid.", 401)
+        cookie, session = signer(request).issue(str(principal.key_id))
+        await sessions.start(conn, session)
     response = RedirectResponse("/dashboard", status_code=303)
     response.set_cookie(sessions.SESSION_COOKIE, cookie, max_age=sessions.SESSION_TTL_S, path="/dashboard",
                         httponly=True, samesite="strict", secure=secure(request))
@@ -56,11 +60,13 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
-    """End the session (CSRF-checked) and return to the login page."""
+    """End the session on the server (CSRF-checked): its cookie is refused from now on, even if replayed."""
     try:
-        await viewer(request, post=True)
+        v = await viewer(request, post=True)
     except Denied as exc:
         return denied(request, exc)
+    async with overload.connection(ctx_of(request)) as conn:
+        await sessions.end(conn, v.session)
     response = RedirectResponse("/dashboard/login", status_code=303)
     response.delete_cookie(sessions.SESSION_COOKIE, path="/dashboard")
     return response
