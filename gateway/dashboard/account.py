@@ -1,6 +1,8 @@
 """Logging in and out of the dashboard, and ``GET /`` leading a browser to it.
 
-Logout deletes the session's row, so the cookie is refused from then on even if replayed.
+A wrong API key at the login adds to the address's bad-credential debt (:mod:`gateway.debt`), and an address
+over the cap gets 429 + Retry-After before its key is looked up. Logout deletes the session's row, so the
+cookie is refused from then on even if replayed.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from autopilot import workspaces
-from gateway import overload, sessions
+from gateway import debt, overload, sessions
 from gateway.dashboard.web import Denied, check_origin, ctx_of, denied, read_form, render, secure, signer, viewer
 
 log = logging.getLogger("hookgate.dashboard")
@@ -27,9 +29,11 @@ async def login_page(request: Request) -> Response:
     return _login_form(request)
 
 
-def _login_form(request: Request, error: str | None = None, status: int = 200) -> Response:
+def _login_form(request: Request, error: str | None = None, status: int = 200,
+                headers: dict[str, str] | None = None) -> Response:
     nonce = sessions.new_login_nonce()
     response = render(request, "login.html", status, csrf=signer(request).csrf(nonce), error=error)
+    response.headers.update(headers or {})
     response.set_cookie(sessions.LOGIN_COOKIE, nonce, max_age=3600, path="/dashboard", httponly=True,
                         samesite="strict", secure=secure(request))
     return response
@@ -37,6 +41,10 @@ def _login_form(request: Request, error: str | None = None, status: int = 200) -
 
 async def login(request: Request) -> Response:
     """Check the API key and the form's CSRF token; set the session cookie and go to the overview."""
+    debtor = debt.debtor(request)
+    if (wait := debtor.due()) is not None:  # before the form is read or any key looked up
+        return _login_form(request, f"Too many failed logins from this address; try again in {wait} s.", 429,
+                           {"Retry-After": str(wait)})
     try:
         check_origin(request)
         form = await read_form(request)
@@ -48,6 +56,7 @@ async def login(request: Request) -> Response:
     async with overload.connection(ctx_of(request)) as conn:
         principal = await workspaces.authenticate(conn, form.get("api_key", "").strip())
         if principal is None:
+            debtor.charge()
             return _login_form(request, "That API key is not valid.", 401)
         cookie, session = signer(request).issue(str(principal.key_id))
         await sessions.start(conn, session)
