@@ -57,3 +57,10 @@ def debtor(request: Request) -> Debtor:
     found = gates(request)
     peer = request.client.host if request.client else None
     return Debtor(found, ratelimit.client_key(peer, request.headers, found.trusted))
+
+
+def admitted(request: Request) -> Debtor:
+    """The request's address in the debt, once let through: 429 + Retry-After while it is over the cap."""
+    found = debtor(request)
+    found.admit()
+    return found

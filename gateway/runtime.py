@@ -177,7 +177,7 @@ def _no_token() -> ApiError:
 
 async def _runtime_agent(request: Request) -> asyncpg.Record:
     """The pull agent of the request's bearer token (401 otherwise); the connection is not kept."""
-    debtor = _admitted(request)
+    debtor = debt.admitted(request)  # 429 while in debt, before any lookup
     token = _bearer(request, debtor)
     async with _ctx(request).pool.acquire() as conn:
         return await _agent_for(conn, token, debtor)
@@ -310,16 +310,9 @@ class Caller:
         return None if self.debtor is None else tasks.Sent.of(raw)
 
 
-def _admitted(request: Request) -> debt.Debtor:
-    """The caller's address in the bad-credential debt; 429 while in debt, before any token is looked up."""
-    debtor = debt.debtor(request)
-    debtor.admit()
-    return debtor
-
-
 async def _authorize(request: Request, task_id: UUID) -> Caller:
     """Who may touch this task, from the path and the bearer alone (the body is not read yet)."""
-    debtor = _admitted(request)
+    debtor = debt.admitted(request)  # 429 while in debt, before any lookup
     token = _bearer(request, debtor)
     if token is None:
         return await _anonymous(request, task_id, debtor)

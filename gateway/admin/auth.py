@@ -7,8 +7,8 @@ autopilot (and seeing its triggers' tokens and URLs) is for its creator, workspa
 its collaborators; managing collaborators is for the creator, owners and admins.
 
 Key guessing is charged to the caller address's bad-credential debt (:mod:`gateway.debt`), shared with the
-webhook ingress: :func:`admitted` refuses an address over the cap (429) before any database work, and
-:func:`authenticate` charges each refused key (missing, malformed, unknown, revoked).
+webhook ingress: the endpoint refuses an address over the cap (429, :func:`gateway.debt.admitted`) before
+any database work, and :func:`authenticate` charges each refused key (missing, malformed, unknown, revoked).
 """
 
 from __future__ import annotations
@@ -30,15 +30,8 @@ from sql import Q
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="hookgate"'}
 
 
-def admitted(request: Request) -> debt.Debtor:
-    """The caller's address in the bad-credential debt; 429 + Retry-After while it is over the cap."""
-    debtor = debt.debtor(request)
-    debtor.admit()
-    return debtor
-
-
 async def authenticate(conn: Conn, request: Request, debtor: debt.Debtor) -> Principal:
-    """The live member behind the request's bearer key, or 401 (charged to ``debtor``, see :func:`admitted`)."""
+    """The live member behind the request's bearer key, or 401 (charged to ``debtor``)."""
     scheme, _, key = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise debtor.refuse(ApiError(401, "unauthorized", "send an API key as 'Authorization: Bearer hgk_…'",

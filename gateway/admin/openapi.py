@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from autopilot.workspaces import Principal
-from gateway import bodies, overload
+from gateway import bodies, debt, overload
 from gateway.admin import auth, idempotency
 from gateway.errors import ApiError
 from hookgate import jsontext, logs
@@ -103,7 +103,7 @@ class Endpoint:
         is answered before the commit.
         """
         ctx: Context = request.app.state.ctx
-        debtor = auth.admitted(request)  # an address in bad-credential debt is refused before any database work
+        debtor = debt.admitted(request)  # an address in bad-credential debt is refused before any database work
         async with overload.connection(ctx) as conn:  # bounded wait: 503 + Retry-After when saturated
             principal = await auth.authenticate(conn, request, debtor)
             path = _path_ids(request)
