@@ -3,8 +3,8 @@
 Two fixed windows per client address, each ``rate_window_s`` long and anchored at the address's first
 request in the window: an absolute cap that every request counts against, and a bad-credential debt that
 only unknown tokens (404) and bad or missing signatures (401) add to but every request is checked against.
-The runtime API shares the debt: a report or renew sent without a runtime token for a task that is not an
-HTTP agent's, or with a wrong lease token, adds to it, and such a request is refused while it is due.
+The admin API, the runtime API and the dashboard login share the debt (:mod:`gateway.debt`): their refused
+credentials add to it, and their requests are refused while it is due.
 Nothing is written to the database per request, so N gateways behind a balancer admit up to N times
 each cap.
 
@@ -117,7 +117,7 @@ class RateGates:
         return wait
 
     def charge(self, key: bytes) -> None:
-        """Add one bad credential (unknown token, bad or missing signature) to the key's debt."""
+        """Add one bad credential (unknown token, bad signature, refused key or runtime token) to the key's debt."""
         self.debt.hit(key)
 
 

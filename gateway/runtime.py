@@ -11,10 +11,12 @@ stop working on it. The runtime instance is named by the optional ``instance`` b
 
 Credentials come before bodies: a runtime token is checked (and, for renew and report, that the task is
 the caller's, or an HTTP agent's when no token is sent) before a byte of the body is read; bodies are read
-with the ``api_max_body_bytes`` cap (413) and JSON nested too deep is a 400 (:mod:`gateway.bodies`). A
-caller without a runtime token proves nothing but the lease token it sends: its refusals (unknown task, or
-a wrong lease token, audited with only the size and digest of its body) add to its address's
-bad-credential debt (:mod:`gateway.ratelimit`, shared with the ingress), and it gets 429 while in debt.
+with the ``api_max_body_bytes`` cap (413) and JSON nested too deep is a 400 (:mod:`gateway.bodies`). Every
+request is first checked against its address's bad-credential debt (:mod:`gateway.debt`, shared with the
+ingress, the admin API and the dashboard login): 429 while in debt, before any token is looked up. A refused
+runtime token (missing, malformed or unknown) adds one to the debt, and so do the refusals of a caller without
+a runtime token, who proves nothing but the lease token it sends (unknown task, or a wrong lease token, audited
+with only the size and digest of its body).
 
 A claim with ``wait_s`` waits in the process's :class:`gateway.claim_wait.ClaimWaits` (woken by NOTIFY
 ``hookgate_tasks``, with a poll fallback). A task won for a runtime that hung up meanwhile is handed back
@@ -38,7 +40,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from autopilot import agents, tasks
-from gateway import bodies, overload, ratelimit
+from gateway import bodies, debt, overload
 from gateway.admin.openapi import Answer, Error, Operation
 from gateway.claim_wait import ClaimWaits
 from gateway.errors import ApiError
@@ -159,28 +161,34 @@ def _object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _bearer(request: Request) -> str | None:
+def _bearer(request: Request, debtor: debt.Debtor) -> str | None:
     header = request.headers.get("authorization")
     if header is None:
         return None
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "unauthorized", "expected 'Authorization: Bearer hgr_…'")
+        raise debtor.refuse(ApiError(401, "unauthorized", "expected 'Authorization: Bearer hgr_…'"))
     return token.strip()
+
+
+def _no_token() -> ApiError:
+    return ApiError(401, "unauthorized", "a valid runtime token is required")
 
 
 async def _runtime_agent(request: Request) -> asyncpg.Record:
     """The pull agent of the request's bearer token (401 otherwise); the connection is not kept."""
+    debtor = debt.admitted(request)  # 429 while in debt, before any lookup
+    token = _bearer(request, debtor)
     async with _ctx(request).pool.acquire() as conn:
-        return await _agent_for(conn, _bearer(request))
+        return await _agent_for(conn, token, debtor)
 
 
-async def _agent_for(conn: Conn, token: str | None) -> asyncpg.Record:
+async def _agent_for(conn: Conn, token: str | None, debtor: debt.Debtor) -> asyncpg.Record:
     if token is None or not crypto.token_shape_ok(token, agents.RUNTIME_TOKEN_PREFIX):
-        raise ApiError(401, "unauthorized", "a valid runtime token is required")
+        raise debtor.refuse(_no_token())
     agent = await conn.fetchrow(Q.agent_get_by_runtime_token, crypto.digest(token))
     if agent is None:
-        raise ApiError(401, "unauthorized", "a valid runtime token is required")
+        raise debtor.refuse(_no_token())
     return agent
 
 
@@ -294,50 +302,35 @@ class Caller:
 
     actor_type: str
     actor_id: str
-    ip: bytes | None = None
-    """The rate key of a caller without a runtime token, whose refusals add to its bad-credential debt."""
+    debtor: debt.Debtor | None = None
+    """A caller without a runtime token: its refusals add to its address's bad-credential debt."""
 
     def sent(self, raw: bytes) -> tasks.Sent | None:
         """What a refusal of this caller keeps of its body: its size and digest, if it proved nothing."""
-        return None if self.ip is None else tasks.Sent.of(raw)
-
-
-def _gates(request: Request) -> ratelimit.RateGates:
-    from gateway.ingress.endpoint import ingress_state  # the ingress owns the per-IP gates; the debt is shared
-
-    return ingress_state(request.app).gates
-
-
-def _client_key(request: Request, gates: ratelimit.RateGates) -> bytes:
-    return ratelimit.client_key(request.client.host if request.client else None, request.headers, gates.trusted)
+        return None if self.debtor is None else tasks.Sent.of(raw)
 
 
 async def _authorize(request: Request, task_id: UUID) -> Caller:
     """Who may touch this task, from the path and the bearer alone (the body is not read yet)."""
-    token = _bearer(request)
+    debtor = debt.admitted(request)  # 429 while in debt, before any lookup
+    token = _bearer(request, debtor)
     if token is None:
-        return await _anonymous(request, task_id)
+        return await _anonymous(request, task_id, debtor)
     async with _ctx(request).pool.acquire() as conn:
-        agent = await _agent_for(conn, token)
+        agent = await _agent_for(conn, token, debtor)
         state = await conn.fetchrow(Q.task_state, task_id)
     if state is None or state["agent_id"] != agent["id"]:
         raise ApiError(404, "not_found", "no such task")
     return Caller("runtime", str(agent["id"]))
 
 
-async def _anonymous(request: Request, task_id: UUID) -> Caller:
-    """A caller without a runtime token: refused while its address is in debt; only an HTTP agent's task."""
-    gates = _gates(request)
-    ip = _client_key(request, gates)
-    if (wait := gates.indebted(ip)) is not None:
-        raise ApiError(429, "rate_limited", "too many bad credentials from this address",
-                       headers={"Retry-After": str(wait)})
+async def _anonymous(request: Request, task_id: UUID, debtor: debt.Debtor) -> Caller:
+    """A caller without a runtime token: only an HTTP agent's task (else 401, charged to its address)."""
     async with _ctx(request).pool.acquire() as conn:
         state = await conn.fetchrow(Q.task_state, task_id)
     if state is None or state["runtime_kind"] != "http":
-        gates.charge(ip)
-        raise ApiError(401, "unauthorized", "a valid runtime token is required")
-    return Caller("agent", str(state["agent_id"]), ip)
+        raise debtor.refuse(_no_token())
+    return Caller("agent", str(state["agent_id"]), debtor)
 
 
 def _cancelled() -> ApiError:
@@ -345,10 +338,9 @@ def _cancelled() -> ApiError:
     return ApiError(409, "cancelled", "the task was cancelled; stop working on it")
 
 
-def _lease_lost(request: Request, caller: Caller) -> ApiError:
-    if caller.ip is not None:
-        _gates(request).charge(caller.ip)
-    return ApiError(409, "lease_lost", "this lease token no longer holds the task")
+def _lease_lost(caller: Caller) -> ApiError:
+    error = ApiError(409, "lease_lost", "this lease token no longer holds the task")
+    return error if caller.debtor is None else caller.debtor.refuse(error)
 
 
 async def renew(request: Request) -> Response:
@@ -365,7 +357,7 @@ async def renew(request: Request) -> Response:
         except TaskCancelled:
             raise _cancelled() from None
         except LeaseLost:
-            raise _lease_lost(request, caller) from None
+            raise _lease_lost(caller) from None
     return _json(Renewed(task_id=task_id, lease_expires_at=expires))
 
 
@@ -398,7 +390,7 @@ async def report(request: Request) -> Response:
         except TaskCancelled:
             raise _cancelled() from None
         except LeaseLost:
-            raise _lease_lost(request, caller) from None
+            raise _lease_lost(caller) from None
         if outcome == "applied":
             # The report freed one of the agent's concurrency slots (and a retry requeued the task): a runtime
             # of the agent waiting in a claim may now win one. After the commit, never inside it.
@@ -427,6 +419,9 @@ _COMMON = {
     401: Answer("No valid runtime token (`unauthorized`)", (Error,)),
     413: Answer("The body is larger than HOOKGATE_API_MAX_BODY_BYTES (`payload_too_large`)", (Error,)),
     422: Answer("A field has the wrong type or value (`invalid_request`)", (Error,)),
+    429: Answer("Too many bad credentials from this address (`rate_limited`): bad runtime tokens, or bad lease "
+                "tokens sent without one, or bad keys or webhook tokens; retry after Retry-After",
+                (Error,), retry_after=True),
     503: Answer("The database is unavailable or busy (`unavailable`, `busy`); retry after Retry-After",
                 (Error,), retry_after=True),
 }
@@ -436,8 +431,6 @@ _ON_TASK = {
     404: Answer("No such task, or it is another agent's (`not_found`)", (Error,)),
     409: Answer("The lease token no longer holds the task (`lease_lost`), or the task was cancelled while it "
                 "held it (`cancelled`: stop working on it); nothing changed", (Error,)),
-    429: Answer("Without a runtime token: too many bad lease tokens from this address (`rate_limited`)",
-                (Error,), retry_after=True),
 }
 OPERATIONS = [
     Operation("POST", "/v1/runtime/heartbeat", "runtime_heartbeat", "Say this runtime instance is alive", "runtime",

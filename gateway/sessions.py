@@ -1,8 +1,10 @@
-"""Dashboard sessions: a signed cookie naming the API key that logged in, and CSRF tokens bound to it.
+"""Dashboard sessions: a signed cookie naming a session row in the database, and CSRF tokens bound to it.
 
 The cookie holds ``{key id, nonce, expiry}`` and an HMAC-SHA256 over it, keyed by a key derived from
-``HOOKGATE_SECRET_KEY`` (so rotating that key logs everyone out). It never holds the API key itself;
-every request re-checks that the key is still live, so revoking a key ends its sessions at once.
+``HOOKGATE_SECRET_KEY`` (so rotating that key logs everyone out, and a forged cookie costs no query). It never
+holds the API key itself. The nonce is the session's random id: the database keeps only its SHA-256 (table
+``dashboard_session``), every request looks the row up with the key's and member's liveness, and logout deletes
+it, so a logged-out cookie replayed is refused at once by every gateway process, as is one of a revoked key.
 A CSRF token is an HMAC of the session nonce: a page of another site can neither read nor forge it.
 """
 
@@ -16,8 +18,14 @@ import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
+import asyncpg
+
+from hookgate import crypto
 from hookgate.crypto import Keyring
+from hookgate.database import Conn
+from sql import Q
 
 SESSION_COOKIE = "hookgate_session"
 LOGIN_COOKIE = "hookgate_login"
@@ -41,6 +49,11 @@ class Session:
     key_id: str
     nonce: str
     expires_at: int
+
+    @property
+    def digest(self) -> bytes:
+        """What the database keeps of the session id: its SHA-256, never the id itself."""
+        return crypto.digest(self.nonce)
 
 
 class Signer:
@@ -85,3 +98,18 @@ class Signer:
 def new_login_nonce() -> str:
     """A random nonce for the login form's pre-session cookie."""
     return secrets.token_urlsafe(16)
+
+
+async def start(conn: Conn, session: Session) -> None:
+    """Record a login's session, so that later requests find it until it expires or logs out."""
+    await conn.execute(Q.dashboard_session_insert, session.digest, UUID(session.key_id), SESSION_TTL_S)
+
+
+async def principal_row(conn: Conn, session: Session) -> asyncpg.Record | None:
+    """The live member of a session still recorded and unexpired (key not revoked, member enabled), else None."""
+    return await conn.fetchrow(Q.dashboard_session_principal, session.digest)
+
+
+async def end(conn: Conn, session: Session) -> None:
+    """Logout: delete the session, so its cookie is refused from now on by every gateway process."""
+    await conn.execute(Q.dashboard_session_delete, session.digest)

@@ -105,7 +105,8 @@ class Settings(BaseSettings):
     )
     ip_request_cap: int = Field(default=600, ge=1, description="Requests per IP per rate window (all requests)")
     ip_bad_credential_cap: int = Field(
-        default=30, ge=1, description="Unknown-token and bad-signature answers per IP per rate window"
+        default=30, ge=1, description="Refused credentials per IP per rate window at every door (webhook tokens and "
+        "signatures, admin keys, runtime and lease tokens, dashboard logins); past it 429"
     )
     rate_window_s: float = Field(default=60.0, gt=0, description="Length of the per-IP rate windows")
     rate_table_size: int = Field(default=100_000, ge=100, description="Most IPs tracked per gate (memory bound)")

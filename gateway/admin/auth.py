@@ -5,6 +5,10 @@ another workspace's ids are simply not found (404, never 403: existence is not l
 follow the role hierarchy owner > admin > member (``autopilot.workspaces``). Writing an
 autopilot (and seeing its triggers' tokens and URLs) is for its creator, workspace owners and admins, and
 its collaborators; managing collaborators is for the creator, owners and admins.
+
+Key guessing is charged to the caller address's bad-credential debt (:mod:`gateway.debt`), shared with the
+webhook ingress: the endpoint refuses an address over the cap (429, :func:`gateway.debt.admitted`) before
+any database work, and :func:`authenticate` charges each refused key (missing, malformed, unknown, revoked).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from starlette.requests import Request
 
 from autopilot import workspaces
 from autopilot.workspaces import Principal
+from gateway import debt
 from gateway.errors import ApiError
 from hookgate.database import Conn
 from sql import Q
@@ -25,14 +30,15 @@ from sql import Q
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="hookgate"'}
 
 
-async def authenticate(conn: Conn, request: Request) -> Principal:
-    """The live member behind the request's bearer key, or 401."""
+async def authenticate(conn: Conn, request: Request, debtor: debt.Debtor) -> Principal:
+    """The live member behind the request's bearer key, or 401 (charged to ``debtor``)."""
     scheme, _, key = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
-        raise ApiError(401, "unauthorized", "send an API key as 'Authorization: Bearer hgk_…'", _CHALLENGE)
+        raise debtor.refuse(ApiError(401, "unauthorized", "send an API key as 'Authorization: Bearer hgk_…'",
+                                     _CHALLENGE))
     principal = await workspaces.authenticate(conn, key.strip())
     if principal is None:
-        raise ApiError(401, "unauthorized", "unknown or revoked API key", _CHALLENGE)
+        raise debtor.refuse(ApiError(401, "unauthorized", "unknown or revoked API key", _CHALLENGE))
     return principal
 
 

@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from autopilot.workspaces import Principal
-from gateway import bodies, overload
+from gateway import bodies, debt, overload
 from gateway.admin import auth, idempotency
 from gateway.errors import ApiError
 from hookgate import jsontext, logs
@@ -103,8 +103,9 @@ class Endpoint:
         is answered before the commit.
         """
         ctx: Context = request.app.state.ctx
+        debtor = debt.admitted(request)  # an address in bad-credential debt is refused before any database work
         async with overload.connection(ctx) as conn:  # bounded wait: 503 + Retry-After when saturated
-            principal = await auth.authenticate(conn, request)
+            principal = await auth.authenticate(conn, request, debtor)
             path = _path_ids(request)
             logs.bind(**{name: str(value) for name, value in path.items()})  # run_id, trigger_id, … in logs
             query = _validate(self.query, dict(request.query_params)) if self.query else None
@@ -215,7 +216,8 @@ def _database_error(exc: asyncpg.PostgresError) -> ApiError | None:
 
 _ERRORS = {400: "Malformed request", 401: "Missing or unknown API key", 403: "Not allowed for this member",
            404: "Not found in this workspace", 409: "Conflicts with the current state",
-           422: "Request failed validation"}
+           422: "Request failed validation",
+           429: "Too many bad credentials from this address (`rate_limited`); retry after Retry-After"}
 _BODY_ERRORS = {413: "Request body too large"}
 SECURITY_SCHEMES = {
     "bearer": {"type": "http", "scheme": "bearer", "description": "An admin API key, `hgk_…`."},
@@ -223,6 +225,10 @@ SECURITY_SCHEMES = {
                      "description": "A pull agent's runtime token, `hgr_…` (shown once when the agent is created)."},
 }
 """``bearer``: the admin API; ``runtimeToken``: the runtime API. The webhook token travels in the path."""
+
+
+_RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again",
+                                "schema": {"type": "string", "pattern": "^[0-9]+$"}}}
 
 
 @dataclass(frozen=True)
@@ -301,8 +307,7 @@ def _answer(answer: Answer, refs: dict[Any, Any]) -> dict[str, Any]:
     if schemas:
         out["content"] = {"application/json": {"schema": schemas[0] if len(schemas) == 1 else {"oneOf": schemas}}}
     if answer.retry_after:
-        out["headers"] = {"Retry-After": {"description": "Seconds to wait before trying again",
-                                          "schema": {"type": "string", "pattern": "^[0-9]+$"}}}
+        out["headers"] = _RETRY_AFTER
     return out
 
 
@@ -321,6 +326,7 @@ def _operation(e: Endpoint, refs: dict[Any, Any]) -> dict[str, Any]:
     errors = _ERRORS | _BODY_ERRORS if e.body else _ERRORS
     op["responses"] = {str(e.status): ok} | {str(code): {"description": text, **error}
                                              for code, text in sorted(errors.items())}
+    op["responses"]["429"]["headers"] = _RETRY_AFTER
     return op
 
 

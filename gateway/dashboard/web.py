@@ -1,9 +1,10 @@
 """What every dashboard page shares: the session, CSRF and origin checks, rendering, and admin writes.
 
 Log in with an API key (POST form) → a signed session cookie (HttpOnly, SameSite=Strict, Secure when
-PUBLIC_URL is https). Every POST form carries a CSRF token bound to the session, and a cross-origin
-``Origin`` is refused. Every write runs the admin API's own endpoint handler (same permission checks,
-validation and audit) under the logged-in member, after a confirmation page.
+PUBLIC_URL is https) naming a session the database holds until logout (:mod:`gateway.sessions`). Every POST
+form carries a CSRF token bound to the session, and a cross-origin ``Origin`` is refused. Every write runs the
+admin API's own endpoint handler (same permission checks, validation and audit) under the logged-in member,
+after a confirmation page.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from gateway.errors import ApiError
 from hookgate import logs
 from hookgate.context import Context
 from hookgate.database import Conn
-from sql import Q
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent.parent / "templates"))
 FORM_LIMIT = 16 * 1024
@@ -124,12 +124,12 @@ def check_origin(request: Request) -> None:
 
 
 async def _session(request: Request) -> tuple[Principal, sessions.Session] | None:
-    """The logged-in principal, re-checked against the database (a revoked key ends its sessions)."""
+    """The logged-in principal, re-checked against the database (logging out or revoking the key ends it)."""
     session = signer(request).verify(request.cookies.get(sessions.SESSION_COOKIE))
     if session is None:
         return None
     async with overload.connection(ctx_of(request)) as conn:
-        row = await conn.fetchrow(Q.dashboard_principal, UUID(session.key_id))
+        row = await sessions.principal_row(conn, session)
     if row is None:
         return None
     logs.bind(member_id=str(row["member_id"]))

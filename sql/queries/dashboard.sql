@@ -1,10 +1,3 @@
--- name: dashboard_principal
--- The live member behind an API key id (a dashboard session names the key, never holds it); $1 = key id.
-SELECT k.id AS key_id, m.id AS member_id, m.workspace_id, m.role, m.name
-FROM api_key k
-JOIN member m ON m.id = k.member_id
-WHERE k.id = $1 AND k.revoked_at IS NULL AND m.disabled_at IS NULL
-
 -- name: dashboard_runtimes_online
 -- Pull-runtime instances of the workspace that heartbeated within the timeout; $1 = workspace, $2 = seconds.
 SELECT a.id AS agent_id, a.name AS agent_name, i.instance, i.heartbeat_at

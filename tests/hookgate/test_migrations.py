@@ -24,7 +24,7 @@ EXPECTED_TABLES = {
     "autopilot_collaborator", "autopilot_rule_version", "autopilot_trigger", "webhook_delivery",
     "autopilot_run", "issue", "agent_task", "sys_cron_executions", "audit_log", "idempotency_key",
     "hookgate_migrations", "trigger_pace", "agent_slot", "hookgate_functions", "agent_health", "task_attempt",
-    "notification_channel", "notification", "trigger_rejection_alert", "webhook_delivery_dedupe",
+    "notification_channel", "notification", "trigger_rejection_alert", "webhook_delivery_dedupe", "dashboard_session",
 }
 EXPECTED_INDEXES = {
     "webhook_delivery_dedupe_pkey", "webhook_delivery_queue_idx", "autopilot_run_planned_uq",

@@ -74,6 +74,24 @@ async def test_retention_deletes_idempotency_keys_past_their_5_minute_window_in_
     assert keys == ["live"] and result["idempotency_keys_deleted"] == 5
 
 
+async def _session(conn, key_id, n, expires_in):
+    await conn.execute("INSERT INTO dashboard_session (digest, key_id, expires_at) VALUES ($1, $2, now() + $3)",
+                       bytes([n]) * 32, key_id, expires_in)
+
+
+async def test_retention_deletes_expired_dashboard_sessions_in_batches(setup, ctx):
+    async with ctx.pool.acquire() as conn:
+        key_id = await conn.fetchval("SELECT id FROM api_key WHERE workspace_id = $1", setup.world.workspace_id)
+        for n in range(5):
+            await _session(conn, key_id, n, -timedelta(minutes=1))
+        await _session(conn, key_id, 9, timedelta(hours=1))
+    await setup.scheduler([retention_job(timedelta(days=30), batch_size=2)]).run_once()
+    async with ctx.pool.acquire() as conn:
+        left = [r["digest"] for r in await conn.fetch("SELECT digest FROM dashboard_session")]
+        result = await conn.fetchval("SELECT result FROM sys_cron_executions WHERE job_name = 'retention'")
+    assert left == [bytes([9]) * 32] and result["dashboard_sessions_deleted"] == 5
+
+
 async def _attempt(conn, task_id, age):
     return await conn.fetchval(
         """INSERT INTO task_attempt (workspace_id, task_id, run_id, agent_id, attempt, started_at, finished_at,

@@ -51,7 +51,8 @@ async def test_openapi_document_describes_every_admin_runtime_and_webhook_route(
     operation_ids = [op["operationId"] for ops in doc["paths"].values() for op in ops.values()]
     assert len(operation_ids) == len(set(operation_ids)) == len(api)
     create = doc["paths"]["/v1/autopilots/{autopilot_id}/runs"]["post"]
-    assert set(create["responses"]) == {"201", "400", "401", "403", "404", "409", "413", "422"}
+    assert set(create["responses"]) == {"201", "400", "401", "403", "404", "409", "413", "422", "429"}
+    assert set(create["responses"]["429"]["headers"]) == {"Retry-After"}  # bad credentials from the address
     assert any(p["name"] == "Idempotency-Key" for p in create["parameters"])
     runs = doc["paths"]["/v1/runs"]["get"]["parameters"]
     assert {p["name"] for p in runs} == {"limit", "cursor", "autopilot_id", "status", "source"}
@@ -94,7 +95,7 @@ async def test_runtime_operations_take_the_runtime_token_and_renew_report_also_a
         assert op["security"] == [{"runtimeToken": []}, {}]
         assert {"200", "401", "404", "409", "413", "422", "429", "503"} <= set(op["responses"])
     claim = ops["/v1/runtime/claim"]
-    assert set(claim["responses"]) == {"200", "204", "400", "401", "413", "422", "503"}
+    assert set(claim["responses"]) == {"200", "204", "400", "401", "413", "422", "429", "503"}
     assert "content" not in claim["responses"]["204"]
     schemas = doc["components"]["schemas"]
     assert schemas["ReportBody"]["required"] == ["lease_token", "status"]
