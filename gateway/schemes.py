@@ -26,7 +26,6 @@ import base64
 import binascii
 import functools
 import hmac
-import json
 import math
 import re
 from collections.abc import Callable
@@ -241,17 +240,17 @@ Scheme = Annotated[HmacScheme | PublicKeyScheme | SharedSecretScheme | BasicAuth
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Scheme)
 
 
+def default_kind(data: Any) -> Any:
+    """A request body whose `signature` names no `kind` gets `hmac`, the default family."""
+    scheme = data.get("signature") if isinstance(data, dict) else None
+    if isinstance(scheme, dict) and "kind" not in scheme:
+        return {**data, "signature": {"kind": "hmac", **scheme}}
+    return data
+
+
 def parse_scheme(data: object) -> HmacScheme | PublicKeyScheme | SharedSecretScheme | BasicAuthScheme:
     """A validated scheme from its JSON object (`kind` defaults to `hmac`); pydantic's ValidationError if not."""
-    if isinstance(data, dict) and "kind" not in data:
-        data = {"kind": "hmac", **data}
-    return _ADAPTER.validate_python(data)  # type: ignore[no-any-return]
-
-
-@functools.lru_cache(maxsize=1024)
-def parsed(text: str) -> HmacScheme | PublicKeyScheme | SharedSecretScheme | BasicAuthScheme:
-    """`parse_scheme` of a stored JSON text, cached: ingress looks a trigger up many times a second."""
-    return parse_scheme(json.loads(text))
+    return _ADAPTER.validate_python(default_kind({"signature": data})["signature"])  # type: ignore[no-any-return]
 
 
 # -- templates ----------------------------------------------------------------------------------------
