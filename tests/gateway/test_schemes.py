@@ -315,3 +315,53 @@ def test_no_scheme_accepts_a_request_it_did_not_see_signed(family: dict[str, Any
     key = _pem(ed25519.Ed25519PrivateKey.generate()) if family is DISCORD else STD_SECRET
     req = Inbound(raw=raw, headers={k.lower(): v for k, v in headers.items()}, body={}, url=URL, now=time.time())
     assert as_preset(parse_scheme(family)).verify(req, [key]) in ("missing", "invalid")
+
+
+def _sign(scheme: dict[str, Any], secret: str, raw: bytes, ts: int) -> dict[str, str]:
+    """Headers a sender following `scheme` (an hmac one, as `generated_schemes` makes) would send."""
+    import hashlib
+    import hmac
+
+    message = scheme["signed"].replace("{timestamp}", str(ts)).encode().replace(b"{body}", raw)
+    mac = hmac.new(secret.encode(), message, getattr(hashlib, scheme["algorithm"])).digest()
+    encoded = mac.hex() if scheme["encoding"] == "hex" else base64.b64encode(mac).decode()
+    if scheme.get("signature_part"):
+        return {scheme["header"]: f"t={ts},{scheme['signature_part']}={encoded}"}
+    return {scheme["header"]: scheme["prefix"] + encoded, "X-Ts": str(ts)}
+
+
+@st.composite
+def generated_schemes(draw: st.DrawFn) -> dict[str, Any]:
+    """Random hmac schemes: algorithm, encoding, prefix, a timestamp in its own header or a structured one."""
+    structured = draw(st.booleans())
+    scheme = {"header": "X-Sig", "algorithm": draw(st.sampled_from(["sha1", "sha256", "sha512"])),
+              "encoding": draw(st.sampled_from(["hex", "base64"])),
+              "prefix": "" if structured else draw(st.sampled_from(["", "sha256=", "v1,"])),
+              "signed": draw(st.sampled_from(["{timestamp}.{body}", "{body}", "v0:{timestamp}:{body}"])),
+              "tolerance_s": draw(st.integers(1, 600))}
+    if structured:
+        return scheme | {"signature_part": "v1", "timestamp_part": "t"}
+    return scheme | {"timestamp_header": "X-Ts"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(scheme=generated_schemes(), raw=st.binary(min_size=1, max_size=64), secret=st.text(min_size=8, max_size=20),
+       flip=st.integers(0, 63), late=st.integers(1, 10_000))
+def test_no_generated_scheme_accepts_a_forged_tampered_or_stale_request(scheme: dict[str, Any], raw: bytes,
+                                                                       secret: str, flip: int, late: int) -> None:
+    preset = as_preset(parse_scheme(scheme))
+    now = NOW
+
+    def check(body: bytes, headers: dict[str, str], at: float = now, key: str = secret) -> str:
+        lowered = {k.lower(): v for k, v in headers.items()}
+        return preset.verify(Inbound(raw=body, headers=lowered, body={}, url=URL, now=at), [key])
+
+    headers = _sign(scheme, secret, raw, now)
+    assert check(raw, headers) == "valid"
+    i = flip % len(raw)
+    tampered = raw[:i] + bytes([raw[i] ^ 1]) + raw[i + 1:]
+    assert check(tampered, headers) == "invalid"
+    assert check(raw, headers, key=secret + "x") == "invalid"
+    assert check(raw, _sign(scheme, secret + "x", raw, now - late)) == "invalid"
+    # Genuine but late: expired, also when the template does not sign the timestamp it is sent with.
+    assert check(raw, _sign(scheme, secret, raw, now - scheme["tolerance_s"] - late)) == "expired"
