@@ -1,4 +1,4 @@
--- 0026_signature_schemes: a webhook trigger may check its sender by a scheme given as data.
+-- 0028_signature_schemes: a webhook trigger may check its sender by a scheme given as data.
 --
 -- `signature_scheme` holds one validated JSON object (gateway/schemes.py: hmac, public_key, shared_secret or
 -- basic_auth): on a `custom` trigger it is the only check; on a preset it replaces the preset's check while
