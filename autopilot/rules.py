@@ -99,6 +99,7 @@ def signing_secret_context(trigger_id: UUID) -> str:
 async def create_webhook_trigger(
     conn: Conn, keyring: crypto.Keyring, *, autopilot: asyncpg.Record, publisher: Publisher,
     provider: str = "generic", event_filters: list[str] | None = None, rate_limit_per_minute: int = 60,
+    signature_scheme: dict[str, object] | None = None,
 ) -> tuple[asyncpg.Record, str]:
     """Create a webhook trigger with a fresh ``awt_`` token; returns ``(trigger, token)``."""
     token = crypto.new_token(WEBHOOK_TOKEN_PREFIX)
@@ -107,7 +108,7 @@ async def create_webhook_trigger(
         row = one(await conn.fetchrow(
             Q.trigger_insert_webhook, autopilot["workspace_id"], autopilot["id"], token_digest,
             keyring.encrypt(token, token_context(token_digest)), crypto.hint(token), provider,
-            event_filters or [], rate_limit_per_minute, publisher.type, publisher.id,
+            event_filters or [], rate_limit_per_minute, publisher.type, publisher.id, signature_scheme,
         ))
         await publish(conn, autopilot["id"], "trigger_create", publisher, {"trigger_id": str(row["id"])})
     return row, token

@@ -187,7 +187,7 @@ def _check_gitlab(req: Inbound, secret: str) -> SignatureStatus:
     if token is None:
         return "missing"
     # The token travels as a header value, and HTTP drops a value's surrounding spaces.
-    return _valid_if(hmac.compare_digest(_utf8(token), _utf8(secret.strip(" "))))
+    return _valid_if(hmac.compare_digest(utf8(token), utf8(secret.strip(" "))))
 
 
 def _check_stripe(req: Inbound, secret: str) -> SignatureStatus:
@@ -234,14 +234,14 @@ def _check_standard(req: Inbound, secret: str) -> SignatureStatus:
         return "missing"
     if not _TIMESTAMP.fullmatch(stamp):
         return "invalid"
-    expected = _mac(_standard_key(secret), _utf8(f"{msg_id}.{stamp}.") + req.raw)
+    expected = _mac(standard_key(secret), utf8(f"{msg_id}.{stamp}.") + req.raw)
     entries = (entry.partition(",") for entry in header.split())
     if not any(version == "v1" and _b64_equal(expected, sig) for version, _, sig in entries):
         return "invalid"
     return _fresh(req.now, int(stamp))
 
 
-def _standard_key(secret: str) -> bytes:
+def standard_key(secret: str) -> bytes:
     """Key as the reference library derives it: base64 of what follows an optional `whsec_`.
 
     A secret that does not decode (or decodes to nothing) is used as its raw UTF-8 bytes.
@@ -250,7 +250,7 @@ def _standard_key(secret: str) -> bytes:
         key = base64.b64decode(secret.removeprefix("whsec_") + "==")
     except ValueError:
         key = b""
-    return key or _utf8(secret)
+    return key or utf8(secret)
 
 
 def _check_linear(req: Inbound, secret: str) -> SignatureStatus:
@@ -270,14 +270,14 @@ def _check_twilio(req: Inbound, secret: str) -> SignatureStatus:
     if signature is None:
         return "missing"
     digestmod = _twilio_digest(req.header("x-twilio-webhooks-signature-settings"))
-    signed_params = _twilio_params(req)
+    signed_params = twilio_params(req)
     if digestmod is None or signed_params is None:
         return "invalid"
-    key = _utf8(secret)
+    key = utf8(secret)
     return _valid_if(
         any(
-            _b64_equal(hmac.digest(key, _utf8(url + signed_params), digestmod), signature)
-            for url in _twilio_urls(req.url)
+            _b64_equal(hmac.digest(key, utf8(url + signed_params), digestmod), signature)
+            for url in twilio_urls(req.url)
         )
     )
 
@@ -292,14 +292,14 @@ def _twilio_digest(settings: str | None) -> str | None:
     return {"HMAC_SHA1": "sha1", "HMAC_SHA256": "sha256"}.get(algorithm)
 
 
-def _twilio_params(req: Inbound) -> str | None:
+def twilio_params(req: Inbound) -> str | None:
     """What Twilio appends to the URL: the sorted form params, or "" once a JSON body matches `bodySHA256`."""
     if media_type(req.headers.get("content-type")) == "application/x-www-form-urlencoded":
         fields = _raw_form(req.raw)
         return None if fields is None else _sorted_params(fields)
-    claimed = _query_param(req.url, "bodySHA256")
+    claimed = query_param(req.url, "bodySHA256")
     actual = hashlib.sha256(req.raw).hexdigest()
-    return "" if claimed is not None and hmac.compare_digest(_utf8(claimed), actual.encode()) else None
+    return "" if claimed is not None and hmac.compare_digest(utf8(claimed), actual.encode()) else None
 
 
 def _sorted_params(fields: list[tuple[str, str]]) -> str:
@@ -310,7 +310,8 @@ def _sorted_params(fields: list[tuple[str, str]]) -> str:
     return "".join(name + value for name in sorted(values) for value in sorted(values[name]))
 
 
-def _query_param(url: str, name: str) -> str | None:
+def query_param(url: str, name: str) -> str | None:
+    """The first value of the query parameter `name` in `url`, or None."""
     try:
         found = parse_qs(urlsplit(url).query).get(name)
     except ValueError:
@@ -325,7 +326,7 @@ def _raw_form(raw: bytes) -> list[tuple[str, str]] | None:
         return None
 
 
-def _twilio_urls(url: str) -> tuple[str, ...]:
+def twilio_urls(url: str) -> tuple[str, ...]:
     """The URL as given, without its port, and with it (the scheme's default if none): Twilio signs either."""
     try:
         parts = urlsplit(url)
@@ -408,12 +409,13 @@ def _event_twilio(req: Inbound) -> str | None:
 # -- small helpers ------------------------------------------------------------------------------------
 
 
-def _utf8(text: str) -> bytes:
+def utf8(text: str) -> bytes:
+    """UTF-8 bytes of any str, lone surrogates included (a secret or a header is never refused here)."""
     return text.encode("utf-8", "surrogatepass")
 
 
 def _mac(key: str | bytes, message: bytes) -> bytes:
-    return hmac.digest(_utf8(key) if isinstance(key, str) else key, message, "sha256")
+    return hmac.digest(utf8(key) if isinstance(key, str) else key, message, "sha256")
 
 
 def _hex_equal(expected: bytes, given: str) -> bool:
@@ -449,7 +451,7 @@ def _scalar(value: object) -> str | None:
 def _bounded(key: str) -> str:
     if len(key) <= _MAX_KEY:
         return key
-    return "sha256:" + hashlib.sha256(_utf8(key)).hexdigest()
+    return "sha256:" + hashlib.sha256(utf8(key)).hexdigest()
 
 
 # -- the presets --------------------------------------------------------------------------------------

@@ -14,10 +14,11 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import asyncpg
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, model_validator
 
 from autopilot import editing, rules
 from autopilot.rules import Publisher
+from gateway import schemes
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints
 from gateway.admin.pagination import Page, PageQuery
@@ -28,7 +29,8 @@ from scheduler.cron import InvalidSchedule, Schedule
 from sql import Q
 
 api = Endpoints("Triggers")
-Provider = Literal["generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio"]
+Provider = Literal[
+    "generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio", "custom"]
 Overlap = Literal["skip", "buffer_one", "allow"]
 EventFilter = Annotated[str, Field(min_length=1, max_length=200)]
 
@@ -52,6 +54,13 @@ class WebhookTriggerIn(BaseModel):
     provider: Provider = "generic"
     event_filters: list[EventFilter] = Field(default_factory=list, max_length=100)
     rate_limit_per_minute: int = Field(default=60, ge=1, le=1_000_000)
+    signature: schemes.Scheme | None = None
+    """How the sender is checked (docs/PROVIDERS.md, "Custom"); required for `custom`, else the preset's own."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hmac_by_default(cls, data: Any) -> Any:
+        return schemes.default_kind(data)
 
 
 class ScheduleTriggerIn(BaseModel):
@@ -79,6 +88,13 @@ class TriggerPatch(BaseModel):
     provider: Provider | None = None
     event_filters: list[EventFilter] | None = Field(default=None, max_length=100)
     rate_limit_per_minute: int | None = Field(default=None, ge=1, le=1_000_000)
+    signature: schemes.Scheme | None = None
+    """A new scheme; `null` puts a preset trigger back on its preset's own check."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hmac_by_default(cls, data: Any) -> Any:
+        return schemes.default_kind(data)
 
 
 class TriggerOut(BaseModel):
@@ -89,6 +105,7 @@ class TriggerOut(BaseModel):
     kind: Literal["webhook", "schedule"]
     enabled: bool
     provider: Provider | None = None
+    signature: dict[str, Any] | None = None
     event_filters: list[str] | None = None
     rate_limit_per_minute: int | None = None
     token_hint: str | None = None
@@ -120,11 +137,21 @@ class TokenOut(BaseModel):
 
 
 class SecretIn(BaseModel):
-    """A signing secret; the previous one keeps verifying for ``grace_seconds``."""
+    """A signing secret, or for a `public_key` scheme the sender's public key (hex, base64 DER or PEM).
+
+    The previous one keeps verifying for ``grace_seconds``.
+    """
 
     model_config = ConfigDict(extra="forbid")
-    secret: SigningSecret
+    secret: SigningSecret | None = None
+    public_key: Annotated[str, Field(min_length=16, max_length=4000)] | None = None
     grace_seconds: int = Field(default=0, ge=0, le=7 * 24 * 3600)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> SecretIn:
+        if (self.secret is None) == (self.public_key is None):
+            raise ValueError("send exactly one of secret and public_key")
+        return self
 
 
 class SecretOut(BaseModel):
@@ -159,7 +186,7 @@ def _url(call: Call, token: str) -> str:
 
 def trigger_out(call: Call, row: asyncpg.Record, writer: bool, token: str | None = None) -> dict[str, Any]:
     """Render a trigger; writers also get its token (decrypted) and URL, others neither key."""
-    out = TriggerOut.model_validate(dict(row)).model_dump(mode="json")
+    out = TriggerOut.model_validate({**row, "signature": row["signature_scheme"]}).model_dump(mode="json")
     if not writer or row["kind"] != "webhook" or row["deleted_at"] is not None:
         out.pop("token"), out.pop("url")
         return out
@@ -204,7 +231,8 @@ async def create_trigger(call: Call) -> dict[str, Any]:
     if isinstance(spec, WebhookTriggerIn):
         row, token = await rules.create_webhook_trigger(
             call.conn, call.ctx.keyring, autopilot=autopilot, publisher=publisher, provider=spec.provider,
-            event_filters=spec.event_filters, rate_limit_per_minute=spec.rate_limit_per_minute)
+            event_filters=spec.event_filters, rate_limit_per_minute=spec.rate_limit_per_minute,
+            signature_scheme=_scheme_needed(spec.provider, spec.signature))
         return trigger_out(call, row, True, token)
     schedule = _schedule(spec.cron, spec.timezone)
     async with call.conn.transaction():
@@ -238,13 +266,18 @@ async def edit_trigger(call: Call) -> dict[str, Any]:
     """Writers only. A real change publishes a version and makes the editor this trigger's publisher."""
     body: TriggerPatch = call.body
     row, _ = await _writable_trigger(call)
-    changes = {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None}
+    sent = body.model_dump(exclude_unset=True, exclude={"signature"})
+    changes = {k: v for k, v in sent.items() if v is not None}
+    if "signature" in body.model_fields_set:
+        changes["signature_scheme"] = body.signature
     publisher = Publisher.member(call.principal.member_id)
     if row["kind"] == "webhook":
         _refuse(changes, ("cron", "timezone", "overlap_policy"), "webhook")
+        scheme = changes.get("signature_scheme", row["signature_scheme"])
+        changes["signature_scheme"] = _scheme_needed(changes.get("provider", row["provider"]), scheme)
         updated, _ = await editing.edit_webhook_trigger(call.conn, row["id"], changes, publisher)
         return trigger_out(call, updated, True)
-    _refuse(changes, ("provider", "event_filters", "rate_limit_per_minute"), "schedule")
+    _refuse(changes, ("provider", "event_filters", "rate_limit_per_minute", "signature_scheme"), "schedule")
     next_fire_at = None
     # A new cron or zone, or re-enabling, plans the next occurrence from now (never a stale one).
     if "cron" in changes or "timezone" in changes or (changes.get("enabled") and not row["enabled"]):
@@ -253,6 +286,16 @@ async def edit_trigger(call: Call) -> dict[str, Any]:
         next_fire_at = schedule.next_after(await _db_now(call.conn))
     updated, _ = await editing.edit_schedule_trigger(call.conn, row["id"], changes, next_fire_at, publisher)
     return trigger_out(call, updated, True)
+
+
+def _scheme_needed(provider: str, scheme: Any) -> dict[str, Any] | None:
+    """The scheme to store, as JSON; a `custom` trigger without one is refused (it has no check of its own)."""
+    if scheme is None and provider == "custom":
+        raise ApiError(422, "invalid_request", "a custom trigger needs a signature scheme (\"signature\")")
+    if scheme is None or isinstance(scheme, dict):
+        return scheme
+    stored: dict[str, Any] = scheme.model_dump(mode="json")
+    return stored
 
 
 def _refuse(changes: dict[str, Any], fields: tuple[str, ...], kind: str) -> None:
@@ -290,9 +333,25 @@ async def set_signing_secret(call: Call) -> SecretOut:
     body: SecretIn = call.body
     row, _ = await _writable_trigger(call)
     _webhook_only(row)
-    await editing.change_signing_secret(call.conn, call.ctx.keyring, row, body.secret, body.grace_seconds,
+    secret = _secret_for(row["signature_scheme"], body)
+    await editing.change_signing_secret(call.conn, call.ctx.keyring, row, secret, body.grace_seconds,
                                         call.principal.member_id)
-    return SecretOut(hint=body.secret[-4:])
+    return SecretOut(hint=secret[-4:])
+
+
+def _secret_for(scheme: dict[str, Any] | None, body: SecretIn) -> str:
+    """What the trigger stores: the secret, or a public key validated for its scheme's algorithm."""
+    algorithm = scheme.get("algorithm") if scheme and scheme.get("kind") == "public_key" else None
+    if algorithm is None:
+        if body.secret is None:
+            raise ApiError(422, "invalid_request", "public_key: this trigger's scheme is not public_key; send secret")
+        return body.secret
+    if body.public_key is None:
+        raise ApiError(422, "invalid_request", "secret: this trigger checks a public key; send public_key")
+    try:
+        return schemes.public_key_text(body.public_key, algorithm)
+    except schemes.SchemeError as exc:
+        raise ApiError(422, "invalid_request", f"public_key: {exc}") from None
 
 
 @api.add("DELETE", "/v1/triggers/{trigger_id}/signing-secret", summary="Remove the signing secret",

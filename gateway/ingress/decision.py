@@ -25,7 +25,7 @@ from uuid import UUID
 from autopilot import admission
 from gateway.envelope import build_envelope
 from gateway.ingress.triggers import Trigger
-from gateway.providers import Inbound, get_preset, selected_headers
+from gateway.providers import Inbound, selected_headers
 
 REJECTED = {"invalid": "invalid_signature", "missing": "missing_signature", "expired": "expired_timestamp"}
 """Signature status → the rejected delivery's reason code (step 8)."""
@@ -78,7 +78,7 @@ class Plan:
 
 def verify(trigger: Trigger, inbound: Inbound, payload: dict[str, object] | list[object]) -> Received:
     """Step 6 (and the envelope of step 5): event, dedupe key, signature, selected headers."""
-    preset = get_preset(trigger.provider)
+    preset = trigger.preset
     event = preset.event(inbound)
     key, source = preset.dedupe_key(inbound)
     received_at = datetime.fromtimestamp(inbound.now, UTC)

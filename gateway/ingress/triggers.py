@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -25,6 +25,8 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import admission, rules
+from gateway import schemes
+from gateway.providers import Preset, get_preset
 from hookgate import crypto, metrics
 from hookgate.context import Context
 from hookgate.database import Conn
@@ -42,6 +44,8 @@ class Trigger:
     workspace_id: UUID
     autopilot_id: UUID
     provider: str
+    preset: Preset
+    """The preset's event names and dedupe keys, with the trigger's own signature scheme if it has one."""
     digest: bytes
     consistent: bool
     secrets: tuple[str, ...]
@@ -66,9 +70,19 @@ def _secrets(row: asyncpg.Record, keyring: crypto.Keyring) -> tuple[str, ...]:
 def _trigger(row: asyncpg.Record, digest: bytes, keyring: crypto.Keyring) -> Trigger:
     return Trigger(
         id=row["trigger_id"], workspace_id=row["workspace_id"], autopilot_id=row["autopilot_id"],
-        provider=row["provider"], digest=digest, consistent=row["consistent"], secrets=_secrets(row, keyring),
+        provider=row["provider"], preset=preset_of(row["provider"], row["signature_scheme"]), digest=digest,
+        consistent=row["consistent"], secrets=_secrets(row, keyring),
         fingerprint=row["fingerprint"], facts=admission.Facts.from_row(row), db_offset=row["db_epoch"] - time.time(),
     )
+
+
+def preset_of(provider: str, scheme: dict[str, Any] | None) -> Preset:
+    """The preset a trigger is checked by: its provider's, with the check of its own scheme when it has one."""
+    if scheme is None:
+        return get_preset(provider)
+    custom = schemes.as_preset(schemes.parse_scheme(scheme))
+    return custom if provider == "custom" else replace(get_preset(provider), check=custom.check,
+                                                       signature_headers=custom.signature_headers)
 
 
 class TriggerCache:

@@ -120,3 +120,46 @@ async def test_documented_body_types_are_the_ones_accepted(db_url: str, content_
         h = await hook(ctx, provider="generic", secret=None)
         answer = await http.post(h.path, content=body, headers=headers)
     assert answer.status_code == status, answer.text
+
+
+CUSTOM = re.compile(r"<!-- custom: (\w+) -> ([\w.]+) -->\n```json\n(.*?)```\n```sh\n(.*?)```", re.S)
+CUSTOM_EXAMPLES = CUSTOM.findall(DOC.read_text())
+
+
+def test_every_scheme_family_has_a_custom_example() -> None:
+    assert sorted(kind for kind, _, _, _ in CUSTOM_EXAMPLES) == ["basic_auth", "hmac", "public_key", "shared_secret"]
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl")), reason="needs curl and openssl")
+@pytest.mark.parametrize(("kind", "event", "scheme", "script"), CUSTOM_EXAMPLES, ids=[e[0] for e in CUSTOM_EXAMPLES])
+async def test_documented_custom_example_is_accepted_with_its_event(served: tuple[Context, str], tmp_path: Path,
+                                                                    kind: str, event: str, scheme: str,
+                                                                    script: str) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from gateway.schemes import parse_scheme, public_key_text
+
+    ctx, base = served
+    stored = parse_scheme(json.loads(scheme)).model_dump(mode="json")
+    env = {"PATH": "/usr/bin:/bin", "SECRET": "hooks:It's a Secret to Everybody"}
+    secret = env["SECRET"]
+    if kind == "public_key":
+        key = ed25519.Ed25519PrivateKey.generate()
+        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+        (tmp_path / "sender.pem").write_bytes(pem)
+        env["SENDER_KEY"] = str(tmp_path / "sender.pem")
+        public = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+        secret = public_key_text(public, "ed25519")
+    s = await factories.small(ctx, provider="custom", signature_scheme=stored, secret=secret)
+    env["URL"] = f"{base}/hooks/{s.token}"
+    done = await asyncio.to_thread(subprocess.run, ["bash", "-euo", "pipefail", "-c", script], env=env,
+                                   capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["status"] == "accepted", answer
+    row = await ctx.pool.fetchrow("SELECT event, signature_status FROM webhook_delivery WHERE id = $1",
+                                  answer["delivery_id"])
+    assert (row["event"], row["signature_status"]) == (event, "valid")
