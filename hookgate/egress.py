@@ -20,13 +20,14 @@ import ipaddress
 import posixpath
 import re
 import socket
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 import aiohttp
+import yarl
 
 from hookgate.errors import HookgateError
 from hookgate.settings import Settings
@@ -94,10 +95,37 @@ def _port(url: SplitResult) -> int:
     return url.port or (443 if url.scheme == "https" else 80)
 
 
-def _under(path: str, prefix: str) -> bool:
-    """Whether a URL path falls under ``prefix``, after the normalisation a server or a proxy may apply."""
-    clean = posixpath.normpath(re.sub("/+", "/", "/" + path)).lower()
-    return (clean + "/").startswith(prefix.lower())
+def path_under(url: str, prefix: str) -> bool:
+    """Whether ``url``'s path reaches ``prefix`` as a router sees it: the one check at save and at connect time.
+
+    The forms tried: the path as aiohttp sends it (yarl decodes unreserved escapes and removes dot segments)
+    and as uvicorn decodes it for Starlette, which is what our own router matches; and, for a proxy that
+    normalises more, each level of percent-decoding with and without slashes merged, a backslash read as ``/``,
+    ``;params`` dropped and dot segments removed. Case is ignored (a proxy may be case-insensitive).
+    """
+    folded = prefix.lower()
+    return any((form.lower() + "/").startswith(folded) for form in _path_forms(url))
+
+
+def _path_forms(url: str) -> Iterator[str]:
+    """The forms of ``url``'s path :func:`path_under` compares (see there)."""
+    with contextlib.suppress(ValueError):  # a URL yarl refuses is never sent: nothing to compare
+        sent = yarl.URL(url).raw_path
+        yield unquote(sent)
+    current = urlsplit(url).path
+    while True:
+        yield current
+        yield normalised_path(current)
+        decoded = unquote(current)
+        if decoded == current:  # each decoding that changes the text shortens it: this ends
+            return
+        current = decoded
+
+
+def normalised_path(path: str) -> str:
+    """``path`` with a backslash read as ``/``, empty segments and ``;params`` dropped, dot segments removed."""
+    segments = (s.split(";", 1)[0] for s in re.split(r"[/\\]+", path))
+    return posixpath.normpath("/" + "/".join(s for s in segments if s))
 
 
 def redact(url: str | None) -> str | None:
@@ -144,7 +172,7 @@ class Policy:
         public = urlsplit(settings.public_url)
         bind = settings.host.strip("[]").lower()
         own = (
-            Endpoint(_names(_host(public)), _port(public), public.path.rstrip("/") + "/hooks/"),
+            Endpoint(_names(_host(public)), _port(public), _hooks_under(public.path)),
             Endpoint(_names(bind), settings.port, "/hooks/"),
         )
         allow = tuple(ipaddress.ip_network(c, strict=False) for c in settings.agent_allow_cidrs or ())
@@ -165,9 +193,10 @@ class Policy:
             return True
         return not any(c in net for c in candidates for net in FORBIDDEN_NETWORKS)
 
-    def _own_ports(self, url: SplitResult) -> frozenset[int]:
+    def _own_ports(self, url: str) -> frozenset[int]:
         """The gateway ports whose webhook ingress this URL's path falls under."""
-        return frozenset(e.port for e in self.own if e.port == _port(url) and _under(url.path, e.hooks))
+        port = _port(urlsplit(url))
+        return frozenset(e.port for e in self.own if e.port == port and path_under(url, e.hooks))
 
     def check_syntax(self, url: str) -> SplitResult:
         """The checks that need no DNS: scheme, the public host, the gateway's hooks by name."""
@@ -181,7 +210,7 @@ class Policy:
         host = _host(parts)
         if host == self.public_host and host not in LOCAL_NAMES and not _is_local(parse_ip(host)):
             raise _refused("the agent URL points at this gateway")
-        ports = self._own_ports(parts)
+        ports = self._own_ports(url)
         if any(host in e.names for e in self.own if e.port in ports):
             raise _refused("the agent URL points at this gateway's webhook ingress")
         return parts
@@ -202,7 +231,7 @@ class Policy:
         if not all(self.address_allowed(ip) for ip in addresses):
             raise _refused("the agent URL's host is or resolves to a loopback, private, link-local or "
                            "otherwise internal address")
-        if self._own_ports(parts) and _any_gateway(addresses, await self._own_addresses()):
+        if self._own_ports(url) and _any_gateway(addresses, await self._own_addresses()):
             raise _refused("the agent URL points at this gateway's webhook ingress")
 
     async def _own_addresses(self) -> frozenset[IPAddress]:
@@ -220,8 +249,8 @@ class Policy:
         Yields the :class:`Attempt`; ``refused`` is true afterwards if the policy refused a connection.
         Raises EgressRefused before any connection when the URL itself is refused.
         """
-        parts = self.check_syntax(url)
-        ports = self._own_ports(parts)
+        self.check_syntax(url)
+        ports = self._own_ports(url)
         attempt = Attempt(own_ports=ports, own_addresses=await self._own_addresses() if ports else frozenset())
         token = _ATTEMPT.set(attempt)
         try:
@@ -242,6 +271,11 @@ class Policy:
                 attempt.refused = True
             raise ConnectRefused()
         return socket.socket(family, type_, proto)
+
+
+def _hooks_under(base: str) -> str:
+    """The ingress path under the public URL's path, normalised as the paths compared with it are."""
+    return normalised_path(unquote(base)).rstrip("/") + "/hooks/"
 
 
 def _names(host: str) -> frozenset[str]:
