@@ -1,7 +1,8 @@
 """The egress policy: which addresses Hookgate may call out to (agent pushes and any other outbound client).
 
 Refused: loopback, link-local, private (RFC 1918), CGNAT, unique-local, unspecified, multicast and reserved
-addresses, in IPv4 and IPv6 (IPv4-mapped, NAT64 and 6to4 forms count as the IPv4 address inside), unless
+addresses, in IPv4 and IPv6 (IPv4-mapped, -translated and -compatible, NAT64 (well-known and local-use), 6to4 and
+Teredo forms count as the IPv4 address inside), unless
 an operator allows a range with ``HOOKGATE_AGENT_ALLOW_CIDRS``; the gateway's own public host; the
 gateway's own ``/hooks/`` (allowed ranges or not: a push there would feed the gateway its own tasks); and
 credentials in a URL. A URL is checked when an agent is saved (:meth:`Policy.check_url`, resolving its
@@ -47,7 +48,12 @@ UNRESOLVABLE = "agent_url_unresolvable"
 #: What a refused push records as its error (no address, no port: the tenant learns nothing it did not send).
 CONNECT_REFUSED_TEXT = "egress_forbidden: the agent URL points at an address Hookgate does not call"
 RESOLVE_TIMEOUT_S = 5.0
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+#: IPv6 ranges whose last 32 bits are an IPv4 address: IPv4-mapped, IPv4-translated, IPv4-compatible (``::a.b.c.d``,
+#: ``::`` and ``::1`` among them, refused either way), well-known NAT64 and local-use NAT64 (RFC 8215, read as the
+#: /96 layout its operators carve out of it).
+_LAST_32_BITS: tuple[ipaddress.IPv6Network, ...] = tuple(ipaddress.IPv6Network(n) for n in (
+    "::ffff:0:0/96", "::ffff:0:0:0/96", "::/96", "64:ff9b::/96", "64:ff9b:1::/48",
+))
 
 
 class EgressRefused(HookgateError):
@@ -70,13 +76,16 @@ def _refused(why: str) -> EgressRefused:
 
 
 def embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address stands for (mapped, NAT64, 6to4), or None."""
+    """The IPv4 address an IPv6 address stands for (mapped, translated, compatible, NAT64, 6to4, Teredo), or None.
+
+    A Teredo address stands for its client (the address the packets reach), not for its server.
+    """
     if isinstance(ip, ipaddress.IPv4Address):
         return ip
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip in _NAT64:
+    if any(ip in net for net in _LAST_32_BITS):
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip.teredo is not None:
+        return ip.teredo[1]
     return ip.sixtofour
 
 
