@@ -1,7 +1,8 @@
 """The egress policy: which addresses Hookgate may call out to (agent pushes and any other outbound client).
 
 Refused: loopback, link-local, private (RFC 1918), CGNAT, unique-local, unspecified, multicast and reserved
-addresses, in IPv4 and IPv6 (IPv4-mapped, NAT64 and 6to4 forms count as the IPv4 address inside), unless
+addresses, in IPv4 and IPv6 (IPv4-mapped, -translated and -compatible, NAT64 (well-known and local-use), 6to4 and
+Teredo forms count as the IPv4 address inside), unless
 an operator allows a range with ``HOOKGATE_AGENT_ALLOW_CIDRS``; the gateway's own public host; the
 gateway's own ``/hooks/`` (allowed ranges or not: a push there would feed the gateway its own tasks); and
 credentials in a URL. A URL is checked when an agent is saved (:meth:`Policy.check_url`, resolving its
@@ -20,13 +21,14 @@ import ipaddress
 import posixpath
 import re
 import socket
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 import aiohttp
+import yarl
 
 from hookgate.errors import HookgateError
 from hookgate.settings import Settings
@@ -46,7 +48,12 @@ UNRESOLVABLE = "agent_url_unresolvable"
 #: What a refused push records as its error (no address, no port: the tenant learns nothing it did not send).
 CONNECT_REFUSED_TEXT = "egress_forbidden: the agent URL points at an address Hookgate does not call"
 RESOLVE_TIMEOUT_S = 5.0
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+#: IPv6 ranges whose last 32 bits are an IPv4 address: IPv4-mapped, IPv4-translated, IPv4-compatible (``::a.b.c.d``,
+#: ``::`` and ``::1`` among them, refused either way), well-known NAT64 and local-use NAT64 (RFC 8215, read as the
+#: /96 layout its operators carve out of it).
+_LAST_32_BITS: tuple[ipaddress.IPv6Network, ...] = tuple(ipaddress.IPv6Network(n) for n in (
+    "::ffff:0:0/96", "::ffff:0:0:0/96", "::/96", "64:ff9b::/96", "64:ff9b:1::/48",
+))
 
 
 class EgressRefused(HookgateError):
@@ -69,13 +76,16 @@ def _refused(why: str) -> EgressRefused:
 
 
 def embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address stands for (mapped, NAT64, 6to4), or None."""
+    """The IPv4 address an IPv6 address stands for (mapped, translated, compatible, NAT64, 6to4, Teredo), or None.
+
+    A Teredo address stands for its client (the address the packets reach), not for its server.
+    """
     if isinstance(ip, ipaddress.IPv4Address):
         return ip
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip in _NAT64:
+    if any(ip in net for net in _LAST_32_BITS):
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip.teredo is not None:
+        return ip.teredo[1]
     return ip.sixtofour
 
 
@@ -94,10 +104,37 @@ def _port(url: SplitResult) -> int:
     return url.port or (443 if url.scheme == "https" else 80)
 
 
-def _under(path: str, prefix: str) -> bool:
-    """Whether a URL path falls under ``prefix``, after the normalisation a server or a proxy may apply."""
-    clean = posixpath.normpath(re.sub("/+", "/", "/" + path)).lower()
-    return (clean + "/").startswith(prefix.lower())
+def path_under(url: str, prefix: str) -> bool:
+    """Whether ``url``'s path reaches ``prefix`` as a router sees it: the one check at save and at connect time.
+
+    The forms tried: the path as aiohttp sends it (yarl decodes unreserved escapes and removes dot segments)
+    and as uvicorn decodes it for Starlette, which is what our own router matches; and, for a proxy that
+    normalises more, each level of percent-decoding with and without slashes merged, a backslash read as ``/``,
+    ``;params`` dropped and dot segments removed. Case is ignored (a proxy may be case-insensitive).
+    """
+    folded = prefix.lower()
+    return any((form.lower() + "/").startswith(folded) for form in _path_forms(url))
+
+
+def _path_forms(url: str) -> Iterator[str]:
+    """The forms of ``url``'s path :func:`path_under` compares (see there)."""
+    with contextlib.suppress(ValueError):  # a URL yarl refuses is never sent: nothing to compare
+        sent = yarl.URL(url).raw_path
+        yield unquote(sent)
+    current = urlsplit(url).path
+    while True:
+        yield current
+        yield normalised_path(current)
+        decoded = unquote(current)
+        if decoded == current:  # each decoding that changes the text shortens it: this ends
+            return
+        current = decoded
+
+
+def normalised_path(path: str) -> str:
+    """``path`` with a backslash read as ``/``, empty segments and ``;params`` dropped, dot segments removed."""
+    segments = (s.split(";", 1)[0] for s in re.split(r"[/\\]+", path))
+    return posixpath.normpath("/" + "/".join(s for s in segments if s))
 
 
 def redact(url: str | None) -> str | None:
@@ -144,7 +181,7 @@ class Policy:
         public = urlsplit(settings.public_url)
         bind = settings.host.strip("[]").lower()
         own = (
-            Endpoint(_names(_host(public)), _port(public), public.path.rstrip("/") + "/hooks/"),
+            Endpoint(_names(_host(public)), _port(public), _hooks_under(public.path)),
             Endpoint(_names(bind), settings.port, "/hooks/"),
         )
         allow = tuple(ipaddress.ip_network(c, strict=False) for c in settings.agent_allow_cidrs or ())
@@ -165,9 +202,10 @@ class Policy:
             return True
         return not any(c in net for c in candidates for net in FORBIDDEN_NETWORKS)
 
-    def _own_ports(self, url: SplitResult) -> frozenset[int]:
+    def _own_ports(self, url: str) -> frozenset[int]:
         """The gateway ports whose webhook ingress this URL's path falls under."""
-        return frozenset(e.port for e in self.own if e.port == _port(url) and _under(url.path, e.hooks))
+        port = _port(urlsplit(url))
+        return frozenset(e.port for e in self.own if e.port == port and path_under(url, e.hooks))
 
     def check_syntax(self, url: str) -> SplitResult:
         """The checks that need no DNS: scheme, the public host, the gateway's hooks by name."""
@@ -181,7 +219,7 @@ class Policy:
         host = _host(parts)
         if host == self.public_host and host not in LOCAL_NAMES and not _is_local(parse_ip(host)):
             raise _refused("the agent URL points at this gateway")
-        ports = self._own_ports(parts)
+        ports = self._own_ports(url)
         if any(host in e.names for e in self.own if e.port in ports):
             raise _refused("the agent URL points at this gateway's webhook ingress")
         return parts
@@ -202,7 +240,7 @@ class Policy:
         if not all(self.address_allowed(ip) for ip in addresses):
             raise _refused("the agent URL's host is or resolves to a loopback, private, link-local or "
                            "otherwise internal address")
-        if self._own_ports(parts) and _any_gateway(addresses, await self._own_addresses()):
+        if self._own_ports(url) and _any_gateway(addresses, await self._own_addresses()):
             raise _refused("the agent URL points at this gateway's webhook ingress")
 
     async def _own_addresses(self) -> frozenset[IPAddress]:
@@ -220,8 +258,8 @@ class Policy:
         Yields the :class:`Attempt`; ``refused`` is true afterwards if the policy refused a connection.
         Raises EgressRefused before any connection when the URL itself is refused.
         """
-        parts = self.check_syntax(url)
-        ports = self._own_ports(parts)
+        self.check_syntax(url)
+        ports = self._own_ports(url)
         attempt = Attempt(own_ports=ports, own_addresses=await self._own_addresses() if ports else frozenset())
         token = _ATTEMPT.set(attempt)
         try:
@@ -242,6 +280,11 @@ class Policy:
                 attempt.refused = True
             raise ConnectRefused()
         return socket.socket(family, type_, proto)
+
+
+def _hooks_under(base: str) -> str:
+    """The ingress path under the public URL's path, normalised as the paths compared with it are."""
+    return normalised_path(unquote(base)).rstrip("/") + "/hooks/"
 
 
 def _names(host: str) -> frozenset[str]:

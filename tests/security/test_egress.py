@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import re
@@ -18,7 +19,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from hookgate import cli, egress, logs
 from hookgate.context import Context, open_context
@@ -67,6 +70,10 @@ FORBIDDEN = [
     "http://[::]/agent", "http://[ff02::1]/agent",
     "http://[::ffff:127.0.0.1]:9/agent", "http://[::ffff:169.254.169.254]/agent", "http://[::ffff:10.0.0.1]/agent",
     "http://[64:ff9b::7f00:1]/agent", "http://[2002:a9fe:a9fe::1]/agent",  # NAT64 127.0.0.1, 6to4 169.254.169.254
+    "http://[::127.0.0.1]:9/agent", "http://[::10.0.0.1]/agent", "http://[::a9fe:a9fe]/agent",  # IPv4-compatible
+    "http://[64:ff9b:1::7f00:1]/agent", "http://[64:ff9b:1:abcd::a00:1]/agent",  # local-use NAT64
+    "http://[2001:0:cb00:7109:0:0:80ff:fffe]/agent",  # Teredo, client 127.0.0.1 (XOR-ed) via a public server
+    "http://[::ffff:0:7f00:1]/agent",  # IPv4-translated 127.0.0.1
     "http://2130706433/agent", "http://0x7f.1/agent",  # legacy spellings of 127.0.0.1
     "http://localhost:9/agent", "https://LOCALHOST./agent",
     f"{PUBLIC}/agent", "http://hooks.example.com:8443/elsewhere",
@@ -438,3 +445,47 @@ def test_the_connect_time_check_refuses_the_public_address_in_every_spelling():
         with pytest.raises(egress.ConnectRefused):
             policy._socket((family, socket.SOCK_STREAM, 0, "", sockaddr))
     policy._socket((socket.AF_INET, socket.SOCK_STREAM, 0, "", ("203.0.113.51", 443))).close()
+
+
+# --- every IPv6 spelling of an IPv4 address is decided by that address ---
+
+def _spellings(v4: ipaddress.IPv4Address, server: ipaddress.IPv4Address) -> dict[str, ipaddress.IPv6Address]:
+    """``v4`` in each IPv6 form that carries it (Teredo with ``server`` as its server, the client XOR-ed)."""
+    n = int(v4)
+    return {
+        "mapped": ipaddress.IPv6Address(0xFFFF << 32 | n),
+        "translated": ipaddress.IPv6Address(0xFFFF << 48 | n),
+        "compatible": ipaddress.IPv6Address(n),
+        "nat64": ipaddress.IPv6Address(int(ipaddress.IPv6Address("64:ff9b::")) | n),
+        "nat64_local": ipaddress.IPv6Address(int(ipaddress.IPv6Address("64:ff9b:1:abcd::")) | n),
+        "6to4": ipaddress.IPv6Address(0x2002 << 112 | n << 80 | 1),
+        "teredo": ipaddress.IPv6Address(0x20010000 << 96 | int(server) << 64 | 0x8000FFFF << 32 | n ^ 0xFFFFFFFF),
+    }
+
+
+STRICT = egress.Policy.from_settings(make_settings("postgresql://x/y", agent_allow_cidrs="",
+                                                   public_url="https://203.0.113.50"))
+ALLOWING = egress.Policy.from_settings(make_settings("postgresql://x/y", agent_allow_cidrs="10.0.0.0/8,127.0.0.0/8"))
+
+
+@hypothesis.given(st.ip_addresses(v=4), st.ip_addresses(v=4))
+@hypothesis.settings(max_examples=500, deadline=None)
+def test_each_ipv6_spelling_of_an_ipv4_address_is_allowed_exactly_when_the_address_is(v4, server):
+    for policy in (STRICT, ALLOWING):
+        for name, spelt in _spellings(v4, server).items():
+            assert egress.embedded_ipv4(spelt) == v4, name
+            assert policy.address_allowed(spelt) == policy.address_allowed(v4), (name, spelt)
+            assert policy.is_public_ip(spelt) == (v4 == ipaddress.IPv4Address("203.0.113.50")), (name, spelt)
+
+
+@pytest.mark.parametrize("spelt", ["::127.0.0.1", "::10.0.0.1", "::169.254.169.254", "64:ff9b:1::7f00:1",
+                                   "64:ff9b:1:ffff::a9fe:a9fe", "2001:0:cb00:7109::80ff:fffe",
+                                   "2001:0:7f00:1::f5ff:fffe", "::ffff:0:a00:1"])
+def test_the_connect_time_check_refuses_the_new_spellings_of_internal_addresses(spelt):
+    with pytest.raises(egress.ConnectRefused):
+        STRICT._socket((socket.AF_INET6, socket.SOCK_STREAM, 0, "", (spelt, 80, 0, 0)))
+
+
+@pytest.mark.parametrize("spelt", ["::203.0.113.9", "64:ff9b:1::cb00:7109", "2001:0:7f00:1::34ff:8ef6"])
+def test_the_same_spellings_of_a_public_address_stay_allowed(spelt):
+    STRICT._socket((socket.AF_INET6, socket.SOCK_STREAM, 0, "", (spelt, 80, 0, 0))).close()
