@@ -107,9 +107,9 @@ class Endpoint:
             principal = await auth.authenticate(conn, request)
             path = _path_ids(request)
             logs.bind(**{name: str(value) for name, value in path.items()})  # run_id, trigger_id, … in logs
-            query = _validate(self.query, dict(request.query_params)) if self.query else None
+            query = validated(self.query, dict(request.query_params)) if self.query else None
             raw = await _json_body(request, ctx.settings.api_max_body_bytes) if self.body else None
-            body = _validate(self.body, raw) if self.body else None
+            body = validated(self.body, raw) if self.body else None
             call = Call(request, ctx, conn, principal, path, body, query, self._idempotency(request, principal, body))
             try:
                 async with conn.transaction():
@@ -164,7 +164,11 @@ def body_digest(body: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _validate(model: type[BaseModel], data: Any) -> BaseModel:
+def validated(model: type[BaseModel], data: Any) -> BaseModel:
+    """``data`` as ``model``, or 422 ``invalid_request`` naming the first refused field (every one in ``detail``).
+
+    The one validation of request inputs: admin bodies and queries, and the runtime API's bodies.
+    """
     try:
         return model.model_validate(data)
     except ValidationError as exc:
