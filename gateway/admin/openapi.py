@@ -12,7 +12,7 @@ code validates against; the runtime API and the webhook ingress add theirs as :c
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -178,6 +178,19 @@ def validated(model: type[BaseModel], data: Any) -> BaseModel:
         raise ApiError(422, "invalid_request", f"{where}: {what}" if where else what,
                        detail=[{"loc": [str(p) for p in e["loc"]], "msg": e["msg"], "type": e["type"]}
                                for e in errors]) from None
+
+
+def patch_fields(body: BaseModel, nullable: Collection[str] = ()) -> dict[str, Any]:
+    """The fields a PATCH body sent (an absent one stays as it is); 422 for a ``null`` outside ``nullable``.
+
+    Absent and ``null`` must not mean the same, or ``{"role": null}`` would quietly change nothing.
+    """
+    sent = body.model_dump(exclude_unset=True)
+    refused = [name for name, value in sent.items() if value is None and name not in nullable]
+    if refused:
+        raise ApiError(422, "invalid_request", f"{refused[0]}: may not be null",
+                       detail=[{"loc": [name], "msg": "may not be null", "type": "null"} for name in refused])
+    return sent
 
 
 async def _json_body(request: Request, cap: int) -> Any:
