@@ -610,6 +610,7 @@ async def test_rotating_a_token_shows_the_new_url_and_the_old_one_stops(client, 
     answer = await confirm_post(client, path, csrf)
     url = re.search(r'id="secret-value" readonly value="([^"]+)"', answer.text).group(1)
     assert url.startswith("http://hooks.test/hooks/") and small.token not in url
+    assert answer.headers["cache-control"] == "no-store"  # the new URL is the credential, shown once
     assert await ctx.pool.fetchval("SELECT count(*) FROM audit_log WHERE action = 'TOKEN_ROTATE'") == 1
     assert (await client.post(f"/hooks/{small.token}", json={})).status_code == 404
 
