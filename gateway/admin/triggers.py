@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel
 from autopilot import editing, rules
 from autopilot.rules import Publisher
 from gateway.admin import auth, pagination
-from gateway.admin.openapi import Call, Endpoints
+from gateway.admin.openapi import Call, Endpoints, patch_fields
 from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate import notify
@@ -236,9 +236,9 @@ async def get_trigger(call: Call) -> dict[str, Any]:
 @api.add("PATCH", "/v1/triggers/{trigger_id}", summary="Edit a trigger", response=TriggerOut, body=TriggerPatch)
 async def edit_trigger(call: Call) -> dict[str, Any]:
     """Writers only. A real change publishes a version and makes the editor this trigger's publisher."""
-    body: TriggerPatch = call.body
+    body: TriggerPatch = call.body  # every field has a value or is left out: null is 422
     row, _ = await _writable_trigger(call)
-    changes = {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None}
+    changes = patch_fields(body)
     publisher = Publisher.member(call.principal.member_id)
     if row["kind"] == "webhook":
         _refuse(changes, ("cron", "timezone", "overlap_policy"), "webhook")
