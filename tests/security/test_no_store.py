@@ -18,7 +18,7 @@ from tests import factories
 from tests.security import estate
 
 CREDENTIAL_FIELDS = {"api_key", "signing_secret", "runtime_token", "token", "lease_token"}
-CREDENTIAL = re.compile(r'"(?:hgk_|hgr_|whsec_|awt_)[A-Za-z0-9_-]{8,}|"lease_token":"[0-9a-f-]{36}"')
+CREDENTIAL = re.compile(r'"(?:hgk_|hgr_|whsec_|awt_)[A-Za-z0-9_+/=-]{8,}|"lease_token":"[0-9a-f-]{36}"')
 
 
 def _resolve(doc: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
