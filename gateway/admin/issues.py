@@ -125,6 +125,8 @@ def without_answer(row: Row, *, full: bool) -> dict[str, Any]:
 async def answer_readers(call: Call, rows: Iterable[Row]) -> dict[UUID | None, bool]:
     """Whether the caller may read the answers of each autopilot (None: no autopilot) the rows belong to."""
     wanted = {row["autopilot_id"] for row in rows}
+    if call.principal.is_admin:  # owners and admins read every answer: no lookup per autopilot
+        return dict.fromkeys(wanted, True)
     return {a: await auth.may_read_answers(call.conn, call.principal, a) for a in wanted}
 
 
