@@ -11,7 +11,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
-from gateway import access, admin, dashboard, errors, health, metrics_endpoint, overload, runtime
+from gateway import access, admin, dashboard, errors, health, metrics_endpoint, no_store, overload, runtime
 from gateway.claim_wait import ClaimWaits
 from gateway.ingress import endpoint as ingress
 from hookgate.context import Context
@@ -26,7 +26,7 @@ def all_routes() -> list[BaseRoute]:
 def create_app(ctx: Context) -> Starlette:
     """The Hookgate HTTP application over an already-open context (pool, keyring, settings)."""
     app = Starlette(routes=all_routes(), exception_handlers={**overload.HANDLERS, **errors.HANDLERS},
-                    middleware=[Middleware(access.RequestContext)])
+                    middleware=[Middleware(access.RequestContext), Middleware(no_store.NoStore)])
     app.state.ctx = ctx
     app.state.claim_waits = ClaimWaits(ctx.pool, ctx.direct_dsn, poll_s=ctx.settings.runtime_claim_poll_s,
                                        acquire_timeout=ctx.settings.pool_acquire_timeout)

@@ -30,28 +30,28 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
 import asyncpg
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from autopilot import agents, tasks
 from gateway import bodies, debt, overload
-from gateway.admin.openapi import Answer, Error, Operation
+from gateway.admin.openapi import Answer, Error, Operation, validated
 from gateway.claim_wait import ClaimWaits
 from gateway.errors import ApiError
 from hookgate import crypto, jsontext, notify
 from hookgate.context import Context
 from hookgate.database import Conn
 from hookgate.errors import LeaseLost, TaskCancelled
+from hookgate.settings import CLAIM_WAIT_CEILING_S
 from sql import Q
 
 DEFAULT_INSTANCE = "default"
-_STATUSES = ("succeeded", "failed")
 
 
 # -- bodies and answers, as documented in /openapi.json -------------------------------------------------
@@ -66,7 +66,9 @@ class HeartbeatBody(BaseModel):
 class ClaimBody(HeartbeatBody):
     """Claim a task for this instance, waiting up to ``wait_s`` (capped by HOOKGATE_RUNTIME_CLAIM_MAX_WAIT_S)."""
 
-    wait_s: float = Field(default=0, ge=0)
+    wait_s: float = Field(default=0, ge=0, le=CLAIM_WAIT_CEILING_S, strict=True,
+                          description="Seconds to wait for a task (0: answer at once); the gateway waits at most "
+                                      "HOOKGATE_RUNTIME_CLAIM_MAX_WAIT_S")
 
 
 class RenewBody(BaseModel):
@@ -75,12 +77,17 @@ class RenewBody(BaseModel):
     lease_token: UUID
 
 
+def _as_text(value: Any) -> Any:
+    """An ``error`` that is not text (an object, a number) is kept as its text rather than refused."""
+    return value if value is None or isinstance(value, str) else str(value)
+
+
 class ReportBody(RenewBody):
     """The holder's final report; a failure with retry_class ``transient`` or ``retryable`` is tried again."""
 
     status: Literal["succeeded", "failed"]
     result: Any = None
-    error: str | None = None
+    error: Annotated[str | None, BeforeValidator(_as_text)] = None
     retry_class: str | None = None
 
 
@@ -144,6 +151,16 @@ async def _read(request: Request) -> bytes:
     return await bodies.read_body(request, _ctx(request).settings.api_max_body_bytes)
 
 
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def _body(raw: bytes, model: type[Body]) -> Body:
+    """The body as ``model``: 400 ``invalid_body`` unless a storable JSON object, 422 for a refused field."""
+    found = validated(model, _object(raw))
+    assert isinstance(found, model)
+    return found
+
+
 def _object(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         return {}
@@ -192,20 +209,6 @@ async def _agent_for(conn: Conn, token: str | None, debtor: debt.Debtor) -> asyn
     return agent
 
 
-def _instance(body: dict[str, Any]) -> str:
-    name = body.get("instance", DEFAULT_INSTANCE)
-    if not isinstance(name, str) or not 1 <= len(name) <= 200:
-        raise ApiError(422, "invalid_request", "instance must be a string of 1-200 characters")
-    return name
-
-
-def _lease_token(body: dict[str, Any]) -> UUID:
-    try:
-        return UUID(str(body["lease_token"]))
-    except (KeyError, ValueError):
-        raise ApiError(422, "invalid_request", "lease_token (a UUID) is required") from None
-
-
 def _task_id(request: Request) -> UUID:
     try:
         return UUID(request.path_params["task_id"])
@@ -216,23 +219,19 @@ def _task_id(request: Request) -> UUID:
 async def heartbeat(request: Request) -> Response:
     """``POST /v1/runtime/heartbeat``: this instance is alive (online for ``heartbeat_timeout_s``)."""
     agent = await _runtime_agent(request)
-    body, ctx = _object(await _read(request)), _ctx(request)
+    body, ctx = _body(await _read(request), HeartbeatBody), _ctx(request)
     async with ctx.pool.acquire() as conn:
-        row = await conn.fetchrow(Q.instance_heartbeat, agent["id"], _instance(body))
+        row = await conn.fetchrow(Q.instance_heartbeat, agent["id"], body.instance)
     assert row is not None
-    return _json(Heartbeat(agent_id=agent["id"], instance=_instance(body), status=row["status"],
+    return _json(Heartbeat(agent_id=agent["id"], instance=body.instance, status=row["status"],
                            heartbeat_timeout_s=ctx.settings.heartbeat_timeout_s))
 
 
 async def claim(request: Request) -> Response:
     """``POST /v1/runtime/claim``: the next task with its lease, waiting up to ``wait_s``; 204 when none."""
     agent = await _runtime_agent(request)
-    body, ctx = _object(await _read(request)), _ctx(request)
-    wait_s = body.get("wait_s", 0)
-    if not isinstance(wait_s, int | float) or isinstance(wait_s, bool) or wait_s < 0:
-        raise ApiError(422, "invalid_request", "wait_s must be a non-negative number")
-    wait = min(float(wait_s), ctx.settings.runtime_claim_max_wait_s)
-    instance = _instance(body)
+    body, ctx = _body(await _read(request), ClaimBody), _ctx(request)
+    wait, instance = min(body.wait_s, ctx.settings.runtime_claim_max_wait_s), body.instance
     async with ctx.pool.acquire() as conn:
         await conn.execute(Q.instance_heartbeat, agent["id"], instance)
 
@@ -348,7 +347,7 @@ async def renew(request: Request) -> Response:
     task_id, ctx = _task_id(request), _ctx(request)
     caller = await _authorize(request, task_id)
     raw = await _read(request)
-    token = _lease_token(_object(raw))
+    token = _body(raw, RenewBody).lease_token
     async with ctx.pool.acquire() as conn:
         try:
             expires = await tasks.renew(conn, task_id, token, lease_s=ctx.settings.task_lease_s,
@@ -361,25 +360,13 @@ async def renew(request: Request) -> Response:
     return _json(Renewed(task_id=task_id, lease_expires_at=expires))
 
 
-def _report_of(body: dict[str, Any]) -> tasks.Report:
-    status = body.get("status")
-    if status not in _STATUSES:
-        raise ApiError(422, "invalid_request", "status must be 'succeeded' or 'failed'")
-    error, retry_class = body.get("error"), body.get("retry_class")
-    if error is not None and not isinstance(error, str):
-        error = str(error)
-    if retry_class is not None and not isinstance(retry_class, str):
-        raise ApiError(422, "invalid_request", "retry_class must be a string")
-    return tasks.Report(status, body.get("result"), error, retry_class)
-
-
 async def report(request: Request) -> Response:
     """``POST /v1/runtime/tasks/{id}/report``: the holder's final report; 409 for a stale token."""
     task_id, ctx = _task_id(request), _ctx(request)
     caller = await _authorize(request, task_id)
     raw = await _read(request)
-    body = _object(raw)
-    token, rep = _lease_token(body), _report_of(body)
+    body = _body(raw, ReportBody)
+    token, rep = body.lease_token, tasks.Report(body.status, body.result, body.error, body.retry_class)
     async with ctx.pool.acquire() as conn:
         if rep.status == "failed" and rep.retry_class in tasks.RETRYABLE_CLASSES:
             delay = await tasks.retry_delay(conn, task_id, ctx.settings.retry_schedule)

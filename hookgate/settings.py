@@ -17,6 +17,10 @@ from hookgate.errors import HookgateError
 #: Most gateway processes one ``gateway``/``serve`` may run (a typo must not start thousands of pools).
 MAX_GATEWAY_WORKERS = 256
 
+#: Longest runtime claim long-poll a runtime may ask (``wait_s``) or an operator may allow: an hour, far past
+#: what proxies keep an idle request open for; the runtime API refuses a longer ``wait_s`` (422).
+CLAIM_WAIT_CEILING_S = 3600.0
+
 
 class ConfigError(HookgateError, ValueError):
     """Configuration that cannot work; the CLI prints its message as one line and exits."""
@@ -255,7 +259,8 @@ class Settings(BaseSettings):
     watchdog_interval_s: float = Field(
         default=60.0, gt=0, description="Lease watchdog period of the worker's own loop (until the scheduler runs it)"
     )
-    runtime_claim_max_wait_s: float = Field(default=30.0, ge=0, description="Longest runtime claim long-poll")
+    runtime_claim_max_wait_s: float = Field(default=30.0, ge=0, le=CLAIM_WAIT_CEILING_S,
+                                            description="Longest runtime claim long-poll (at most 3600)")
     runtime_claim_poll_s: float = Field(
         default=1.0, gt=0, description="Fallback re-check of waiting runtime claims (NOTIFY wakes them at once; "
         "this finds retries that came due by time and covers a lost notification)"

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from autopilot import agents, audit
 from gateway.admin import auth, pagination
-from gateway.admin.openapi import Call, Endpoints
+from gateway.admin.openapi import Call, Endpoints, patch_fields
 from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate import egress, retry
@@ -272,10 +272,7 @@ async def edit_agent(call: Call) -> AgentOut:
     """
     body: AgentPatch = call.body
     row = await _changeable_agent(call, "edit")
-    sent = body.model_dump(exclude_unset=True)
-    for name, value in sent.items():
-        if value is None and name != "retry_schedule":
-            raise ApiError(422, "invalid_request", f"{name}: may not be null")
+    sent = patch_fields(body, nullable=("retry_schedule",))
     refused = [f for f in ("url", "timeout_s") if f in sent]
     if refused and (error := _not_http(row, 422, " or ".join(refused))) is not None:
         raise error

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autopilot import editing, rules
 from autopilot.rules import Publisher
 from gateway.admin import auth, pagination
-from gateway.admin.openapi import Call, Endpoints
+from gateway.admin.openapi import Call, Endpoints, patch_fields
 from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate.database import Conn
@@ -188,10 +188,7 @@ async def edit_autopilot(call: Call) -> AutopilotOut:
     body: AutopilotPatch = call.body
     row = await auth.autopilot_of(call.conn, call.principal, call.path["autopilot_id"])
     await auth.require_writer(call.conn, call.principal, row)
-    changes = body.model_dump(exclude_unset=True)
-    for name in ("title", "assignee", "execution_mode"):
-        if name in changes and changes[name] is None:
-            raise ApiError(422, "invalid_request", f"{name}: may not be null")
+    changes = patch_fields(body, nullable=("instructions", "issue_title_template", "run_timeout_s"))
     if "instructions" in changes and changes["instructions"] is None:
         changes["instructions"] = ""
     if body.assignee is not None:

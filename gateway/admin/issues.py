@@ -1,11 +1,16 @@
 """Issues (the visible work items of ``create_issue`` autopilots) and agent tasks: list, read, update.
 
+A task's ``result`` is the agent's answer, which may echo what it was sent: it is shown only to those who
+may read answers (writers of the task's autopilot; owners and admins for a task without one), as the
+attempts API shows an attempt's answer; anyone else in the workspace sees it as null.
+
 An issue moved to ``done`` or ``cancelled`` ends its run: that state change belongs to the run lifecycle
 (``autopilot.lifecycle``, dispatch area), called from one marked place below.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -72,6 +77,7 @@ class TaskOut(BaseModel):
     lease_expires_at: datetime | None
     holder_instance: str | None
     available_at: datetime
+    #: The agent's answer; null for a caller who may not read its autopilot's answers (or none yet).
     result: Any
     error: str | None
     retry_class: str | None
@@ -104,10 +110,32 @@ def issue_out(row: asyncpg.Record) -> IssueOut:
     return IssueOut.model_validate(dict(row))
 
 
-def task_out(row: asyncpg.Record) -> TaskOut:
-    """Render a task row (a task held by its agent's open circuit says so: :func:`runs.agent_wait`)."""
-    return TaskOut.model_validate(dict(row) | agent_wait(row["status"], row["available_at"],
-                                                         row.get("agent_next_probe_at")))
+Row = asyncpg.Record | Mapping[str, Any]
+
+
+def task_out(row: Row, *, full: bool) -> TaskOut:
+    """Render a task row; without ``full`` the agent's answer (``result``) is null.
+
+    A task held by its agent's open circuit says so (:func:`runs.agent_wait`).
+    """
+    waiting = agent_wait(row["status"], row["available_at"], row.get("agent_next_probe_at"))
+    return TaskOut.model_validate(without_answer(row, full=full) | waiting)
+
+
+def without_answer(row: Row, *, full: bool) -> dict[str, Any]:
+    """A task row as a dict, its ``result`` left out (null) unless ``full``: one rule for the API and dashboard."""
+    out = dict(row)
+    if not full:
+        out["result"] = None
+    return out
+
+
+async def answer_readers(call: Call, rows: Iterable[Row]) -> dict[UUID | None, bool]:
+    """Whether the caller may read the answers of each autopilot (None: no autopilot) the rows belong to."""
+    wanted = {row["autopilot_id"] for row in rows}
+    if call.principal.is_admin:  # owners and admins read every answer: no lookup per autopilot
+        return dict.fromkeys(wanted, True)
+    return {a: await auth.may_read_answers(call.conn, call.principal, a) for a in wanted}
 
 
 @api.add("GET", "/v1/issues", summary="List issues", response=IssuePage, query=IssueQuery)
@@ -143,13 +171,17 @@ async def update_issue(call: Call) -> IssueOut:
 
 @api.add("GET", "/v1/tasks", summary="List tasks", response=TaskPage, query=TaskQuery)
 async def list_tasks(call: Call) -> dict[str, Any]:
-    """Agent tasks of the workspace, newest first, by agent, status and run."""
+    """Agent tasks of the workspace, newest first, by agent, status and run (results as ``GET /v1/tasks/{id}``)."""
     q: TaskQuery = call.query
-    return await pagination.fetch(call.conn, Q.task_list, q, task_out,
-                                  call.principal.workspace_id, q.agent_id, q.status, q.run_id)
+    rows = await call.conn.fetch(Q.task_list, call.principal.workspace_id, q.agent_id, q.status, q.run_id,
+                                 pagination.uuid_after(q), q.limit + 1)
+    readers = await answer_readers(call, rows[:q.limit])
+    return pagination.page(rows, q.limit, lambda r: task_out(r, full=readers[r["autopilot_id"]]),
+                           lambda r: r["id"])
 
 
 @api.add("GET", "/v1/tasks/{task_id}", summary="Get a task", response=TaskOut)
 async def get_task(call: Call) -> TaskOut:
-    """One agent task."""
-    return task_out(await call.scoped(Q.task_get, "task"))
+    """One agent task (its ``result`` only for those who may read its autopilot's answers)."""
+    row = await call.scoped(Q.task_get, "task")
+    return task_out(row, full=await auth.may_read_answers(call.conn, call.principal, row["autopilot_id"]))

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autopilot import workspaces
 from gateway.admin import auth, pagination
-from gateway.admin.openapi import Call, Endpoints
+from gateway.admin.openapi import Call, Endpoints, patch_fields
 from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from sql import Q
@@ -156,8 +156,8 @@ async def update_member(call: Call) -> MemberOut:
     A disabled member's keys stop working at once. The last active owner with a live key cannot be demoted
     or disabled (409 ``last_owner``).
     """
-    body: MemberPatch = call.body
-    change = workspaces.MemberChange(role=body.role, disabled=body.disabled)
+    sent = patch_fields(call.body)
+    change = workspaces.MemberChange(role=sent.get("role"), disabled=sent.get("disabled"))
     with auth.member_errors():
         row = await workspaces.change_member(call.conn, call.principal.workspace_id, call.path["member_id"], change,
                                              call.principal.member_id)

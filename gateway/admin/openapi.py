@@ -12,7 +12,7 @@ code validates against; the runtime API and the webhook ingress add theirs as :c
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -108,9 +108,9 @@ class Endpoint:
             principal = await auth.authenticate(conn, request, debtor)
             path = _path_ids(request)
             logs.bind(**{name: str(value) for name, value in path.items()})  # run_id, trigger_id, … in logs
-            query = _validate(self.query, dict(request.query_params)) if self.query else None
+            query = validated(self.query, dict(request.query_params)) if self.query else None
             raw = await _json_body(request, ctx.settings.api_max_body_bytes) if self.body else None
-            body = _validate(self.body, raw) if self.body else None
+            body = validated(self.body, raw) if self.body else None
             call = Call(request, ctx, conn, principal, path, body, query, self._idempotency(request, principal, body))
             try:
                 async with conn.transaction():
@@ -165,7 +165,11 @@ def body_digest(body: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _validate(model: type[BaseModel], data: Any) -> BaseModel:
+def validated(model: type[BaseModel], data: Any) -> BaseModel:
+    """``data`` as ``model``, or 422 ``invalid_request`` naming the first refused field (every one in ``detail``).
+
+    The one validation of request inputs: admin bodies and queries, and the runtime API's bodies.
+    """
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -175,6 +179,19 @@ def _validate(model: type[BaseModel], data: Any) -> BaseModel:
         raise ApiError(422, "invalid_request", f"{where}: {what}" if where else what,
                        detail=[{"loc": [str(p) for p in e["loc"]], "msg": e["msg"], "type": e["type"]}
                                for e in errors]) from None
+
+
+def patch_fields(body: BaseModel, nullable: Collection[str] = ()) -> dict[str, Any]:
+    """The fields a PATCH body sent (an absent one stays as it is); 422 for a ``null`` outside ``nullable``.
+
+    Absent and ``null`` must not mean the same, or ``{"role": null}`` would quietly change nothing.
+    """
+    sent = body.model_dump(exclude_unset=True)
+    refused = [name for name, value in sent.items() if value is None and name not in nullable]
+    if refused:
+        raise ApiError(422, "invalid_request", f"{refused[0]}: may not be null",
+                       detail=[{"loc": [name], "msg": "may not be null", "type": "null"} for name in refused])
+    return sent
 
 
 async def _json_body(request: Request, cap: int) -> Any:

@@ -20,7 +20,7 @@ from autopilot import editing, rules
 from autopilot.rules import Publisher
 from gateway import schemes
 from gateway.admin import auth, pagination
-from gateway.admin.openapi import Call, Endpoints
+from gateway.admin.openapi import Call, Endpoints, patch_fields
 from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
 from hookgate import notify
@@ -264,11 +264,11 @@ async def get_trigger(call: Call) -> dict[str, Any]:
 @api.add("PATCH", "/v1/triggers/{trigger_id}", summary="Edit a trigger", response=TriggerOut, body=TriggerPatch)
 async def edit_trigger(call: Call) -> dict[str, Any]:
     """Writers only. A real change publishes a version and makes the editor this trigger's publisher."""
-    body: TriggerPatch = call.body
+    body: TriggerPatch = call.body  # every field has a value or is left out: null is 422
     row, _ = await _writable_trigger(call)
-    sent = body.model_dump(exclude_unset=True, exclude={"signature"})
-    changes = {k: v for k, v in sent.items() if v is not None}
-    if "signature" in body.model_fields_set:
+    changes = patch_fields(body, nullable=("signature",))
+    if "signature" in changes:  # the model, not its dump: a scheme's defaults were not "sent" but are stored
+        del changes["signature"]
         changes["signature_scheme"] = body.signature
     publisher = Publisher.member(call.principal.member_id)
     if row["kind"] == "webhook":

@@ -1,7 +1,8 @@
 """A run's page: the timeline delivery → run → issue → task, every attempt of its tasks, cancel and retry.
 
 Attempts are rendered by the admin API's own ``attempt_out``: the agent's answer (kept headers and body
-excerpt) only for writers of the run's autopilot, as ``GET /v1/tasks/{id}/attempts`` shows it. When the run
+excerpt) only for writers of the run's autopilot, as ``GET /v1/tasks/{id}/attempts`` shows it; so is each
+task's ``result`` (``without_answer``, as ``GET /v1/tasks/{id}``). When the run
 waits for its next attempt, the page says when (the API's ``next_attempt_at``).
 """
 
@@ -19,6 +20,7 @@ from autopilot import reruns
 from gateway import overload
 from gateway.admin import auth
 from gateway.admin.attempts import attempt_out
+from gateway.admin.issues import without_answer
 from gateway.dashboard.web import (
     Denied,
     Viewer,
@@ -44,9 +46,10 @@ async def run(request: Request) -> Response:
         row = await conn.fetchrow(Q.dashboard_run_chain, v.workspace_id, run_id)
         if row is None:
             raise Denied(404, "no such run")
-        tasks = await conn.fetch(Q.dashboard_run_tasks, v.workspace_id, run_id)
         autopilot = await auth.autopilot_of(conn, v.principal, row["autopilot_id"])
         writer = await auth.can_write(conn, v.principal, autopilot)
+        tasks = [without_answer(t, full=writer) for t in await conn.fetch(Q.dashboard_run_tasks, v.workspace_id,
+                                                                          run_id)]
         attempts = [attempt_out(a, full=writer).model_dump(mode="json")
                     for a in await conn.fetch(Q.dashboard_run_attempts, v.workspace_id, run_id)]
         shown = await admin_read(v, conn, "GET", "/v1/runs/{run_id}", {"run_id": run_id})

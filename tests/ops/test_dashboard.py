@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from autopilot import admission, audit, dispatch, workspaces
+from autopilot import admission, audit, dispatch, tasks, workspaces
 from gateway.app import create_app
 from gateway.sessions import SESSION_COOKIE
 from hookgate.context import Context, open_context
@@ -428,6 +428,26 @@ async def test_a_member_sees_the_attempts_without_the_agents_answer_and_no_retry
     assert await ctx.pool.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "failed"
 
 
+async def test_a_tasks_result_is_on_its_run_and_task_pages_for_writers_only(client, ctx: Context, small: Small):
+    answer = {"reply": "the agent's private reply"}
+    async with ctx.pool.acquire() as conn:
+        run_id = await factories.dispatched_run(conn, small.autopilot["id"])
+        [won] = await tasks.claim(conn, agent_id=small.agent.row["id"], lease_s=600, holder="w", actor_type="worker")
+        await tasks.report(conn, won.id, won.lease_token, tasks.Report("succeeded", answer), actor_type="agent",
+                           actor_id=str(small.agent.row["id"]))
+        _, key = await workspaces.add_member(conn, small.world.workspace_id, "viewer", "member")
+    pages = (f"/dashboard/runs/{run_id}", f"/dashboard/tasks/{won.id}")
+    await log_in(client, small.world.api_key)
+    for path in pages:
+        assert "the agent&#39;s private reply" in (await client.get(path)).text, path
+    client.cookies.clear()
+    await log_in(client, key)
+    for path in pages:
+        page = await client.get(path)
+        assert page.status_code == 200 and "private reply" not in page.text, path
+        assert "shown to the autopilot's writers only" in html.unescape(page.text), path
+
+
 async def test_every_id_on_the_run_timeline_links_to_its_page_and_issue_and_task_pages_say_what_they_are(
         client, ctx: Context, small: Small):
     pilot = await factories.autopilot(small.world, small.agent.row["id"], mode="create_issue", title="triage issues")
@@ -615,6 +635,7 @@ async def test_rotating_a_token_shows_the_new_url_and_the_old_one_stops(client, 
     answer = await confirm_post(client, path, csrf)
     url = re.search(r'id="secret-value" readonly value="([^"]+)"', answer.text).group(1)
     assert url.startswith("http://hooks.test/hooks/") and small.token not in url
+    assert answer.headers["cache-control"] == "no-store"  # the new URL is the credential, shown once
     assert await ctx.pool.fetchval("SELECT count(*) FROM audit_log WHERE action = 'TOKEN_ROTATE'") == 1
     assert (await client.post(f"/hooks/{small.token}", json={})).status_code == 404
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import uuid
 
+from autopilot import tasks
+from tests import factories
+
 
 async def _issue(conn, team, status="todo"):
     return str(await conn.fetchval(
@@ -39,3 +42,47 @@ async def test_tasks_are_listed_by_agent_and_status_without_lease_tokens(client,
     assert (await client.get(f"/v1/tasks/{task}", headers=team.h("outsider"))).status_code == 404
     none = await client.get("/v1/tasks", headers=team.h("member"), params={"status": "queued"})
     assert none.json() == {"items": [], "next_cursor": None}
+
+
+ANSWER = {"answer": "the agent's private reply"}
+
+
+async def _answered_tasks(conn, team) -> tuple[str, str]:
+    """A task of the team's autopilot its agent reported with ANSWER, and a task of no autopilot with ANSWER."""
+    run_id = await factories.dispatched_run(conn, uuid.UUID(team.autopilot_id))
+    [won] = await tasks.claim(conn, agent_id=uuid.UUID(team.agent_id), lease_s=600, holder="w", actor_type="worker")
+    assert won.run_id == run_id
+    await tasks.report(conn, won.id, won.lease_token, tasks.Report("succeeded", ANSWER), actor_type="agent",
+                       actor_id=team.agent_id)
+    loose = await conn.fetchval(
+        "INSERT INTO agent_task (workspace_id, agent_id, status, result, idempotency_key)"
+        " VALUES ($1, $2, 'succeeded', $3, 't:loose') RETURNING id",
+        team.world.workspace_id, uuid.UUID(team.agent_id), ANSWER)
+    return str(won.id), str(loose)
+
+
+async def _results(client, team, role) -> dict[str, object]:
+    """The ``result`` each task shows ``role``, by task id, from the list and from each task's own answer."""
+    listed = await client.get("/v1/tasks", headers=team.h(role))
+    assert listed.status_code == 200, listed.text
+    shown = {t["id"]: t["result"] for t in listed.json()["items"]}
+    for task_id, result in shown.items():
+        one = await client.get(f"/v1/tasks/{task_id}", headers=team.h(role))
+        assert one.status_code == 200 and one.json()["result"] == result, (role, one.text)
+        assert one.json()["status"] == "succeeded"
+    return shown
+
+
+async def test_a_tasks_result_is_shown_only_to_those_who_may_read_the_agents_answers(client, team, conn):
+    ruled, loose = await _answered_tasks(conn, team)
+    # Owners and admins read every answer; the autopilot's collaborator its tasks' only; a plain member none.
+    assert await _results(client, team, "owner") == {ruled: ANSWER, loose: ANSWER}
+    assert await _results(client, team, "admin") == {ruled: ANSWER, loose: ANSWER}
+    assert await _results(client, team, "collaborator") == {ruled: ANSWER, loose: None}
+    assert await _results(client, team, "member") == {ruled: None, loose: None}
+    # Another workspace sees neither task; an anonymous caller nothing at all.
+    assert (await client.get("/v1/tasks", headers=team.h("outsider"))).json()["items"] == []
+    for task_id in (ruled, loose):
+        assert (await client.get(f"/v1/tasks/{task_id}", headers=team.h("outsider"))).status_code == 404
+        assert (await client.get(f"/v1/tasks/{task_id}")).status_code == 401
+    assert (await client.get("/v1/tasks")).status_code == 401

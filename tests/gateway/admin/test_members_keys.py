@@ -80,3 +80,18 @@ async def test_archiving_an_agent_is_for_its_owner_or_admins_and_skips_its_runs(
     assert again.json()["archived_at"] == archived.json()["archived_at"]
     run = (await client.post(f"/v1/autopilots/{team.autopilot_id}/runs", headers=team.h("owner"), json={})).json()
     assert (run["status"], run["reason_code"]) == ("skipped", "agent_archived")
+
+
+async def test_a_member_change_with_an_explicit_null_is_422_and_changes_nothing(client, team, conn):
+    member = f"/v1/members/{team.ids['member']}"
+    for body in ({"role": None}, {"disabled": None}, {"role": None, "disabled": False}):
+        answer = await client.patch(member, headers=team.h("owner"), json=body)
+        assert answer.status_code == 422, (body, answer.text)
+        assert answer.json()["error"] == "invalid_request" and next(iter(body)) in answer.json()["message"]
+    shown = (await client.get(member, headers=team.h("owner"))).json()
+    assert shown["role"] == "member" and shown["disabled_at"] is None
+    assert await conn.fetchval("SELECT count(*) FROM audit_log WHERE action LIKE 'MEMBER_%'") == 0
+    # Who may not change members is refused as before (401, 403, another workspace's 404), whatever the body.
+    assert (await client.patch(member, json={"role": None})).status_code == 401
+    assert (await client.patch(member, headers=team.h("collaborator"), json={"role": "admin"})).status_code == 403
+    assert (await client.patch(member, headers=team.h("outsider"), json={"role": "admin"})).status_code == 404

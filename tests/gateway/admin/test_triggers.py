@@ -150,3 +150,13 @@ async def test_re_enabling_a_schedule_plans_from_now_not_from_a_stale_time(clien
                        made["id"])
     enabled = (await client.patch(f"/v1/triggers/{made['id']}", headers=team.h("owner"), json={"enabled": True})).json()
     assert datetime.fromisoformat(enabled["next_fire_at"]) > await conn.fetchval("SELECT now()")
+
+
+async def test_a_trigger_change_with_an_explicit_null_is_422_and_changes_nothing(client, team):
+    webhook = (await _create(client, team, kind="webhook", provider="github", rate_limit_per_minute=30)).json()
+    for body in ({"enabled": None}, {"provider": None}, {"rate_limit_per_minute": None}, {"event_filters": None}):
+        answer = await client.patch(f"/v1/triggers/{webhook['id']}", headers=team.h("owner"), json=body)
+        assert answer.status_code == 422, (body, answer.text)
+        assert f"{next(iter(body))}: may not be null" in answer.json()["message"]
+    shown = (await client.get(f"/v1/triggers/{webhook['id']}", headers=team.h("owner"))).json()
+    assert (shown["enabled"], shown["provider"], shown["rate_limit_per_minute"]) == (True, "github", 30)
