@@ -235,27 +235,17 @@ WITH doomed AS (
 SELECT id, agent_id, was FROM cancelled;
 
 -- name: task_list
--- Tasks of workspace $1, newest first. Filters (nullable): $2 = agent, $3 = status, $4 = run,
--- $5 = cursor (last id seen). $6 = at most. Lease tokens are never listed. A queued task of an unhealthy agent
--- waits for that agent's next probe (not before now): agent_next_probe_at.
-SELECT id, workspace_id, run_id, issue_id, agent_id, payload, status, attempt, max_attempts, lease_expires_at,
-       holder_instance, available_at, result, error, retry_class, created_at, updated_at, started_at, finished_at,
-       CASE WHEN status = 'queued' AND attempt > 0 THEN available_at END AS next_attempt_at, error AS last_error,
-       (SELECT greatest(h.next_probe_at, now()) FROM agent_health h
-        WHERE h.agent_id = agent_task.agent_id AND h.state = 'unhealthy' AND agent_task.status = 'queued')
-           AS agent_next_probe_at
-FROM agent_task
-WHERE workspace_id = $1 AND ($2::uuid IS NULL OR agent_id = $2) AND ($3::text IS NULL OR status = $3)
-  AND ($4::uuid IS NULL OR run_id = $4) AND ($5::uuid IS NULL OR id < $5)
-ORDER BY id DESC
 -- Tasks of workspace $1, newest first, each with its run's autopilot (who may read its result depends on it).
 -- Filters (nullable): $2 = agent, $3 = status, $4 = run, $5 = cursor (last id seen). $6 = at most. Lease
--- tokens are never listed.
+-- tokens are never listed. A queued task of an unhealthy agent waits for that agent's next probe (not before
+-- now): agent_next_probe_at.
 SELECT t.id, t.workspace_id, t.run_id, t.issue_id, t.agent_id, t.payload, t.status, t.attempt, t.max_attempts,
        t.lease_expires_at, t.holder_instance, t.available_at, t.result, t.error, t.retry_class, t.created_at,
        t.updated_at, t.started_at, t.finished_at,
        CASE WHEN t.status = 'queued' AND t.attempt > 0 THEN t.available_at END AS next_attempt_at, t.error AS last_error,
-       r.autopilot_id
+       r.autopilot_id,
+       (SELECT greatest(h.next_probe_at, now()) FROM agent_health h
+        WHERE h.agent_id = t.agent_id AND h.state = 'unhealthy' AND t.status = 'queued') AS agent_next_probe_at
 FROM agent_task t LEFT JOIN autopilot_run r ON r.id = t.run_id
 WHERE t.workspace_id = $1 AND ($2::uuid IS NULL OR t.agent_id = $2) AND ($3::text IS NULL OR t.status = $3)
   AND ($4::uuid IS NULL OR t.run_id = $4) AND ($5::uuid IS NULL OR t.id < $5)
