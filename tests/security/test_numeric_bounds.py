@@ -37,7 +37,8 @@ def bases(ids: dict[str, str]) -> dict[str, dict[str, Any]]:
         "POST /v1/agents": {"name": "n", "runtime": {"kind": "http", "url": "http://127.0.0.1:9/"}},
         "POST /v1/autopilots": {"title": "t", "execution_mode": "run_only",
                                 "assignee": {"type": "agent", "id": ids["agent_id"]}},
-        "POST /v1/autopilots/{autopilot_id}/triggers": {"kind": "webhook", "provider": "generic"},
+        "POST /v1/autopilots/{autopilot_id}/triggers": {"kind": "webhook", "provider": "generic",
+                                                        "signature": {"kind": "hmac", "header": "X-Sig"}},
         "PUT /v1/triggers/{trigger_id}/signing-secret": {"secret": "a-secret-of-enough-length"},
         "POST /v1/deliveries/replay": {"status": ["failed"]},
     }
