@@ -313,13 +313,14 @@ def render(noun: str, answer: Any, columns: tuple[str, ...] | None = None) -> st
 # Parser
 # ---------------------------------------------------------------------------------------------------
 
-ENV_HELP = ("env HOOKGATE_URL (default http://HOOKGATE_HOST:HOOKGATE_PORT) / HOOKGATE_API_KEY supply --url / --key; "
+ENV_HELP = ("env HOOKGATE_URL / HOOKGATE_API_KEY supply --url / --key (no URL: HOOKGATE_HOST/HOOKGATE_PORT if set, "
+            "else the address a running serve wrote in HOOKGATE_DATA_DIR/cli.json, else http://127.0.0.1:8080); "
             "exit 1 when the API refuses, 2 when the request is not answered (bad input, unreachable)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", help="gateway base URL (env HOOKGATE_URL, default http://127.0.0.1:8080 from "
-                                 "HOOKGATE_HOST and HOOKGATE_PORT)")
+    p.add_argument("--url", help="gateway base URL (env HOOKGATE_URL; default: the serve of this directory's "
+                                 ".hookgate/cli.json, else http://HOOKGATE_HOST:HOOKGATE_PORT)")
     p.add_argument("--key", help="admin API key hgk_… (env HOOKGATE_API_KEY)")
     p.add_argument("--json", action="store_true", help="print the API's JSON answer instead of a table")
 

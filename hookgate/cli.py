@@ -50,9 +50,21 @@ environment:
                           (default none; serve on its embedded database: 127.0.0.0/8,::1/128)
   HOOKGATE_PUSH_RETRY_SCHEDULE   delays between attempts of a task (default 5s,1m,5m,30m,2h,5h,10h,10h)
   HOOKGATE_AGENT_TRIP_AFTER   consecutive failed pushes that make an agent unhealthy (default 5)
-  HOOKGATE_URL            gateway of the client commands (default http://HOOKGATE_HOST:HOOKGATE_PORT)
+  HOOKGATE_URL            gateway of the client commands; unset: HOOKGATE_HOST/HOOKGATE_PORT if set, else
+                          the address a running serve wrote in HOOKGATE_DATA_DIR/cli.json, else 127.0.0.1:8080
   HOOKGATE_API_KEY        hgk_ key of the admin verbs; HOOKGATE_RUNTIME_TOKEN: hgr_ token of listen
 See README.md and docs/OPERATIONS.md for every setting.
+"""
+
+CLIENT_EPILOG = """
+client commands:
+  every admin API operation has a verb: hookgate NOUN VERB (NOUN --help lists them), e.g.
+    hookgate me                                  who your key is
+    hookgate autopilots get|update|archive ID    hookgate triggers update|delete|preview ID
+    hookgate tasks list|get, issues list|get|update, audit list, members create, keys create|revoke
+  hookgate send TRIGGER --secret S               a signed sample event of the trigger's preset
+  hookgate listen --forward-to URL               a pull agent's tasks against your local app
+  tables by default, the API's JSON with --json; exit 1 when the API refuses, 2 when it is not answered
 """
 
 
@@ -259,7 +271,7 @@ async def _bootstrap(settings: Settings, workspace: str, as_json: bool) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The full command tree; every command's --help reads like a manual page."""
     parser = Parser(
-        prog="hookgate", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        prog="hookgate", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG + CLIENT_EPILOG,
         description="Hookgate: webhooks and cron schedules in, durable exactly-once runs out.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -283,8 +283,8 @@ def add_command(sub: Any) -> None:
     p.add_argument("--forward-to", required=True, type=_local_url, metavar="URL",
                    help="where each task is POSTed, e.g. http://localhost:3000/hooks/agent")
     p.add_argument("--token", help="the pull agent's runtime token hgr_… (env HOOKGATE_RUNTIME_TOKEN)")
-    p.add_argument("--url", help="gateway base URL (env HOOKGATE_URL, default http://127.0.0.1:8080 from "
-                                 "HOOKGATE_HOST and HOOKGATE_PORT)")
+    p.add_argument("--url", help="gateway base URL (env HOOKGATE_URL; default: the serve of this directory's "
+                                 ".hookgate/cli.json, else http://HOOKGATE_HOST:HOOKGATE_PORT)")
     p.add_argument("--secret", type=_whsec, help="whsec_… secret to sign with (default: a new one, printed at start)")
     p.add_argument("--instance", default=f"listen@{socket.gethostname()}",
                    help="runtime instance name (default listen@<hostname>)")
