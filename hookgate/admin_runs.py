@@ -218,7 +218,8 @@ def _tasks(sub: Any) -> None:
     p.add_argument("--agent", type=resource_id("agent"))
     p.add_argument("--status", choices=TASK_STATUSES)
     p.add_argument("--run", type=resource_id("run"))
-    verb(tasks, "get", tasks_get, "show a task: status, attempt, lease, next attempt, last error and result", "get_task").add_argument("task", type=resource_id("task"))
+    verb(tasks, "get", tasks_get, "show a task: status, attempt, lease, next attempt, last error and result",
+         "get_task").add_argument("task", type=resource_id("task"))
     list_verb(tasks, tasks_attempts, "list a task's attempts, oldest first: outcome, HTTP status, duration, start, "
               "error (the agent's answer with --json, for the autopilot's writers)", "list_attempts",
               name="attempts", columns=ATTEMPT_COLUMNS).add_argument("task", type=resource_id("task"))
