@@ -44,6 +44,9 @@ from typing import Literal
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from gateway.envelope import InvalidBody, Payload, form_fields, media_type
+from hookgate.signing import mac as _mac
+from hookgate.signing import standard_key, utf8
+from hookgate.signing import twilio_params as sorted_params
 
 __all__ = [
     "DEFAULT_EVENT",
@@ -241,18 +244,6 @@ def _check_standard(req: Inbound, secret: str) -> SignatureStatus:
     return _fresh(req.now, int(stamp))
 
 
-def standard_key(secret: str) -> bytes:
-    """Key as the reference library derives it: base64 of what follows an optional `whsec_`.
-
-    A secret that does not decode (or decodes to nothing) is used as its raw UTF-8 bytes.
-    """
-    try:
-        key = base64.b64decode(secret.removeprefix("whsec_") + "==")
-    except ValueError:
-        key = b""
-    return key or utf8(secret)
-
-
 def _check_linear(req: Inbound, secret: str) -> SignatureStatus:
     signature = req.header("linear-signature")
     if signature is None:
@@ -296,18 +287,10 @@ def twilio_params(req: Inbound) -> str | None:
     """What Twilio appends to the URL: the sorted form params, or "" once a JSON body matches `bodySHA256`."""
     if media_type(req.headers.get("content-type")) == "application/x-www-form-urlencoded":
         fields = _raw_form(req.raw)
-        return None if fields is None else _sorted_params(fields)
+        return None if fields is None else sorted_params(fields)
     claimed = query_param(req.url, "bodySHA256")
     actual = hashlib.sha256(req.raw).hexdigest()
     return "" if claimed is not None and hmac.compare_digest(utf8(claimed), actual.encode()) else None
-
-
-def _sorted_params(fields: list[tuple[str, str]]) -> str:
-    """Names sorted, each with its distinct values sorted, as `name + value` runs (Twilio's helpers)."""
-    values: dict[str, set[str]] = {}
-    for name, value in fields:
-        values.setdefault(name, set()).add(value)
-    return "".join(name + value for name in sorted(values) for value in sorted(values[name]))
 
 
 def query_param(url: str, name: str) -> str | None:
@@ -407,15 +390,6 @@ def _event_twilio(req: Inbound) -> str | None:
 
 
 # -- small helpers ------------------------------------------------------------------------------------
-
-
-def utf8(text: str) -> bytes:
-    """UTF-8 bytes of any str, lone surrogates included (a secret or a header is never refused here)."""
-    return text.encode("utf-8", "surrogatepass")
-
-
-def _mac(key: str | bytes, message: bytes) -> bytes:
-    return hmac.digest(utf8(key) if isinstance(key, str) else key, message, "sha256")
 
 
 def _hex_equal(expected: bytes, given: str) -> bool:

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator,
 
 from gateway import providers
 from gateway.providers import Inbound, SignatureStatus
+from hookgate import signing
 
 __all__ = ["Scheme", "SchemeError", "as_preset", "load_public_key", "parse_scheme", "public_key_text"]
 
@@ -168,7 +169,7 @@ class HmacScheme(_Signed):
     secret_encoding: Literal["utf8", "base64"] = "utf8"
 
     def _matches(self, secret: str, message: bytes, signature: bytes) -> bool:
-        key = providers.standard_key(secret) if self.secret_encoding == "base64" else providers.utf8(secret)
+        key = signing.standard_key(secret) if self.secret_encoding == "base64" else signing.utf8(secret)
         return hmac.compare_digest(hmac.digest(key, message, self.algorithm), signature)
 
 
@@ -214,7 +215,7 @@ class SharedSecretScheme(BaseModel):
             sent, expected = providers.query_param(req.url, self.query or ""), secret
         if not sent:
             return "missing"
-        return "valid" if hmac.compare_digest(providers.utf8(sent), providers.utf8(expected)) else "invalid"
+        return "valid" if hmac.compare_digest(signing.utf8(sent), signing.utf8(expected)) else "invalid"
 
 
 class BasicAuthScheme(BaseModel):
@@ -233,7 +234,7 @@ class BasicAuthScheme(BaseModel):
             sent = base64.b64decode(token.strip(), validate=True) if scheme.lower() == "basic" else b""
         except (ValueError, binascii.Error):
             sent = b""
-        return "valid" if hmac.compare_digest(sent, providers.utf8(secret)) else "invalid"
+        return "valid" if hmac.compare_digest(sent, signing.utf8(secret)) else "invalid"
 
 
 Scheme = Annotated[HmacScheme | PublicKeyScheme | SharedSecretScheme | BasicAuthScheme, Field(discriminator="kind")]
@@ -261,13 +262,13 @@ def _render(template: str, req: Inbound, stamp: str) -> list[bytes]:
     pieces: list[list[bytes]] = []
     position = 0
     for match in _PLACEHOLDER.finditer(template):
-        pieces.append([providers.utf8(template[position:match.start()])])
+        pieces.append([signing.utf8(template[position:match.start()])])
         value = _value(match.group(1), req, stamp)
         if value is None:
             return []
         pieces.append(value)
         position = match.end()
-    pieces.append([providers.utf8(template[position:])])
+    pieces.append([signing.utf8(template[position:])])
     messages = [b""]
     for choices in pieces:
         messages = [m + c for m in messages for c in choices]
@@ -280,12 +281,12 @@ def _value(name: str, req: Inbound, stamp: str) -> list[bytes] | None:
     if name == "timestamp":
         return [stamp.encode()]
     if name == "url":
-        return [providers.utf8(url) for url in providers.twilio_urls(req.url)]
+        return [signing.utf8(url) for url in providers.twilio_urls(req.url)]
     if name == "twilio_form":
         params = providers.twilio_params(req)
-        return None if params is None else [providers.utf8(url + params) for url in providers.twilio_urls(req.url)]
+        return None if params is None else [signing.utf8(url + params) for url in providers.twilio_urls(req.url)]
     header = req.header(name.removeprefix("header:").lower())
-    return None if header is None else [providers.utf8(header)]
+    return None if header is None else [signing.utf8(header)]
 
 
 def _pointer(node: object, pointer: str) -> object:

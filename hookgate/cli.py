@@ -13,13 +13,11 @@ import contextlib
 import gc
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
-from hookgate import admin_client, completion, durability, listen, logs
+from hookgate import admin_client, cli_file, completion, durability, listen, logs, send
 from hookgate.context import Context, keyring_for, open_context, open_database
 from hookgate.migrations import MigrationError
 from hookgate.service import Service, handle_signals, run_services
@@ -29,7 +27,7 @@ FIRST_KEY_FILE = "first-owner-key"
 """Where ``serve`` puts the first owner key when stdout is not a terminal (in the data dir)."""
 
 log = logging.getLogger("hookgate.cli")
-CLIENT_COMMANDS = ("listen", "completion")
+CLIENT_COMMANDS = ("listen", "send", "completion")
 """Commands that only talk HTTP (besides the admin verbs): they read no server settings and log nothing."""
 #: What ``serve`` on its embedded database allows agents on when HOOKGATE_AGENT_ALLOW_CIDRS is unset.
 EMBEDDED_AGENT_ALLOW = ["127.0.0.0/8", "::1/128"]
@@ -52,9 +50,21 @@ environment:
                           (default none; serve on its embedded database: 127.0.0.0/8,::1/128)
   HOOKGATE_PUSH_RETRY_SCHEDULE   delays between attempts of a task (default 5s,1m,5m,30m,2h,5h,10h,10h)
   HOOKGATE_AGENT_TRIP_AFTER   consecutive failed pushes that make an agent unhealthy (default 5)
-  HOOKGATE_URL            gateway of the client commands (default http://HOOKGATE_HOST:HOOKGATE_PORT)
+  HOOKGATE_URL            gateway of the client commands; unset: HOOKGATE_HOST/HOOKGATE_PORT if set, else
+                          the address a running serve wrote in HOOKGATE_DATA_DIR/cli.json, else 127.0.0.1:8080
   HOOKGATE_API_KEY        hgk_ key of the admin verbs; HOOKGATE_RUNTIME_TOKEN: hgr_ token of listen
 See README.md and docs/OPERATIONS.md for every setting.
+"""
+
+CLIENT_EPILOG = """
+client commands:
+  every admin API operation has a verb: hookgate NOUN VERB (NOUN --help lists them), e.g.
+    hookgate me                                  who your key is
+    hookgate autopilots get|update|archive ID    hookgate triggers update|delete|preview ID
+    hookgate tasks list|get, issues list|get|update, audit list, members create, keys create|revoke
+  hookgate send TRIGGER --secret S               a signed sample event of the trigger's preset
+  hookgate listen --forward-to URL               a pull agent's tasks against your local app
+  tables by default, the API's JSON with --json; exit 1 when the API refuses, 2 when it is not answered
 """
 
 
@@ -104,13 +114,14 @@ async def _run_roles(settings: Settings, roles: Sequence[str], *, announce: bool
                     server.bind()  # a taken port fails here, before anything says "ready"
             except CannotListen as exc:
                 raise ConfigError(str(exc)) from None
-            if announce:
-                await _announce(ctx, http[0].port)
-            elif "gateway" in roles:
-                print(f"hookgate ready on http://{_shown_host(ctx.settings.host)}:{http[0].port}", file=sys.stderr,
-                      flush=True)
-            await run_services(services, deadline=settings.shutdown_deadline, stop=stop,
-                               on_start=_settle_garbage_collector)
+            with contextlib.ExitStack() as published:
+                if announce:
+                    await _announce(ctx, http[0].port, published)
+                elif "gateway" in roles:
+                    print(f"hookgate ready on http://{_shown_host(ctx.settings.host)}:{http[0].port}",
+                          file=sys.stderr, flush=True)
+                await run_services(services, deadline=settings.shutdown_deadline, stop=stop,
+                                   on_start=_settle_garbage_collector)
 
 
 async def _run_gateway_processes(settings: Settings, roles: Sequence[str], *, announce: bool) -> None:
@@ -154,7 +165,7 @@ async def _run_gateway_processes(settings: Settings, roles: Sequence[str], *, an
                     raise SystemExit(failed.code) from None  # it printed its error line
                 admin_client.fail(str(failed), 1)
             if announce and ctx is not None:
-                await _announce(ctx, port)
+                await _announce(ctx, port, stack)
             else:
                 print(f"hookgate ready on http://{_shown_host(settings.host)}:{port}", file=sys.stderr, flush=True)
             await run_services([gateways, *services], deadline=settings.shutdown_deadline, stop=stop,
@@ -194,18 +205,23 @@ def _settle_garbage_collector() -> None:
     gc.set_threshold(20_000, 10, 10)
 
 
-async def _announce(ctx: Context, port: int) -> None:
-    """Once the port is bound. First start on an empty database: a workspace, its owner key shown once or filed.
+async def _announce(ctx: Context, port: int, stack: contextlib.ExitStack | contextlib.AsyncExitStack) -> None:
+    """Once the port is bound: ``cli.json`` for the client commands (removed when ``stack`` closes), the banner.
 
-    Bootstrapping only after the bind means a failed start never makes a key that nobody was shown.
+    First start on an empty database: a workspace, its owner key shown once or filed. Bootstrapping only
+    after the bind means a failed start never makes a key that nobody was shown. Every banner names the
+    dashboard and the ``export HOOKGATE_URL=…`` line of the client commands.
     """
     from autopilot.workspaces import bootstrap
     from sql import Q
 
     base = f"http://{_shown_host(ctx.settings.host)}:{port}"
+    client = cli_file.local_url(ctx.settings.host, port)
+    stack.enter_context(cli_file.published(ctx.settings.data_dir, client))
+    export = f"export HOOKGATE_URL={client}"
     async with ctx.pool.acquire() as conn:
         if await conn.fetchval(Q.workspace_count):
-            print(f"hookgate ready on {base}; dashboard: {base}/dashboard", file=sys.stderr, flush=True)
+            print(f"hookgate ready on {base}; dashboard: {base}/dashboard\n  {export}", file=sys.stderr, flush=True)
             return
         boot = await bootstrap(conn, "default")
     if sys.stdout.isatty():
@@ -213,31 +229,19 @@ async def _announce(ctx: Context, port: int) -> None:
             f"\nHookgate is ready on {base}\n"
             f"A workspace was created. Its owner API key (shown once, keep it):\n\n  {boot.api_key}\n\n"
             f"Dashboard: {base}/dashboard (log in with that key)\nTry it:\n  curl -s {base}/readyz\n"
-            f"  curl -s -H 'Authorization: Bearer {boot.api_key}' {base}/v1/me\n",
+            f"  curl -s -H 'Authorization: Bearer {boot.api_key}' {base}/v1/me\n"
+            f"  {export} HOOKGATE_API_KEY={boot.api_key}; hookgate me\n",
             flush=True,
         )
         return
     # Not a terminal: stdout goes to a log or a journal, which must never hold a key.
-    path = _save_first_key(ctx.settings.data_dir, boot.api_key)
+    path = cli_file.write_private(ctx.settings.data_dir, FIRST_KEY_FILE, boot.api_key + "\n")
     print(
-        f"hookgate ready on {base}; a workspace was created and its owner API key written to {path} "
-        f"(mode 0600; read it, keep it elsewhere, delete the file)",
+        f"hookgate ready on {base}; dashboard: {base}/dashboard (log in with the owner key)\n"
+        f"  a workspace was created and its owner API key written to {path} "
+        f"(mode 0600; read it, keep it elsewhere, delete the file)\n  {export}",
         file=sys.stderr, flush=True,
     )
-
-
-def _save_first_key(data_dir: Path, key: str) -> Path:
-    """Write ``<data dir>/first-owner-key``, mode 0600 from its creation; an older one is replaced."""
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = data_dir / FIRST_KEY_FILE
-    staging = data_dir / f".{FIRST_KEY_FILE}.{os.getpid()}"
-    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(key + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(staging, path)
-    return path
 
 
 async def _migrate(settings: Settings) -> None:
@@ -267,7 +271,7 @@ async def _bootstrap(settings: Settings, workspace: str, as_json: bool) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The full command tree; every command's --help reads like a manual page."""
     parser = Parser(
-        prog="hookgate", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        prog="hookgate", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG + CLIENT_EPILOG,
         description="Hookgate: webhooks and cron schedules in, durable exactly-once runs out.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -299,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("--json", action="store_true", help='print {"workspace_id","member_id","api_key"}')
     admin_client.add_commands(sub)
     listen.add_command(sub)
+    send.add_command(sub)
     completion.add_command(sub)
     return parser
 
@@ -378,6 +383,8 @@ def _client(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             print(completion.script(parser, args.shell), end="")
         elif args.command == "listen":
             asyncio.run(listen.run(args))
+        elif args.command == "send":
+            asyncio.run(send.run(args))
         else:
             asyncio.run(admin_client.run(args))
     except KeyboardInterrupt:

@@ -17,6 +17,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from hookgate import signing
 from hookgate.errors import HookgateError
 from hookgate.settings import ConfigError, decode_secret_key
 
@@ -76,9 +77,7 @@ def new_signing_secret() -> str:
 
 def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     """The Standard Webhooks signature header value: ``v1,<base64 HMAC-SHA256 of "id.ts.body">``."""
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    mac = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(mac).decode()
+    return signing.standard_signature(secret, msg_id, timestamp, body)
 
 
 def new_token(prefix: str) -> str:

@@ -244,13 +244,13 @@ def _whsec(text: str) -> str:
 async def run(args: argparse.Namespace) -> None:
     """Run the listener until Ctrl-C; exit 1 when the gateway refuses, 2 when it cannot be reached."""
     settings = client_settings()
-    url = (args.url or settings.base_url()).rstrip("/")
+    where = settings.gateway(args.url)
     token = args.token or (settings.runtime_token.get_secret_value() if settings.runtime_token else None)
     if not token:
         fail("no runtime token: pass --token or set HOOKGATE_RUNTIME_TOKEN (a pull agent's hgr_ token)")
     headers = {"Authorization": f"Bearer {token}", "User-Agent": "hookgate-listen"}
-    with exit_on_failure(url):
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as gateway, \
+    with exit_on_failure(where):
+        async with httpx.AsyncClient(base_url=where.url, headers=headers, timeout=30) as gateway, \
                 httpx.AsyncClient() as local:
             listener = Listener(Client(gateway), local, args.forward_to, args.secret or new_signing_secret(),
                                 args.instance, args.timeout, args.json)
@@ -283,10 +283,11 @@ def add_command(sub: Any) -> None:
     p.add_argument("--forward-to", required=True, type=_local_url, metavar="URL",
                    help="where each task is POSTed, e.g. http://localhost:3000/hooks/agent")
     p.add_argument("--token", help="the pull agent's runtime token hgr_… (env HOOKGATE_RUNTIME_TOKEN)")
-    p.add_argument("--url", help="gateway base URL (env HOOKGATE_URL, default http://127.0.0.1:8080 from "
-                                 "HOOKGATE_HOST and HOOKGATE_PORT)")
+    p.add_argument("--url", help="gateway base URL (env HOOKGATE_URL; default: the serve of this directory's "
+                                 ".hookgate/cli.json, else http://HOOKGATE_HOST:HOOKGATE_PORT)")
     p.add_argument("--secret", type=_whsec, help="whsec_… secret to sign with (default: a new one, printed at start)")
     p.add_argument("--instance", default=f"listen@{socket.gethostname()}",
                    help="runtime instance name (default listen@<hostname>)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds the local app has to answer (default 30)")
     p.add_argument("--json", action="store_true", help="one JSON object per task instead of a line of text")
+    p.set_defaults(operations=("runtime_heartbeat", "runtime_claim", "runtime_renew", "runtime_report"))

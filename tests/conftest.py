@@ -283,7 +283,8 @@ def spawn(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterat
     With ``--pooler`` their pools go through a real PgBouncer in transaction mode (:func:`pooled_env`).
     """
     env = {"HOOKGATE_DATABASE_URL": db_url, "HOOKGATE_SECRET_KEY": TEST_SECRET_KEY,
-           "HOOKGATE_PUBLIC_URL": "http://hooks.test", "HOOKGATE_AGENT_ALLOW_CIDRS": TEST_AGENT_ALLOW_CIDRS}
+           "HOOKGATE_PUBLIC_URL": "http://hooks.test", "HOOKGATE_AGENT_ALLOW_CIDRS": TEST_AGENT_ALLOW_CIDRS,
+           "HOOKGATE_DATA_DIR": str(tmp_path / "data")}  # serve files its cli.json there, not in the work tree
     if request.config.getoption("--pooler"):
         env |= pooled_env(request.getfixturevalue("pgbouncer"), db_url)
     spawner = processes.Spawner(env=env, log_dir=tmp_path)

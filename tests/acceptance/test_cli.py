@@ -50,6 +50,8 @@ def test_help_reads_like_a_manual_and_names_the_environment():
     assert out.returncode == 0
     for word in ("serve", "gateway", "worker", "scheduler", "migrate", "bootstrap", "HOOKGATE_DATABASE_URL"):
         assert word in out.stdout
+    for word in ("client commands:", "hookgate send", "hookgate me", "cli.json", "HOOKGATE_API_KEY"):
+        assert word in out.stdout, word
     serve = hookgate("serve", "--help", env={})
     assert "HOOKGATE_PORT" in serve.stdout
 

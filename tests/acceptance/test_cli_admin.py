@@ -220,6 +220,13 @@ def test_bash_completion_offers_commands_verbs_options_and_choices():
     assert _bash_complete(script, 'hookgate deliveries list --status ""') == [
         "queued", "dispatched", "rejected", "ignored", "failed"]
     assert _bash_complete(script, "hookgate listen --for") == ["--forward-to"]
+    assert _bash_complete(script, "hookgate autopilots ar") == ["archive"]
+    assert set(_bash_complete(script, 'hookgate tasks ""')) >= {"list", "get", "attempts"}
+    assert _bash_complete(script, "hookgate sen") == ["send"]
+    assert _bash_complete(script, 'hookgate send --provider ""') == [
+        "generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio"]
+    assert _bash_complete(script, 'hookgate issues update --status ""') == ["todo", "in_progress", "done", "cancelled"]
+    assert sorted(_bash_complete(script, "hookgate au")) == ["audit", "autopilots"]
 
 
 #: Drives an interactive ``zsh -f`` in a pseudo-terminal (zsh/zpty) with the script installed in $fpath the
@@ -291,3 +298,59 @@ def test_zsh_completion_is_native_and_completes_in_a_real_zsh(tmp_path):
     assert "ARGS:deliveries list --limit\n" in value and " -- " not in value
     options = dict(re.findall(r"^(--\S+) +-- (.*)$", shown["hookgate deliveries list --"], re.M))
     assert options["--limit"].startswith("page size") and "--status" in shown["hookgate deliveries list --"]
+
+
+def test_the_new_verbs_read_and_change_what_the_api_does(admin: Admin):
+    env, autopilot_id, trigger_id = admin.env, admin.autopilot["id"], admin.trigger["id"]
+    assert ok_json("me", env=env)["member_id"] == admin.owner_id
+    before = ok_json("autopilots", "get", autopilot_id, env=env)
+    assert before["title"] == "t"
+    updated = ok_json("autopilots", "update", autopilot_id, "--instructions", "label it", "--run-timeout", "600",
+                      env=env)
+    assert (updated["instructions"], updated["run_timeout_s"], updated["version"]) == (
+        "label it", 600, before["version"] + 1)  # a real change publishes a rule version
+    changed = ok_json("triggers", "update", trigger_id, "--provider", "github", "--event", "github.push",
+                      "--rate-limit", "7", env=env)
+    assert (changed["provider"], changed["event_filters"], changed["rate_limit_per_minute"]) == (
+        "github", ["github.push"], 7)
+    assert ok_json("triggers", "update", trigger_id, "--all-events", env=env)["event_filters"] == []
+
+    run = ok_json("runs", "start", autopilot_id, env=env)
+    tasks = ok_json("tasks", "list", "--run", run["run_id"], env=env)["items"]
+    assert [t["run_id"] for t in tasks] in ([], [run["run_id"]])  # no worker here: perhaps not dispatched yet
+    assert ok_json("issues", "list", "--autopilot", autopilot_id, env=env) == {"items": [], "next_cursor": None}
+    missing = hookgate("issues", "update", ZERO, "--status", "done", env=env)
+    assert missing.returncode == 1 and "404" in missing.stderr
+
+    member = ok_json("members", "create", "--name", "ann", "--email", "ann@example.com", env=env)
+    assert member["role"] == "member" and member["api_key"].startswith("hgk_")
+    ann = env | {"HOOKGATE_API_KEY": member["api_key"]}
+    assert ok_json("me", env=ann)["member_id"] == member["id"]
+    refused = hookgate("audit", "list", env=ann)  # owners and admins only
+    assert refused.returncode == 1 and "403" in refused.stderr, refused.stderr
+    key = ok_json("keys", "create", env=ann)  # for the caller: found with /v1/me
+    assert key["member_id"] == member["id"] and key["api_key"].startswith("hgk_")
+    assert ok_json("keys", "revoke", key["id"], env=env)["revoked_at"] is not None
+    gone = hookgate("me", env=env | {"HOOKGATE_API_KEY": key["api_key"]})
+    assert gone.returncode == 1 and "401" in gone.stderr
+    actions = {entry["action"] for entry in ok_json("audit", "list", env=env)["items"]}
+    assert {"KEY_CREATE", "KEY_REVOKE"} <= actions, actions
+
+    assert ok_json("triggers", "delete", trigger_id, env=env)["deleted_at"] is not None
+    assert httpx.post(f"{admin.gateway.url}/hooks/{admin.trigger['token']}", json={}, timeout=10).status_code == 404
+    assert ok_json("autopilots", "archive", autopilot_id, env=env)["status"] == "archived"
+    agent_id = ok_json("agents", "list", env=env)["items"][0]["id"]
+    assert ok_json("agents", "archive", agent_id, env=env)["archived_at"] is not None
+
+
+def test_a_one_time_credential_is_said_to_be_shown_once(admin: Admin):
+    pull = hookgate("agents", "create", "--name", "puller", "--pull", env=admin.env)
+    assert pull.returncode == 0 and "hgr_" in pull.stdout
+    assert pull.stderr == ("hookgate: runtime_token shown only this once: keep it now (the API never shows it "
+                           "again, only its last characters)\n"), pull.stderr
+    token = next(line.split()[1] for line in pull.stdout.splitlines() if line.startswith("runtime_token"))
+    assert token.startswith("hgr_")
+    member = hookgate("members", "create", "--name", "bob", env=admin.env)
+    assert member.returncode == 0 and "api_key shown only this once" in member.stderr
+    listed = hookgate("agents", "list", env=admin.env)
+    assert listed.returncode == 0 and listed.stderr == ""  # nothing secret, nothing said

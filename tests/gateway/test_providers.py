@@ -959,3 +959,23 @@ def test_declared_event_headers_are_the_headers_the_event_name_is_read_from(pres
         assert named({name: "Order Paid"}) != DEFAULT_EVENT, name
     others = {n: "Order Paid" for p in PRESETS.values() for n in p.event_headers | p.stored_headers}
     assert named({n: v for n, v in others.items() if n not in preset.event_headers}) == DEFAULT_EVENT
+
+
+# -- hookgate send's signers (hookgate/signing.py) agree with the providers' SDKs ------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SIGNERS))
+def test_the_package_signer_signs_as_the_providers_sdk_does(name: str) -> None:
+    from hookgate import signing
+
+    raw = urlencode({"MessageStatus": "delivered", "MessageSid": "SM1"}).encode() if name == "twilio" else body_at()
+    sent = signing.sign(name, signing.Outgoing(raw, URL, NOW, "msg_1"), SECRETS[name])
+    if name == "twilio":  # a form body: the SDK signs the URL and the form's parameters
+        expected = {"X-Twilio-Signature": RequestValidator(SECRETS[name]).compute_signature(
+            URL, {"MessageStatus": "delivered", "MessageSid": "SM1"})}
+    else:
+        expected, _ = SIGNERS[name](raw, SECRETS[name], NOW)
+    assert sent == expected
+    req = inbound(raw, sent, content_type=FORM if name == "twilio" else JSON)
+    assert verify(name, req) == "valid"
+    assert get_preset(name).verify(req, ["another-secret"]) == "invalid"
