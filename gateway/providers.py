@@ -46,7 +46,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 from gateway.envelope import InvalidBody, Payload, form_fields, media_type
 from hookgate.signing import mac as _mac
 from hookgate.signing import standard_key, utf8
-from hookgate.signing import twilio_params as sorted_params
+from hookgate.signing import twilio_params
 
 __all__ = [
     "DEFAULT_EVENT",
@@ -261,7 +261,7 @@ def _check_twilio(req: Inbound, secret: str) -> SignatureStatus:
     if signature is None:
         return "missing"
     digestmod = _twilio_digest(req.header("x-twilio-webhooks-signature-settings"))
-    signed_params = twilio_params(req)
+    signed_params = twilio_signed_part(req)
     if digestmod is None or signed_params is None:
         return "invalid"
     key = utf8(secret)
@@ -283,11 +283,11 @@ def _twilio_digest(settings: str | None) -> str | None:
     return {"HMAC_SHA1": "sha1", "HMAC_SHA256": "sha256"}.get(algorithm)
 
 
-def twilio_params(req: Inbound) -> str | None:
+def twilio_signed_part(req: Inbound) -> str | None:
     """What Twilio appends to the URL: the sorted form params, or "" once a JSON body matches `bodySHA256`."""
     if media_type(req.headers.get("content-type")) == "application/x-www-form-urlencoded":
         fields = _raw_form(req.raw)
-        return None if fields is None else sorted_params(fields)
+        return None if fields is None else twilio_params(fields)
     claimed = query_param(req.url, "bodySHA256")
     actual = hashlib.sha256(req.raw).hexdigest()
     return "" if claimed is not None and hmac.compare_digest(utf8(claimed), actual.encode()) else None

@@ -283,7 +283,7 @@ def _value(name: str, req: Inbound, stamp: str) -> list[bytes] | None:
     if name == "url":
         return [signing.utf8(url) for url in providers.twilio_urls(req.url)]
     if name == "twilio_form":
-        params = providers.twilio_params(req)
+        params = providers.twilio_signed_part(req)
         return None if params is None else [signing.utf8(url + params) for url in providers.twilio_urls(req.url)]
     header = req.header(name.removeprefix("header:").lower())
     return None if header is None else [signing.utf8(header)]
