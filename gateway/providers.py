@@ -45,8 +45,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from gateway.envelope import InvalidBody, Payload, form_fields, media_type
 from hookgate.signing import mac as _mac
-from hookgate.signing import standard_key, utf8
-from hookgate.signing import twilio_params
+from hookgate.signing import standard_key, twilio_params, utf8
 
 __all__ = [
     "DEFAULT_EVENT",
