@@ -32,8 +32,15 @@ async def _to_0023(conn: asyncpg.Connection) -> None:
 
 async def _rows(conn: asyncpg.Connection, ctx) -> dict[str, object]:
     """A workspace with an autopilot and a trigger, deliveries of every kind, task attempts and audit entries."""
-    s = await factories.small(ctx)
-    w, agent, ap, trigger = s.world, s.agent, s.autopilot, s.trigger
+    w = await factories.world(ctx)
+    agent = await factories.http_agent(w)
+    ap = await factories.autopilot(w, agent.row["id"])
+    # The trigger as a 0023 installation stores it: today's insert names columns later migrations added.
+    trigger = await conn.fetchrow(
+        """INSERT INTO autopilot_trigger (workspace_id, autopilot_id, kind, token_digest, token_ct, token_hint,
+                                          provider, published_by_type, published_by_id)
+           VALUES ($1, $2, 'webhook', $3, '\\x00', 'hint', 'generic', 'member', $4) RETURNING *""",
+        w.workspace_id, ap["id"], os.urandom(32), w.owner_id)
     ids = {}
     for n, (status, signature, key) in enumerate([("dispatched", "valid", "live-1"), ("queued", "valid", "live-2"),
                                                   ("rejected", "invalid", "forged"), ("failed", "valid", "gone"),
