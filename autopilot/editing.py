@@ -93,7 +93,8 @@ async def edit_webhook_trigger(
     conn: Conn, trigger_id: UUID, changes: dict[str, Any], publisher: Publisher
 ) -> tuple[asyncpg.Record, asyncpg.Record | None]:
     """Edit enabled/provider/event filters/rate limit/signature scheme; a real change re-stamps and publishes."""
-    keys = ("enabled", "provider", "event_filters", "rate_limit_per_minute", "signature_scheme")
+    keys = ("enabled", "provider", "event_filters", "rate_limit_per_minute", "signature_scheme", "dedupe_key_source",
+            "event_source")
     async with conn.transaction():
         current, merged = await _lock_and_merge(conn, trigger_id, changes, keys)
         if merged is None:

@@ -99,7 +99,8 @@ def signing_secret_context(trigger_id: UUID) -> str:
 async def create_webhook_trigger(
     conn: Conn, keyring: crypto.Keyring, *, autopilot: asyncpg.Record, publisher: Publisher,
     provider: str = "generic", event_filters: list[str] | None = None, rate_limit_per_minute: int = 60,
-    signature_scheme: dict[str, object] | None = None,
+    signature_scheme: dict[str, object] | None = None, dedupe_key_source: str | None = None,
+    event_source: str | None = None,
 ) -> tuple[asyncpg.Record, str]:
     """Create a webhook trigger with a fresh ``awt_`` token; returns ``(trigger, token)``."""
     token = crypto.new_token(WEBHOOK_TOKEN_PREFIX)
@@ -109,6 +110,7 @@ async def create_webhook_trigger(
             Q.trigger_insert_webhook, autopilot["workspace_id"], autopilot["id"], token_digest,
             keyring.encrypt(token, token_context(token_digest)), crypto.hint(token), provider,
             event_filters or [], rate_limit_per_minute, publisher.type, publisher.id, signature_scheme,
+            dedupe_key_source, event_source,
         ))
         await publish(conn, autopilot["id"], "trigger_create", publisher, {"trigger_id": str(row["id"])})
     return row, token

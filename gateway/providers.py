@@ -127,8 +127,7 @@ class Preset:
     def dedupe_key(self, req: Inbound) -> tuple[str | None, str | None]:
         """`(key, source)` from the first source that is present, e.g. `("evt_1", "body:id")`."""
         for source in self.dedupe_sources:
-            kind, _, name = source.partition(":")
-            value = req.header(name) if kind == "header" else _scalar(req.field(name))
+            value = source_value(req, source)
             if value:
                 return _bounded(value), source
         return None, None
@@ -333,8 +332,8 @@ def _segment(value: object) -> str | None:
     return text[:_MAX_SEGMENT] or None
 
 
-def _named(prefix: str, head: object, tail: object = None) -> str | None:
-    """`prefix.head[.tail]`, or None when `head` is unusable; an empty prefix adds nothing."""
+def named(prefix: str, head: object, tail: object = None) -> str | None:
+    """`prefix.head[.tail]`, normalised, or None when `head` is unusable; an empty prefix adds nothing."""
     first = _segment(head)
     if first is None:
         return None
@@ -343,48 +342,48 @@ def _named(prefix: str, head: object, tail: object = None) -> str | None:
 
 
 def _event_generic(req: Inbound) -> str | None:
-    return _named("", req.field("event")) or _named("", req.header("x-event-type"))
+    return named("", req.field("event")) or named("", req.header("x-event-type"))
 
 
 def _event_github(req: Inbound) -> str | None:
-    return _named("github", req.header("x-github-event"), req.field("action"))
+    return named("github", req.header("x-github-event"), req.field("action"))
 
 
 def _event_gitlab(req: Inbound) -> str | None:
-    return _named("gitlab", req.header("x-gitlab-event"))
+    return named("gitlab", req.header("x-gitlab-event"))
 
 
 def _event_stripe(req: Inbound) -> str | None:
-    return _named("stripe", req.field("type"))
+    return named("stripe", req.field("type"))
 
 
 def _event_slack(req: Inbound) -> str | None:
-    named = _named("slack", req.field("event", "type")) or _named("slack", req.field("type"))
-    if named is None and isinstance(req.field("command"), str):
+    event = named("slack", req.field("event", "type")) or named("slack", req.field("type"))
+    if event is None and isinstance(req.field("command"), str):
         return "slack.slash_command"
-    return named
+    return event
 
 
 def _event_shopify(req: Inbound) -> str | None:
-    return _named("shopify", req.header("x-shopify-topic"))
+    return named("shopify", req.header("x-shopify-topic"))
 
 
 def _event_standard(req: Inbound) -> str | None:
-    return _named("", req.field("type"))
+    return named("", req.field("type"))
 
 
 def _event_linear(req: Inbound) -> str | None:
     kind = req.header("linear-event") or req.field("type")
-    return _named("linear", kind, req.field("action"))
+    return named("linear", kind, req.field("action"))
 
 
 def _event_twilio(req: Inbound) -> str | None:
     return (
-        _named("twilio", req.field("EventType"))
-        or _named("twilio", req.field("type"))
-        or _named("twilio.message", req.field("MessageStatus"))
-        or _named("twilio.message", req.field("SmsStatus"))
-        or _named("twilio.call", req.field("CallStatus"))
+        named("twilio", req.field("EventType"))
+        or named("twilio", req.field("type"))
+        or named("twilio.message", req.field("MessageStatus"))
+        or named("twilio.message", req.field("SmsStatus"))
+        or named("twilio.call", req.field("CallStatus"))
     )
 
 
@@ -411,6 +410,44 @@ def _valid_if(ok: bool, otherwise: SignatureStatus = "invalid") -> SignatureStat
 
 def _fresh(now: float, stamp: int) -> SignatureStatus:
     return _valid_if(abs(now - stamp) <= TOLERANCE_S, otherwise="expired")
+
+
+SOURCE_PATTERN = r"^(header:[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}|json:(/[^/]*)+|form:[^\s]{1,100}|query:[^\s]{1,100})$"
+"""A dedupe or event source a trigger may name: `header:NAME`, `json:/pointer`, `form:FIELD` or `query:NAME`."""
+
+
+def source_value(req: Inbound, source: str) -> str | None:
+    """The text a source names in a request, or None where it is absent, blank or not a string or integer.
+
+    Besides the four a trigger may name, presets use `body:FIELD[,FIELD…]`: a top-level field of the body,
+    with the values of the later fields that are present appended after `:` (Twilio's `MessageSid` with its
+    status, so each status callback of one message is its own event).
+    """
+    kind, _, name = source.partition(":")
+    if kind == "header":
+        return req.header(name.lower())
+    if kind == "query":
+        return _scalar(query_param(req.url, name))
+    if kind == "json":
+        return _scalar(json_pointer(req.body, name))
+    if kind == "form":
+        is_form = media_type(req.headers.get("content-type")) == "application/x-www-form-urlencoded"
+        return _scalar(req.field(name)) if is_form else None
+    first, *more = (_scalar(req.field(field)) for field in name.split(","))
+    return first and ":".join([first, *(value for value in more if value)])
+
+
+def json_pointer(node: object, pointer: str) -> object:
+    """The value at a JSON pointer (RFC 6901) in a parsed body, or None where any step is missing."""
+    for token in pointer.split("/")[1:]:
+        key = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict):
+            node = node.get(key)
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return None
+    return node
 
 
 def _scalar(value: object) -> str | None:
@@ -506,7 +543,9 @@ _PRESET_LIST: tuple[Preset, ...] = (
         name="twilio",
         check=_check_twilio,
         namer=_event_twilio,
-        dedupe_sources=("header:i-twilio-idempotency-token",),
+        # Without Twilio's idempotency header (older or relayed requests) its message or call id, with its status.
+        dedupe_sources=("header:i-twilio-idempotency-token", "body:MessageSid,MessageStatus,SmsStatus",
+                        "body:CallSid,CallStatus"),
         signature_headers=frozenset({"x-twilio-signature"}),
         stored_headers=frozenset({"x-twilio-webhooks-signature-settings"}),
     ),

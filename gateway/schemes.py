@@ -136,7 +136,7 @@ class _Signed(BaseModel):
                     return [], None
                 stamp = found
             elif self.timestamp_json is not None:
-                number = _pointer(req.body, self.timestamp_json)
+                number = providers.json_pointer(req.body, self.timestamp_json)
                 usable = isinstance(number, int | float) and not isinstance(number, bool) and math.isfinite(number)
                 stamp = str(int(number)) if usable and isinstance(number, int | float) else ""
         if stamp and not _STAMP.fullmatch(stamp):
@@ -287,19 +287,6 @@ def _value(name: str, req: Inbound, stamp: str) -> list[bytes] | None:
         return None if params is None else [signing.utf8(url + params) for url in providers.twilio_urls(req.url)]
     header = req.header(name.removeprefix("header:").lower())
     return None if header is None else [signing.utf8(header)]
-
-
-def _pointer(node: object, pointer: str) -> object:
-    """The value at a JSON pointer, or None where any step is missing."""
-    for token in pointer.split("/")[1:]:
-        key = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict):
-            node = node.get(key)
-        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        else:
-            return None
-    return node
 
 
 # -- public keys --------------------------------------------------------------------------------------

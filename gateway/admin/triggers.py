@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, mo
 
 from autopilot import editing, rules
 from autopilot.rules import Publisher
-from gateway import schemes
+from gateway import providers, schemes
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints, patch_fields
 from gateway.admin.pagination import Page, PageQuery
@@ -33,6 +33,16 @@ Provider = Literal[
     "generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio", "custom"]
 Overlap = Literal["skip", "buffer_one", "allow"]
 EventFilter = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+def _source(text: str) -> str:
+    """A header source's name is matched lower-cased (as headers are read and stored)."""
+    kind, _, name = text.partition(":")
+    return f"header:{name.lower()}" if kind == "header" else text
+
+
+Source = Annotated[str, Field(max_length=300, pattern=providers.SOURCE_PATTERN), AfterValidator(_source)]
+"""Where a trigger reads its dedupe key or event name: `header:NAME`, `json:/pointer`, `form:FIELD`, `query:NAME`."""
 
 
 def _printable(secret: str) -> str:
@@ -56,6 +66,8 @@ class WebhookTriggerIn(BaseModel):
     rate_limit_per_minute: int = Field(default=60, ge=1, le=1_000_000)
     signature: schemes.Scheme | None = None
     """How the sender is checked (docs/PROVIDERS.md, "Custom"); required for `custom`, else the preset's own."""
+    dedupe_key_source: Source | None = None
+    event_source: Source | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -90,6 +102,8 @@ class TriggerPatch(BaseModel):
     rate_limit_per_minute: int | None = Field(default=None, ge=1, le=1_000_000)
     signature: schemes.Scheme | None = None
     """A new scheme; `null` puts a preset trigger back on its preset's own check."""
+    dedupe_key_source: Source | None = None
+    event_source: Source | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -106,6 +120,8 @@ class TriggerOut(BaseModel):
     enabled: bool
     provider: Provider | None = None
     signature: dict[str, Any] | None = None
+    dedupe_key_source: str | None = None
+    event_source: str | None = None
     event_filters: list[str] | None = None
     rate_limit_per_minute: int | None = None
     token_hint: str | None = None
@@ -232,7 +248,8 @@ async def create_trigger(call: Call) -> dict[str, Any]:
         row, token = await rules.create_webhook_trigger(
             call.conn, call.ctx.keyring, autopilot=autopilot, publisher=publisher, provider=spec.provider,
             event_filters=spec.event_filters, rate_limit_per_minute=spec.rate_limit_per_minute,
-            signature_scheme=_scheme_needed(spec.provider, spec.signature))
+            signature_scheme=_scheme_needed(spec.provider, spec.signature), dedupe_key_source=spec.dedupe_key_source,
+            event_source=spec.event_source)
         return trigger_out(call, row, True, token)
     schedule = _schedule(spec.cron, spec.timezone)
     async with call.conn.transaction():
@@ -266,7 +283,7 @@ async def edit_trigger(call: Call) -> dict[str, Any]:
     """Writers only. A real change publishes a version and makes the editor this trigger's publisher."""
     body: TriggerPatch = call.body  # every field has a value or is left out: null is 422
     row, _ = await _writable_trigger(call)
-    changes = patch_fields(body, nullable=("signature",))
+    changes = patch_fields(body, nullable=("signature", "dedupe_key_source", "event_source"))
     if "signature" in changes:  # the model, not its dump: a scheme's defaults were not "sent" but are stored
         del changes["signature"]
         changes["signature_scheme"] = body.signature
@@ -277,7 +294,8 @@ async def edit_trigger(call: Call) -> dict[str, Any]:
         changes["signature_scheme"] = _scheme_needed(changes.get("provider", row["provider"]), scheme)
         updated, _ = await editing.edit_webhook_trigger(call.conn, row["id"], changes, publisher)
         return trigger_out(call, updated, True)
-    _refuse(changes, ("provider", "event_filters", "rate_limit_per_minute", "signature_scheme"), "schedule")
+    _refuse(changes, ("provider", "event_filters", "rate_limit_per_minute", "signature_scheme", "dedupe_key_source",
+                      "event_source"), "schedule")
     next_fire_at = None
     # A new cron or zone, or re-enabling, plans the next occurrence from now (never a stale one).
     if "cron" in changes or "timezone" in changes or (changes.get("enabled") and not row["enabled"]):

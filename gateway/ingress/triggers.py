@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -25,7 +25,7 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import admission, rules
-from gateway import schemes
+from gateway import providers, schemes
 from gateway.providers import Preset, get_preset
 from hookgate import crypto, metrics
 from hookgate.context import Context
@@ -70,19 +70,23 @@ def _secrets(row: asyncpg.Record, keyring: crypto.Keyring) -> tuple[str, ...]:
 def _trigger(row: asyncpg.Record, digest: bytes, keyring: crypto.Keyring) -> Trigger:
     return Trigger(
         id=row["trigger_id"], workspace_id=row["workspace_id"], autopilot_id=row["autopilot_id"],
-        provider=row["provider"], preset=preset_of(row["provider"], row["signature_scheme"]), digest=digest,
+        provider=row["provider"], preset=preset_of(row), digest=digest,
         consistent=row["consistent"], secrets=_secrets(row, keyring),
         fingerprint=row["fingerprint"], facts=admission.Facts.from_row(row), db_offset=row["db_epoch"] - time.time(),
     )
 
 
-def preset_of(provider: str, scheme: dict[str, Any] | None) -> Preset:
-    """The preset a trigger is checked by: its provider's, with the check of its own scheme when it has one."""
-    if scheme is None:
-        return get_preset(provider)
-    custom = schemes.as_preset(schemes.parse_scheme(scheme))
-    return custom if provider == "custom" else replace(get_preset(provider), check=custom.check,
-                                                       signature_headers=custom.signature_headers)
+def preset_of(row: asyncpg.Record | Mapping[str, Any]) -> Preset:
+    """The preset a trigger is checked by: its provider's, with its own signature scheme and sources if set."""
+    preset = get_preset("generic" if row["provider"] == "custom" else row["provider"])
+    if row["signature_scheme"] is not None:
+        custom = schemes.as_preset(schemes.parse_scheme(row["signature_scheme"]))
+        preset = replace(preset, name=row["provider"], check=custom.check, signature_headers=custom.signature_headers)
+    if row["dedupe_key_source"] is not None:
+        preset = replace(preset, dedupe_sources=(row["dedupe_key_source"],))
+    if (source := row["event_source"]) is not None:
+        preset = replace(preset, namer=lambda req: providers.named("", providers.source_value(req, source)))
+    return preset
 
 
 class TriggerCache:

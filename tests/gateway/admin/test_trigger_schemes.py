@@ -162,3 +162,55 @@ async def test_editing_the_scheme_publishes_a_rule_version(client, team):
     after = (await client.get(f"/v1/autopilots/{team.autopilot_id}/versions", headers=team.h("owner"))).json()
     assert same.status_code == 200
     assert len(after["items"]) == len(before["items"]) + 1
+
+
+# -- dedupe and event sources --------------------------------------------------------------------------------
+
+
+async def test_twilio_without_its_idempotency_header_dedupes_on_the_message_and_its_status(client, team):
+    trigger = (await _create(client, team, provider="twilio")).json()
+    form = {"content-type": "application/x-www-form-urlencoded"}
+
+    async def send(status: str):
+        return (await client.post(f"/hooks/{trigger['token']}", headers=form,
+                                  content=f"MessageSid=SM1&AccountSid=AC1&MessageStatus={status}")).json()
+
+    first, again, delivered = await send("sent"), await send("sent"), await send("delivered")
+    assert (first["status"], again["status"], delivered["status"]) == ("accepted", "duplicate", "accepted")
+    assert again["delivery_id"] == first["delivery_id"]
+    got = (await client.get(f"/v1/deliveries/{first['delivery_id']}", headers=team.h("owner"))).json()
+    assert got["dedupe_key"] == "SM1:sent"
+
+
+async def test_a_trigger_reads_its_dedupe_key_and_event_where_it_says(client, team):
+    made = await _create(client, team, provider="custom", signature={"kind": "shared_secret", "query": "k"},
+                         dedupe_key_source="json:/data/id", event_source="header:X-Kind")
+    assert made.status_code == 201, made.text
+    trigger = made.json()
+    assert (trigger["dedupe_key_source"], trigger["event_source"]) == ("json:/data/id", "header:x-kind")
+    url = f"/hooks/{trigger['token']}"
+    first = await client.post(url, json={"data": {"id": "obj_1"}}, headers={"X-Kind": "Item Created"})
+    again = await client.post(url, json={"data": {"id": "obj_1"}}, headers={"X-Kind": "Item Created"})
+    other = await client.post(url, json={"data": {"id": 2}}, headers={"X-Kind": "Item Created"})
+    assert [r.json()["status"] for r in (first, again, other)] == ["accepted", "duplicate", "accepted"]
+    got = (await client.get(f"/v1/deliveries/{first.json()['delivery_id']}", headers=team.h("owner"))).json()
+    assert (got["event"], got["dedupe_key"]) == ("item_created", "obj_1")
+    patched = await client.patch(f"/v1/triggers/{trigger['id']}", headers=team.h("owner"),
+                                 json={"event_source": "query:type", "dedupe_key_source": "form:Id"})
+    assert patched.status_code == 200, patched.text
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    by_form = await client.post(url + "?type=Form.Sent", content="Id=f1&x=1", headers=form)
+    by_form_again = await client.post(url + "?type=Form.Sent", content="Id=f1&x=2", headers=form)
+    assert [r.json()["status"] for r in (by_form, by_form_again)] == ["accepted", "duplicate"]
+    got = (await client.get(f"/v1/deliveries/{by_form.json()['delivery_id']}", headers=team.h("owner"))).json()
+    assert got["event"] == "form.sent"
+    back = await client.patch(f"/v1/triggers/{trigger['id']}", headers=team.h("owner"),
+                              json={"event_source": None, "dedupe_key_source": None})
+    assert (back.json()["event_source"], back.json()["dedupe_key_source"]) == (None, None)
+
+
+async def test_a_bad_source_is_refused(client, team):
+    for source in ("body:id", "json:id", "header:", "header:X Y", "query: ", "cookie:a"):
+        made = await _create(client, team, provider="generic", dedupe_key_source=source)
+        assert made.status_code == 422, (source, made.text)
+        assert "dedupe_key_source" in made.text
