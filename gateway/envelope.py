@@ -5,7 +5,7 @@ Errors (the ingress maps `code` to the HTTP status):
     BodyError                 base; `code` and a short `detail` that never echoes the input
     ├── InvalidBody           "invalid_body", 400: empty, not UTF-8, invalid or scalar JSON
     │   └── NestedTooDeep     "invalid_body", 400: JSON nested deeper than `hookgate.jsontext.MAX_DEPTH`
-    └── UnsupportedMediaType  "unsupported_media_type", 415: neither JSON nor a form
+    └── UnsupportedMediaType  "unsupported_media_type", 415: neither JSON, a form, text nor XML
 
 Choices:
 - The body is always decoded as UTF-8 (ASCII included); a `charset` parameter is accepted and ignored.
@@ -20,6 +20,9 @@ Choices:
 - A form whose only field is `payload` holding a JSON object or array (Slack interactivity, GitHub's
   form-encoded webhooks) becomes that JSON. The form wrapper adds nothing; the raw body is stored anyway.
   Embedded JSON nested too deep is refused like a JSON body, not kept as a string.
+- Text (`text/*`) and XML (`application/xml`, `application/*+xml`) bodies are kept as they are: the payload
+  is the decoded text (a JSON string), and the envelope's `request.format` says `text` (else `json` or
+  `form`). Nothing is parsed out of them: a sender of text names its events by header or query.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ __all__ = [
     "NestedTooDeep",
     "Payload",
     "UnsupportedMediaType",
+    "body_format",
     "build_envelope",
     "form_fields",
     "is_json_type",
@@ -45,8 +49,8 @@ __all__ = [
     "rfc3339",
 ]
 
-Payload = dict[str, Any] | list[Any]
-"""A parsed webhook body: always a JSON object or array, never a scalar."""
+Payload = dict[str, Any] | list[Any] | str
+"""A parsed webhook body: a JSON object or array (JSON and forms), or the text of a text or XML body."""
 
 _BOM = b"\xef\xbb\xbf"
 _FORM = "application/x-www-form-urlencoded"
@@ -89,16 +93,27 @@ def is_json_type(mtype: str) -> bool:
 
 
 def parse_body(raw: bytes, content_type: str | None) -> Payload:
-    """Parse a webhook body into a JSON object or array; raise a `BodyError` subclass if we can't."""
-    mtype = media_type(content_type)
-    if not (is_json_type(mtype) or mtype == _FORM):
-        raise UnsupportedMediaType("expected application/json or application/x-www-form-urlencoded")
+    """A webhook body as a JSON object or array (JSON, forms) or its text (text/*, XML); a `BodyError` if not."""
+    kind = body_format(media_type(content_type))
+    if kind is None:
+        raise UnsupportedMediaType("expected JSON, a urlencoded form, text/* or XML")
     text = _decode(raw)
     if not text.strip():
         raise InvalidBody("empty body")
-    if mtype == _FORM:
+    if kind == "form":
         return _form_payload(form_fields(text))
-    return _json_payload(text)
+    return text if kind == "text" else _json_payload(text)
+
+
+def body_format(mtype: str) -> str | None:
+    """`json`, `form` or `text` for a media type (from `media_type`) the ingress accepts, else None."""
+    if is_json_type(mtype):
+        return "json"
+    if mtype == _FORM:
+        return "form"
+    if mtype.startswith("text/") or mtype == "application/xml" or (mtype.endswith("+xml") and "/" in mtype):
+        return "text"
+    return None
 
 
 def form_fields(text: str) -> list[tuple[str, str]]:
@@ -116,7 +131,8 @@ def build_envelope(
     return {
         "event": event,
         "payload": payload,
-        "request": {"received_at": rfc3339(received_at), "content_type": content_type},
+        "request": {"received_at": rfc3339(received_at), "content_type": content_type,
+                    "format": body_format(media_type(content_type)) or "json"},
     }
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from uuid import UUID
 
 from autopilot import admission
-from gateway.envelope import build_envelope
+from gateway.envelope import Payload, build_envelope
 from gateway.ingress.triggers import Trigger
 from gateway.providers import Inbound, selected_headers
 
@@ -76,7 +76,7 @@ class Plan:
         return None if code is None else REJECTED_TEXT.get(code) or admission.REASONS.get(code)
 
 
-def verify(trigger: Trigger, inbound: Inbound, payload: dict[str, object] | list[object]) -> Received:
+def verify(trigger: Trigger, inbound: Inbound, payload: Payload) -> Received:
     """Step 6 (and the envelope of step 5): event, dedupe key, signature, selected headers."""
     preset = trigger.preset
     event = preset.event(inbound)

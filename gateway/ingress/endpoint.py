@@ -27,7 +27,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway import bodies, ratelimit
-from gateway.envelope import BodyError, parse_body
+from gateway.envelope import BodyError, Payload, parse_body
 from gateway.ingress import decision, persist
 from gateway.ingress.batch import IngestBatcher
 from gateway.ingress.notifier import DeliveryNotifier
@@ -120,7 +120,7 @@ async def _read_capped(receive: Receive, declared: str) -> bytes | None:
 
 
 def _inbound(state: IngressState, scope: Scope, trigger: Trigger, raw: bytes, headers: dict[str, str],
-             payload: dict[str, object] | list[object]) -> Inbound:
+             payload: Payload) -> Inbound:
     """What a provider preset verifies: the request as sent, at the URL the provider signed, by the DB clock."""
     query = scope.get("query_string", b"").decode("latin-1")
     url = state.ctx.settings.public_url.rstrip("/") + scope["path"] + (f"?{query}" if query else "")

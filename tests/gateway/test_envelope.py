@@ -14,6 +14,7 @@ from gateway.envelope import (
     BodyError,
     InvalidBody,
     UnsupportedMediaType,
+    body_format,
     build_envelope,
     parse_body,
 )
@@ -106,7 +107,7 @@ def test_charset_parameter_is_accepted_and_body_is_read_as_utf8() -> None:
 
 @pytest.mark.parametrize(
     "content_type",
-    ["text/plain", "application/xml", "multipart/form-data; boundary=x", "application/jsonx", "+json"],
+    ["multipart/form-data; boundary=x", "application/jsonx", "+json", "application/octet-stream", "image/png"],
 )
 def test_other_content_types_are_unsupported(content_type: str) -> None:
     with pytest.raises(UnsupportedMediaType) as caught:
@@ -117,7 +118,23 @@ def test_other_content_types_are_unsupported(content_type: str) -> None:
 
 def test_unsupported_media_type_wins_over_an_empty_body() -> None:
     with pytest.raises(UnsupportedMediaType):
-        parse_body(b"", "text/plain")
+        parse_body(b"", "application/octet-stream")
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "text/xml; charset=utf-8", "application/xml",
+                                          "application/atom+xml", "text/csv"])
+def test_text_and_xml_bodies_are_kept_as_their_text(content_type: str) -> None:
+    raw = b'\xef\xbb\xbf<Response a="1">caf\xc3\xa9 {"not": "parsed"}</Response>'
+    assert parse_body(raw, content_type) == '<Response a="1">café {"not": "parsed"}</Response>'
+    envelope = build_envelope("x", parse_body(raw, content_type), datetime(2024, 1, 1, tzinfo=UTC), content_type)
+    assert envelope["request"]["format"] == "text"
+
+
+@pytest.mark.parametrize(("raw", "content_type"), [(b"", "text/plain"), (b"  \n", "application/xml"),
+                                                   (b"\xff\xfe", "text/plain")])
+def test_an_empty_or_undecodable_text_body_is_invalid(raw: bytes, content_type: str) -> None:
+    with pytest.raises(InvalidBody):
+        parse_body(raw, content_type)
 
 
 # -- forms ----------------------------------------------------------------------------------------------
@@ -175,7 +192,8 @@ def test_envelope_shape_and_utc_rfc3339_time() -> None:
     assert envelope == {
         "event": "github.push",
         "payload": {"ref": "main"},
-        "request": {"received_at": "2024-05-01T12:30:05.123456Z", "content_type": "application/json"},
+        "request": {"received_at": "2024-05-01T12:30:05.123456Z", "content_type": "application/json",
+                    "format": "json"},
     }
 
 
@@ -200,19 +218,24 @@ def test_envelope_is_json_serialisable() -> None:
 # -- properties -----------------------------------------------------------------------------------------
 
 content_types = st.sampled_from(
-    [None, "", "application/json", "application/x-www-form-urlencoded", "text/plain", "application/a+json"]
+    [None, "", "application/json", "application/x-www-form-urlencoded", "text/plain", "application/a+json",
+     "application/xml", "image/png"]
 )
 
 
 @given(raw=st.binary(max_size=300), content_type=content_types)
-def test_parse_body_gives_object_or_array_or_a_body_error(raw: bytes, content_type: str | None) -> None:
+def test_parse_body_gives_object_or_array_or_text_or_a_body_error(raw: bytes, content_type: str | None) -> None:
     try:
         parsed = parse_body(raw, content_type)
     except BodyError as exc:
         assert exc.code in ("invalid_body", "unsupported_media_type")
         assert len(exc.detail) < 120
     else:
-        assert isinstance(parsed, dict | list)
+        # Text and XML are kept as the text they are; everything else parses to an object or an array.
+        text = body_format(content_type) == "text"
+        assert isinstance(parsed, str if text else dict | list)
+        if text:
+            assert parsed.encode() == raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 BOM is dropped
 
 
 json_values = st.recursive(

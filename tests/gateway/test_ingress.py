@@ -271,7 +271,8 @@ async def test_body_over_256_kib_is_413_while_streaming_whatever_content_length_
     (b'{"a": 1e999}', "application/json", 400, "invalid_body"),
     (b'{"a": "\\ud800"}', "application/json", 400, "invalid_body"),
     (b'{"\\udc00": 1}', "application/json", 400, "invalid_body"),
-    (b"<xml/>", "application/xml", 415, "unsupported_media_type"),
+    (b"<xml/>", "application/octet-stream", 415, "unsupported_media_type"),
+    (b"", "text/plain", 400, "invalid_body"),
 ])
 async def test_bad_bodies_are_400_or_415_and_nothing_is_stored(ctx, client, conn, content, content_type, status,
                                                                  code):

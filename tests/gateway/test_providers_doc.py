@@ -105,14 +105,15 @@ def test_documented_secret_length_is_the_one_enforced() -> None:
 
 @pytest.mark.parametrize(("content_type", "status"), [
     ("application/json", 200), ("application/vnd.sender+json", 200), (None, 200),
-    ("application/x-www-form-urlencoded", 200), ("text/csv", 415), ("multipart/form-data", 415),
+    ("application/x-www-form-urlencoded", 200), ("text/csv", 200), ("application/xml", 200),
+    ("multipart/form-data", 415), ("application/octet-stream", 415),
 ])
 async def test_documented_body_types_are_the_ones_accepted(db_url: str, content_type: str | None,
                                                           status: int) -> None:
     from tests.gateway.ingress_kit import app_client, hook
 
     page = DOC.read_text()
-    said = {None: "no `Content-Type`", "application/vnd.sender+json": "`application/*+json`"}
+    said = {None: "no `Content-Type`", "application/vnd.sender+json": "`application/*+json`", "text/csv": "`text/*`"}
     assert (said.get(content_type, f"`{content_type}`") if status == 200 else "415 unsupported_media_type") in page
     body = b"event=x" if content_type and "form" in content_type else b'{"event": "x"}'
     headers = {"content-type": content_type} if content_type else {}

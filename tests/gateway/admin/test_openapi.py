@@ -161,7 +161,7 @@ async def test_every_kind_of_webhook_answer_matches_its_documented_schema(db_url
                 await client.post(h.path, content=raw, headers=headers),  # duplicate
                 await client.post(h.path, content=b"{}", headers={"content-type": "application/json"}),  # 401
                 await client.post(h.path, content=b"{", headers={"content-type": "application/json"}),  # 400
-                await client.post(h.path, content=b"<x/>", headers={"content-type": "application/xml"}),  # 415
+                await client.post(h.path, content=b"<x/>", headers={"content-type": "image/png"}),  # 415
                 await client.post(h.path, content=b"x" * (257 * 1024), headers={"content-type": "application/json"}),
                 await client.post("/hooks/awt_unknown", json={})]  # 404
         pulled = await kit.hook(ctx, pull=True, workspace="pulled")  # a pull runtime never seen: skipped

@@ -214,3 +214,17 @@ async def test_a_bad_source_is_refused(client, team):
         made = await _create(client, team, provider="generic", dedupe_key_source=source)
         assert made.status_code == 422, (source, made.text)
         assert "dedupe_key_source" in made.text
+
+
+async def test_a_text_body_is_stored_raw_and_carried_as_text(client, team, conn):
+    trigger = (await _create(client, team, provider="custom", signature={"kind": "shared_secret", "query": "k"},
+                             event_source="query:event")).json()
+    await _secret(client, team, trigger["id"], secret="k-0123456789")
+    xml = b"<Event><Id>42</Id></Event>"
+    answer = await client.post(f"/hooks/{trigger['token']}?k=k-0123456789&event=order.paid", content=xml,
+                               headers={"content-type": "application/xml"})
+    assert answer.json()["status"] == "accepted", answer.text
+    row = await conn.fetchrow("SELECT body, event FROM webhook_delivery WHERE id = $1", answer.json()["delivery_id"])
+    assert (bytes(row["body"]), row["event"]) == (xml, "order.paid")
+    run = await conn.fetchrow("SELECT payload FROM autopilot_run WHERE id = $1", answer.json()["run_id"])
+    assert run["payload"]["payload"] == xml.decode() and run["payload"]["request"]["format"] == "text"
