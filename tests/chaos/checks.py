@@ -162,6 +162,9 @@ async def figures(conn: asyncpg.Connection) -> dict[str, Any]:
                (SELECT count(*) FROM autopilot_run WHERE status = 'skipped') AS runs_skipped,
                (SELECT count(*) FROM audit_log WHERE action = 'EXPIRE') AS leases_expired,
                (SELECT count(*) FROM audit_log WHERE action = 'LATE_RESULT') AS late_results,
-               (SELECT count(*) FROM task_attempt) AS task_attempts""")
+               (SELECT count(*) FROM task_attempt) AS task_attempts,
+               (SELECT coalesce(string_agg(reason_code || ' ' || n, ', ' ORDER BY reason_code), '-')
+                  FROM (SELECT reason_code, count(*) AS n FROM autopilot_run WHERE status = 'skipped'
+                         GROUP BY reason_code) s) AS skipped_by_reason""")
     assert row is not None
     return dict(row)
