@@ -1,7 +1,7 @@
 """``POST /hooks/{token}`` in ``/openapi.json``: its bodies, the headers each preset reads, every answer.
 
-The headers come from the preset table (:data:`gateway.providers.PRESETS`), so the document names what the
-code reads. The answer models describe the bodies :mod:`gateway.ingress` writes by hand on its hot path;
+The headers come from the presets (:func:`gateway.schemes.get_preset`, code and data alike), so the document
+names what the code reads. The answer models describe the bodies :mod:`gateway.ingress` writes by hand on its hot path;
 ``tests/gateway/admin/test_openapi.py`` sends each kind of request and checks the answer against them.
 """
 
@@ -12,9 +12,10 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
+from gateway import schemes
 from gateway.admin.openapi import Answer, Error, Operation
 from gateway.ingress import endpoint as ingress
-from gateway.providers import PRESETS, Preset
+from gateway.providers import Preset
 
 
 class Accepted(BaseModel):
@@ -105,10 +106,14 @@ def _roles(preset: Preset) -> dict[str, list[str]]:
     return roles
 
 
+def _presets() -> list[Preset]:
+    return [schemes.get_preset(name) for name in schemes.preset_names()]
+
+
 def header_parameters() -> list[dict[str, Any]]:
     """One optional header parameter per header any preset reads, saying which preset reads it for what."""
     uses: dict[str, list[str]] = {}
-    for preset in PRESETS.values():
+    for preset in _presets():
         for name, roles in _roles(preset).items():
             uses.setdefault(name, []).append(f"{preset.name}: {', '.join(roles)}")
     return [{"name": name, "in": "header", "required": False, "schema": {"type": "string"},
@@ -116,7 +121,7 @@ def header_parameters() -> list[dict[str, Any]]:
 
 
 def _body_keys() -> str:
-    return ", ".join(f"{p.name} `{s.removeprefix('body:')}`" for p in PRESETS.values()
+    return ", ".join(f"{p.name} `{s.removeprefix('body:')}`" for p in _presets()
                      for s in p.dedupe_sources if s.startswith("body:"))
 
 

@@ -341,6 +341,11 @@ def named(prefix: str, head: object, tail: object = None) -> str | None:
     return ".".join(part for part in (prefix, first, rest) if part)
 
 
+def source_namer(source: str) -> Callable[[Inbound], str | None]:
+    """An event namer reading one source (a trigger's `event_source`, a data preset's), normalised."""
+    return lambda req: named("", source_value(req, source))
+
+
 def _event_generic(req: Inbound) -> str | None:
     return named("", req.field("event")) or named("", req.header("x-event-type"))
 

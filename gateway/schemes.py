@@ -28,7 +28,8 @@ import functools
 import hmac
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -40,8 +41,10 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator,
 from gateway import providers
 from gateway.providers import Inbound, SignatureStatus
 from hookgate import signing
+from hookgate.preset_data import PRESET_DATA
 
-__all__ = ["Scheme", "SchemeError", "as_preset", "load_public_key", "parse_scheme", "public_key_text"]
+__all__ = ["Scheme", "SchemeError", "as_preset", "data_preset", "get_preset", "load_public_key", "parse_scheme",
+           "preset_names", "preset_scheme", "public_key_text"]
 
 HeaderName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")]
 """An HTTP header's name (an RFC 9110 token); matched case-insensitively."""
@@ -372,3 +375,40 @@ def as_preset(scheme: HmacScheme | PublicKeyScheme | SharedSecretScheme | BasicA
         signature_headers=frozenset(secret_headers), stored_headers=generic.stored_headers,
         event_headers=generic.event_headers,
     )
+
+
+def data_preset(name: str, data: Mapping[str, Any]) -> providers.Preset:
+    """The preset of a configuration (hookgate/preset_data.py): its scheme, event and dedupe sources."""
+    signature = parse_scheme(data["signature"])
+    preset = replace(as_preset(signature), name=name, dedupe_sources=())
+    if (event := data.get("event_source")) is not None:
+        preset = replace(preset, namer=providers.source_namer(event), event_headers=frozenset())
+    if (dedupe := data.get("dedupe_key_source")) is not None:
+        preset = replace(preset, dedupe_sources=(dedupe,))
+    stamp = getattr(signature, "timestamp_header", None)
+    return replace(preset, stored_headers=frozenset({stamp.lower()} if stamp else ()))
+
+
+_DATA_PRESETS: Mapping[str, providers.Preset] = {name: data_preset(name, d) for name, d in PRESET_DATA.items()}
+
+
+def preset_names() -> list[str]:
+    """Every preset a trigger's `provider` may name (besides `custom`), code and data alike, sorted."""
+    return sorted([*providers.PRESETS, *_DATA_PRESETS])
+
+
+def get_preset(name: str) -> providers.Preset:
+    """The preset called `name`, code or data; ValueError for a name that is neither."""
+    if name in _DATA_PRESETS:
+        return _DATA_PRESETS[name]
+    if name in providers.PRESETS:
+        return providers.PRESETS[name]
+    raise ValueError(f"unknown provider preset {name!r}; expected one of {preset_names()}")
+
+
+def preset_scheme(provider: str, stored: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The scheme a trigger is checked by as data: its own, else its data preset's; None for a code preset's."""
+    if stored is not None:
+        return stored
+    data = PRESET_DATA.get(provider)
+    return None if data is None else dict(data["signature"])

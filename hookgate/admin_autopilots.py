@@ -10,9 +10,11 @@ import sys
 from typing import Any
 
 from hookgate.admin_client import Client, list_verb, noun, page, request, resource_id, verb
+from hookgate.preset_data import PRESET_DATA
 
 #: The provider presets a webhook trigger may use (gateway/providers.py).
-PROVIDERS = ("generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio")
+PROVIDERS = ("generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio",
+             *PRESET_DATA)
 VERSION_COLUMNS = ("version", "change", "digest", "publisher_type", "publisher_id", "created_at")
 COLLABORATOR_COLUMNS = ("member_id", "name", "role", "added_by", "added_at")
 

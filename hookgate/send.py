@@ -40,13 +40,14 @@ from hookgate.admin_client import (
 class Sample:
     """A provider's sample event before signing: body fields, its own headers, form-encoded or JSON."""
 
-    body: dict[str, Any]
+    body: dict[str, Any] | list[dict[str, Any]]
+    """An object, or an array of events (SendGrid's)."""
     headers: dict[str, str] = field(default_factory=dict)
     form: bool = False
 
     def raw(self) -> bytes:
         """The exact bytes sent (and signed)."""
-        if self.form:
+        if self.form and isinstance(self.body, dict):
             return urlencode({k: v if isinstance(v, str) else json.dumps(v) for k, v in self.body.items()}).encode()
         return json.dumps(self.body).encode()
 
@@ -109,9 +110,48 @@ def _twilio(event: str | None, uid: str, now: int) -> Sample:
                   {"I-Twilio-Idempotency-Token": uid}, form=True)
 
 
+def _meta(event: str | None, uid: str, now: int) -> Sample:
+    return Sample({"object": event or "whatsapp_business_account",
+                   "entry": [{"id": "102290129340398", "time": now, "changes": [
+                       {"field": "messages", "value": {"messaging_product": "whatsapp",
+                                                       "messages": [{"id": f"wamid.{uid}", "type": "text",
+                                                                     "text": {"body": "sent by hookgate send"}}]}}]}]})
+
+
+def _zoom(event: str | None, uid: str, now: int) -> Sample:
+    return Sample({"event": event or "meeting.started", "event_ts": now * 1000,
+                   "payload": {"account_id": "sample", "object": {"id": uid, "topic": "Sample meeting"}}})
+
+
+def _dropbox(event: str | None, uid: str, now: int) -> Sample:
+    return Sample({"list_folder": {"accounts": ["dbid:sample"]}, "delta": {"users": [12345]}})
+
+
+def _paddle(event: str | None, uid: str, now: int) -> Sample:
+    return Sample({"event_id": f"evt_{uid.replace('-', '')[:26]}", "event_type": event or "transaction.completed",
+                   "occurred_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "notification_id":
+                   f"ntf_{uid.replace('-', '')[:26]}", "data": {"id": "txn_sample", "status": "completed"}})
+
+
+def _intercom(event: str | None, uid: str, now: int) -> Sample:
+    return Sample({"type": "notification_event", "id": f"notif_{uid}", "topic": event or "conversation.user.created",
+                   "created_at": now, "data": {"item": {"type": "conversation", "id": "1"}}})
+
+
+def _discord(event: str | None, uid: str, now: int) -> Sample:
+    return Sample({"type": 2, "id": str(int(uid.replace("-", "")[:15], 16)), "application_id": "1",
+                   "data": {"name": event or "sample", "type": 1}})
+
+
+def _sendgrid(event: str | None, uid: str, now: int) -> Sample:
+    return Sample([{"email": "sample@example.com", "timestamp": now, "event": event or "delivered",
+                    "sg_event_id": uid.replace("-", ""), "sg_message_id": "sample.filter"}])
+
+
 SAMPLES: dict[str, Maker] = {
     "generic": _generic, "github": _github, "gitlab": _gitlab, "stripe": _stripe, "slack": _slack,
-    "shopify": _shopify, "standard": _standard, "linear": _linear, "twilio": _twilio,
+    "shopify": _shopify, "standard": _standard, "linear": _linear, "twilio": _twilio, "meta": _meta, "zoom": _zoom,
+    "dropbox": _dropbox, "paddle": _paddle, "intercom": _intercom, "discord": _discord, "sendgrid": _sendgrid,
 }
 """The sample event of each provider preset (``--event`` sets the name each one carries, where it carries it)."""
 
@@ -122,7 +162,7 @@ def signed_request(provider: str, url: str, secret: str | None, event: str | Non
     now = int(time.time()) if now is None else now
     uid = str(uuid.uuid4())
     sample = SAMPLES[provider](event, uid, now)
-    sample.body |= data or {}
+    (sample.body[0] if isinstance(sample.body, list) else sample.body).update(data or {})
     raw = sample.raw()
     headers = sample.headers | {"Content-Type": "application/x-www-form-urlencoded" if sample.form
                                 else "application/json", "User-Agent": "hookgate-send"}

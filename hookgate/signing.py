@@ -10,9 +10,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl
+
+from hookgate.preset_data import PRESET_DATA
 
 
 def utf8(text: str) -> bytes:
@@ -109,6 +113,33 @@ SIGNERS: dict[str, Signer] = {
 """How the sender of each provider preset signs (twilio: a form-encoded body)."""
 
 
+_PLACEHOLDER = re.compile(r"\{(body|timestamp|url)\}")
+
+
+def sign_hmac(scheme: Mapping[str, Any], out: Outgoing, secret: str) -> dict[str, str]:
+    """The headers a sender following an `hmac` scheme given as data adds (`{body}`, `{timestamp}`, `{url}`)."""
+    stamp = str(out.now * 1000 if scheme.get("timestamp_unit") == "ms" else out.now)
+    values = {"body": out.raw, "timestamp": utf8(stamp), "url": utf8(out.url)}
+    pieces = _PLACEHOLDER.split(scheme.get("signed", "{body}"))  # literal, name, literal, name, …, literal
+    message = b"".join(values[piece] if i % 2 else utf8(piece) for i, piece in enumerate(pieces))
+    digest = hmac.digest(utf8(secret), message, scheme.get("algorithm", "sha256"))
+    text = digest.hex() if scheme.get("encoding", "hex") == "hex" else base64.b64encode(digest).decode()
+    value = scheme.get("prefix", "") + text
+    if (part := scheme.get("signature_part")) is not None:
+        stamped = f"{scheme['timestamp_part']}={stamp};" if scheme.get("timestamp_part") else ""
+        value = f"{stamped}{part}={value}"
+    headers = {scheme["header"]: value}
+    if (name := scheme.get("timestamp_header")) is not None:
+        headers[name] = stamp
+    return headers
+
+
 def sign(provider: str, out: Outgoing, secret: str) -> dict[str, str]:
-    """The signature headers ``provider`` would send with ``out``, signed with ``secret``."""
-    return SIGNERS[provider](out, secret)
+    """The signature headers ``provider`` would send with ``out``, signed with ``secret``.
+
+    A data preset whose sender signs with its private key (Discord, SendGrid) cannot be signed here: {}.
+    """
+    if provider in SIGNERS:
+        return SIGNERS[provider](out, secret)
+    scheme = PRESET_DATA[provider]["signature"]
+    return sign_hmac(scheme, out, secret) if scheme["kind"] == "hmac" else {}

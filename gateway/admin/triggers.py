@@ -30,7 +30,9 @@ from sql import Q
 
 api = Endpoints("Triggers")
 Provider = Literal[
-    "generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio", "custom"]
+    "generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio",
+    "meta", "zoom", "dropbox", "paddle", "intercom", "discord", "sendgrid", "custom"]
+"""Every preset (gateway/schemes.py ``preset_names``) and `custom`."""
 Overlap = Literal["skip", "buffer_one", "allow"]
 EventFilter = Annotated[str, Field(min_length=1, max_length=200)]
 
@@ -351,7 +353,7 @@ async def set_signing_secret(call: Call) -> SecretOut:
     body: SecretIn = call.body
     row, _ = await _writable_trigger(call)
     _webhook_only(row)
-    secret = _secret_for(row["signature_scheme"], body)
+    secret = _secret_for(schemes.preset_scheme(row["provider"], row["signature_scheme"]), body)
     await editing.change_signing_secret(call.conn, call.ctx.keyring, row, secret, body.grace_seconds,
                                         call.principal.member_id)
     return SecretOut(hint=secret[-4:])

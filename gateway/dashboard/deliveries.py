@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from gateway import overload, providers
+from gateway import overload, schemes
 from gateway.admin import auth, pagination
 from gateway.admin.pagination import PageQuery
 from gateway.dashboard.web import Denied, admin_read, admin_write, confirm, confirmed, ctx_of, uuid_param, viewer
@@ -72,7 +72,7 @@ def signature_explained(provider: str, status: str, headers: dict[str, Any] | No
     was looked at, whether the request had it, and which secret it was checked against (its last characters).
     """
     try:
-        preset = providers.get_preset(provider)
+        preset = schemes.get_preset(provider)
         names = sorted(preset.signature_headers - UNCHECKED_HEADERS)
     except ValueError:  # a provider preset removed since the delivery arrived
         names = []

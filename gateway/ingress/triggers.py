@@ -26,7 +26,7 @@ import asyncpg
 
 from autopilot import admission, rules
 from gateway import providers, schemes
-from gateway.providers import Preset, get_preset
+from gateway.providers import Preset
 from hookgate import crypto, metrics
 from hookgate.context import Context
 from hookgate.database import Conn
@@ -78,14 +78,14 @@ def _trigger(row: asyncpg.Record, digest: bytes, keyring: crypto.Keyring) -> Tri
 
 def preset_of(row: asyncpg.Record | Mapping[str, Any]) -> Preset:
     """The preset a trigger is checked by: its provider's, with its own signature scheme and sources if set."""
-    preset = get_preset("generic" if row["provider"] == "custom" else row["provider"])
+    preset = schemes.get_preset("generic" if row["provider"] == "custom" else row["provider"])
     if row["signature_scheme"] is not None:
         custom = schemes.as_preset(schemes.parse_scheme(row["signature_scheme"]))
         preset = replace(preset, name=row["provider"], check=custom.check, signature_headers=custom.signature_headers)
     if row["dedupe_key_source"] is not None:
         preset = replace(preset, dedupe_sources=(row["dedupe_key_source"],))
     if (source := row["event_source"]) is not None:
-        preset = replace(preset, namer=lambda req: providers.named("", providers.source_value(req, source)))
+        preset = replace(preset, namer=providers.source_namer(source))
     return preset
 
 

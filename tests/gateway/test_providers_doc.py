@@ -18,8 +18,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from gateway import schemes
 from hookgate.context import Context, open_context
+from hookgate.preset_data import PRESET_DATA
 from tests import factories
 from tests.conftest import make_settings, serving
 
@@ -31,9 +35,18 @@ SECRETS = {"standard": "whsec_" + base64.b64encode(b"a standard webhooks key, 32
 
 
 def test_every_preset_has_one_example() -> None:
-    from gateway.providers import PRESETS
+    assert sorted(preset for preset, _, _ in EXAMPLES) == schemes.preset_names()
 
-    assert sorted(preset for preset, _, _ in EXAMPLES) == sorted(PRESETS)
+
+def _sender_key(preset: str, directory: Path) -> tuple[str, dict[str, str]]:
+    """For a public-key preset, what the trigger stores and ``KEY``: a PEM file of the sender's private key."""
+    algorithm = PRESET_DATA[preset]["signature"]["algorithm"]
+    key = ed25519.Ed25519PrivateKey.generate() if algorithm == "ed25519" else ec.generate_private_key(ec.SECP256R1())
+    path = directory / "sender.pem"
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return schemes.public_key_text(public.decode(), algorithm), {"KEY": str(path)}
 
 
 @pytest.fixture
@@ -51,12 +64,14 @@ async def served(db_url: str) -> AsyncIterator[tuple[Context, str]]:
 @pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl")), reason="needs curl and openssl")
 @pytest.mark.parametrize(("preset", "event", "script"), EXAMPLES, ids=[e[0] for e in EXAMPLES])
 async def test_documented_example_is_accepted_with_its_event(served: tuple[Context, str], preset: str,
-                                                             event: str, script: str) -> None:
+                                                             event: str, script: str, tmp_path: Path) -> None:
     ctx, base = served
-    secret = SECRETS.get(preset, "It's a Secret to Everybody")
+    secret, extra = SECRETS.get(preset, "It's a Secret to Everybody"), {}
+    if PRESET_DATA.get(preset, {}).get("signature", {}).get("kind") == "public_key":
+        secret, extra = _sender_key(preset, tmp_path)
     s = await factories.small(ctx, provider=preset, secret=secret)
     trigger, token = s.trigger, s.token
-    env = {"PATH": "/usr/bin:/bin", "URL": f"{base}/hooks/{token}", "SECRET": secret}
+    env = {"PATH": "/usr/bin:/bin", "URL": f"{base}/hooks/{token}", "SECRET": secret, **extra}
     done = await asyncio.to_thread(subprocess.run, ["bash", "-euo", "pipefail", "-c", script], env=env,
                                    capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
