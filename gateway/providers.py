@@ -119,6 +119,8 @@ class Preset:
     """Provider headers worth keeping on a delivery, besides content-type, user-agent and dedupe headers."""
     event_headers: frozenset[str] = frozenset()
     """Headers `namer` reads the event name from (documented in /openapi.json)."""
+    explain: Callable[[Inbound, Sequence[str]], str] | None = None
+    """Which part of the check failed, in words, for a rejected delivery's page (schemes given as data)."""
 
     def event(self, req: Inbound) -> str:
         """The normalised event name (see module docstring); `webhook.received` if none is given."""

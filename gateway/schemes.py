@@ -28,7 +28,7 @@ import functools
 import hmac
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
@@ -143,7 +143,7 @@ class _Signed(BaseModel):
                 usable = isinstance(number, int | float) and not isinstance(number, bool) and math.isfinite(number)
                 stamp = str(int(number)) if usable and isinstance(number, int | float) else ""
         if stamp and not _STAMP.fullmatch(stamp):
-            return [], ""
+            return [], "?"
         return [d for s in sent if s.startswith(self.prefix) and (d := self._decode(s[len(self.prefix):]))], stamp
 
     def _decode(self, text: str) -> bytes | None:
@@ -163,6 +163,37 @@ class _Signed(BaseModel):
     def _matches(self, secret: str, message: bytes, signature: bytes) -> bool:
         raise NotImplementedError
 
+    def explain(self, req: Inbound, secrets: Sequence[str]) -> str:
+        """Which part of the scheme failed, in words: for the delivery's page, never for the sender."""
+        value = req.header(self.header.lower())
+        wanted = [self.header, *self.signed_headers(), *([self.timestamp_header] if self.timestamp_header else [])]
+        missing = [name for name in wanted if req.header(name.lower()) is None]
+        if value is None or missing:
+            return f"header {missing[0]} is missing"
+        candidates, stamp = self._read(value, req)
+        if stamp == "?":
+            return f"the timestamp in {self._stamp_place()} is missing, repeated or not a whole number"
+        if not candidates:
+            form = f"{self.signature_part}={self.prefix}<{self.encoding}>" if self.signature_part else \
+                f"{self.prefix}<{self.encoding}>"
+            return f"header {self.header} holds no signature of the form {form}"
+        expired = any(self.check(req, secret) == "expired" for secret in secrets)
+        if not stamp and ("{timestamp}" in self.signed or expired):
+            return f"the timestamp in {self._stamp_place()} is missing or not a whole number"
+        if stamp and expired:
+            age = req.now - int(stamp) / (1000 if self.timestamp_unit == "ms" else 1)
+            when = f"{age:,.0f} s old" if age >= 0 else f"{-age:,.0f} s in the future"
+            return f"timestamp {when}, tolerance {self.tolerance_s} s"
+        return self._mismatch(secrets)
+
+    def _stamp_place(self) -> str:
+        if self.timestamp_part is not None:
+            return f"part {self.timestamp_part} of header {self.header}"
+        return f"header {self.timestamp_header}" if self.timestamp_header else f"the body's {self.timestamp_json}"
+
+    def _mismatch(self, secrets: Sequence[str]) -> str:
+        raise NotImplementedError
+
 
 class HmacScheme(_Signed):
     """An HMAC of the template, keyed by the trigger's secret."""
@@ -174,6 +205,10 @@ class HmacScheme(_Signed):
     def _matches(self, secret: str, message: bytes, signature: bytes) -> bool:
         key = signing.standard_key(secret) if self.secret_encoding == "base64" else signing.utf8(secret)
         return hmac.compare_digest(hmac.digest(key, message, self.algorithm), signature)
+
+    def _mismatch(self, secrets: Sequence[str]) -> str:
+        return (f"the HMAC-{self.algorithm.upper()} of {self.signed} in header {self.header} does not match the "
+                f"one made with the secret {_ending(secrets)}")
 
 
 class PublicKeyScheme(_Signed):
@@ -189,6 +224,10 @@ class PublicKeyScheme(_Signed):
         except (InvalidSignature, SchemeError, ValueError):
             return False
         return True
+
+    def _mismatch(self, secrets: Sequence[str]) -> str:
+        return (f"the {_ALGORITHM_NAMES[self.algorithm]} signature of {self.signed} in header {self.header} does "
+                f"not verify with the key {_ending(secrets)}")
 
 
 class SharedSecretScheme(BaseModel):
@@ -220,6 +259,14 @@ class SharedSecretScheme(BaseModel):
             return "missing"
         return "valid" if hmac.compare_digest(signing.utf8(sent), signing.utf8(expected)) else "invalid"
 
+    def explain(self, req: Inbound, secrets: Sequence[str]) -> str:
+        """Which part failed, in words (the delivery's page)."""
+        where = f"header {self.header}" if self.header is not None else f"query parameter {self.query}"
+        if self.check(req, secrets[0] if secrets else "") == "missing":
+            return f"{where} is missing"
+        after = f" after {self.prefix!r}" if self.prefix else ""
+        return f"{where} does not hold{after} the secret {_ending(secrets)}"
+
 
 class BasicAuthScheme(BaseModel):
     """HTTP Basic credentials (`Authorization: Basic base64(user:password)`) equal to the secret."""
@@ -239,9 +286,24 @@ class BasicAuthScheme(BaseModel):
             sent = b""
         return "valid" if hmac.compare_digest(sent, signing.utf8(secret)) else "invalid"
 
+    def explain(self, req: Inbound, secrets: Sequence[str]) -> str:
+        """Which part failed, in words (the delivery's page)."""
+        if req.header("authorization") is None:
+            return "header Authorization is missing"
+        return f"the Basic credentials in header Authorization are not the user:password {_ending(secrets)}"
+
 
 Scheme = Annotated[HmacScheme | PublicKeyScheme | SharedSecretScheme | BasicAuthScheme, Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Scheme)
+
+
+_ALGORITHM_NAMES = {"ed25519": "Ed25519", "ecdsa_p256_sha256": "ECDSA P-256/SHA-256",
+                    "rsa_pkcs1_sha256": "RSA PKCS#1 v1.5/SHA-256"}
+
+
+def _ending(secrets: Sequence[str]) -> str:
+    """`ending …abcd` (or `…abcd or …wxyz` during a rotation): the hint the API shows, never more."""
+    return "ending " + " or ".join(f"…{secret[-4:]}" for secret in secrets if secret)
 
 
 def default_kind(data: Any) -> Any:
@@ -371,7 +433,8 @@ def as_preset(scheme: HmacScheme | PublicKeyScheme | SharedSecretScheme | BasicA
     else:
         secret_headers = {scheme.header.lower()}
     return providers.Preset(
-        name="custom", check=scheme.check, namer=generic.namer, dedupe_sources=generic.dedupe_sources,
+        name="custom", check=scheme.check, explain=scheme.explain, namer=generic.namer,
+        dedupe_sources=generic.dedupe_sources,
         signature_headers=frozenset(secret_headers), stored_headers=generic.stored_headers,
         event_headers=generic.event_headers,
     )

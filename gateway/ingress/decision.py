@@ -53,6 +53,8 @@ class Received:
     dedupe_key: str | None
     dedupe_source: str | None
     signature: str
+    signature_detail: str | None = None
+    """For a rejected signature of a scheme given as data, which part failed in words (stored, never answered)."""
 
 
 @dataclass(frozen=True)
@@ -68,12 +70,14 @@ class Plan:
     accountable_id: UUID | None = None
     run_reason_code: str | None = None
     run_reason: str | None = None
+    detail: str | None = None
+    """Stored in place of the reason code's usual text when set (which part of a signature scheme failed)."""
 
     @property
     def reason(self) -> str | None:
         """The text stored with the delivery's reason code."""
         code = self.reason_code
-        return None if code is None else REJECTED_TEXT.get(code) or admission.REASONS.get(code)
+        return None if code is None else self.detail or REJECTED_TEXT.get(code) or admission.REASONS.get(code)
 
 
 def verify(trigger: Trigger, inbound: Inbound, payload: Payload) -> Received:
@@ -83,11 +87,15 @@ def verify(trigger: Trigger, inbound: Inbound, payload: Payload) -> Received:
     key, source = preset.dedupe_key(inbound)
     received_at = datetime.fromtimestamp(inbound.now, UTC)
     content_type = inbound.headers.get("content-type")
+    signature = preset.verify(inbound, trigger.secrets)
+    detail = None
+    if signature in REJECTED and preset.explain is not None:  # the cold path: a refused request only
+        detail = preset.explain(inbound, [secret for secret in trigger.secrets if secret])
     return Received(
         received_at=received_at, raw=inbound.raw, content_type=content_type,
         headers=selected_headers(preset, inbound.headers), event=event, dedupe_key=key, dedupe_source=source,
-        envelope=build_envelope(event, payload, received_at, content_type),
-        signature=preset.verify(inbound, trigger.secrets),
+        envelope=build_envelope(event, payload, received_at, content_type), signature=signature,
+        signature_detail=detail,
     )
 
 
@@ -100,7 +108,7 @@ def decide(trigger: Trigger, received: Received, *, queue_full: bool = False) ->
     if received.signature in REJECTED:
         code = REJECTED[received.signature]
         body = {"status": "rejected", "reason": code, "error": code, "message": REJECTED_TEXT[code]}
-        return Plan("rejected", code, 401, body)
+        return Plan("rejected", code, 401, body, detail=received.signature_detail)
     ignored = admission.ignore_reason(trigger.facts, received.event)
     if ignored is not None:
         return Plan("ignored", ignored, 200, {"status": "ignored", "reason": ignored})

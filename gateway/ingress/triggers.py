@@ -81,7 +81,8 @@ def preset_of(row: asyncpg.Record | Mapping[str, Any]) -> Preset:
     preset = schemes.get_preset("generic" if row["provider"] == "custom" else row["provider"])
     if row["signature_scheme"] is not None:
         custom = schemes.as_preset(schemes.parse_scheme(row["signature_scheme"]))
-        preset = replace(preset, name=row["provider"], check=custom.check, signature_headers=custom.signature_headers)
+        preset = replace(preset, name=row["provider"], check=custom.check, explain=custom.explain,
+                         signature_headers=custom.signature_headers)
     if row["dedupe_key_source"] is not None:
         preset = replace(preset, dedupe_sources=(row["dedupe_key_source"],))
     if (source := row["event_source"]) is not None:

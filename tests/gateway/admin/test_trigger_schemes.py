@@ -228,3 +228,21 @@ async def test_a_text_body_is_stored_raw_and_carried_as_text(client, team, conn)
     assert (bytes(row["body"]), row["event"]) == (xml, "order.paid")
     run = await conn.fetchrow("SELECT payload FROM autopilot_run WHERE id = $1", answer.json()["run_id"])
     assert run["payload"]["payload"] == xml.decode() and run["payload"]["request"]["format"] == "text"
+
+
+async def test_a_rejected_delivery_says_which_part_failed_to_members_and_nothing_more_to_the_sender(client, team):
+    trigger = (await _create(client, team, provider="custom", signature=HMAC)).json()
+    assert (await _secret(client, team, trigger["id"], secret="an in-house secret Qz9!")).status_code == 200
+    raw, now = b'{"event": "order.paid"}', int(time.time())
+    stale = await client.post(f"/hooks/{trigger['token']}", content=raw,
+                              headers=_hmac_headers(raw, "an in-house secret Qz9!", now - 3612))
+    forged = await client.post(f"/hooks/{trigger['token']}", content=raw,
+                               headers=_hmac_headers(raw, "a guess at it", now))
+    assert (stale.status_code, forged.status_code) == (401, 401)
+    assert "Qz9!" not in stale.text + forged.text and "3,61" not in stale.text  # the sender learns the code only
+    seen = [(await client.get(f"/v1/deliveries/{r.json()['delivery_id']}", headers=team.h("owner"))).json()
+            for r in (stale, forged)]
+    assert seen[0]["reason_code"] == "expired_timestamp"
+    assert seen[0]["reason"] in ("timestamp 3,612 s old, tolerance 300 s", "timestamp 3,613 s old, tolerance 300 s")
+    assert seen[1]["reason"] == ("the HMAC-SHA512 of {timestamp}.{body} in header X-Signature does not match the one "
+                                 "made with the secret ending …Qz9!")
