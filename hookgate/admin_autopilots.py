@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
-from hookgate.admin_client import Client, list_verb, noun, page, request, resource_id, verb
+from hookgate.admin_client import Client, json_file, list_verb, noun, page, request, resource_id, verb
 from hookgate.preset_data import PRESET_DATA
 
 #: The provider presets a webhook trigger may use (gateway/providers.py).
 PROVIDERS = ("generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio",
-             *PRESET_DATA)
+             *PRESET_DATA, "custom")
+"""What a trigger's --provider may be: every preset, and `custom` (with --signature-file)."""
 VERSION_COLUMNS = ("version", "change", "digest", "publisher_type", "publisher_id", "created_at")
 COLLABORATOR_COLUMNS = ("member_id", "name", "role", "added_by", "added_at")
 
@@ -37,8 +39,31 @@ async def triggers_create(c: Client, a: argparse.Namespace) -> Any:
         body: dict[str, Any] = {"kind": "schedule", "cron": a.cron, "timezone": a.timezone,
                                 "overlap_policy": a.overlap}
     else:
-        body = {"kind": "webhook", "provider": a.provider, "event_filters": a.event or []}
+        body = {"kind": "webhook", "provider": a.provider, "event_filters": a.event or [], **_webhook_fields(a)}
     return await c.call("POST", f"/v1/autopilots/{a.autopilot}/triggers", json_body=body)
+
+
+def _webhook_fields(a: argparse.Namespace) -> dict[str, Any]:
+    """The scheme-as-data fields given (`--signature-file none` sends null: the preset's own check again)."""
+    fields = {"dedupe_key_source": a.dedupe_source, "event_source": a.event_source}
+    given = {k: v for k, v in fields.items() if v is not None}
+    if a.signature_file is not None:
+        given["signature"] = None if a.signature_file == "none" else a.signature_file
+    return given
+
+
+def _scheme_file(path: str) -> Any:
+    return "none" if path == "none" else json_file(path)
+
+
+def _key_text(text: str) -> str:
+    """A public key as given, or read from the file after `@`."""
+    if not text.startswith("@"):
+        return text
+    try:
+        return Path(text[1:]).read_text()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {text[1:]}: {exc.strerror}") from None
 
 
 triggers_list = request("GET", "/v1/autopilots/{autopilot}/triggers", paged=True)
@@ -62,6 +87,9 @@ async def triggers_set_secret(c: Client, a: argparse.Namespace) -> Any:
     """PUT /v1/triggers/{id}/signing-secret (or DELETE with --remove)."""
     if a.remove:
         return await c.call("DELETE", f"/v1/triggers/{a.trigger}/signing-secret")
+    if a.public_key is not None:
+        return await c.call("PUT", f"/v1/triggers/{a.trigger}/signing-secret",
+                            json_body={"public_key": a.public_key, "grace_seconds": a.grace})
     secret = a.secret if a.secret is not None else sys.stdin.readline().rstrip("\r\n")  # spaces belong to it
     return await c.call("PUT", f"/v1/triggers/{a.trigger}/signing-secret",
                         json_body={"secret": secret, "grace_seconds": a.grace})
@@ -100,7 +128,7 @@ async def triggers_update(c: Client, a: argparse.Namespace) -> Any:
     body = {"provider": a.provider, "event_filters": a.event, "rate_limit_per_minute": a.rate_limit, "cron": a.cron,
             "timezone": a.timezone, "overlap_policy": a.overlap}
     return await c.call("PATCH", f"/v1/triggers/{a.trigger}",
-                        json_body={k: v for k, v in body.items() if v is not None})
+                        json_body={k: v for k, v in body.items() if v is not None} | _webhook_fields(a))
 
 
 triggers_delete = request("DELETE", "/v1/triggers/{trigger}")
@@ -164,6 +192,15 @@ def _autopilots(sub: Any) -> None:
         p.add_argument("member", type=resource_id("member"))
 
 
+def _scheme_options(p: Any) -> None:
+    p.add_argument("--signature-file", metavar="FILE", type=_scheme_file,
+                   help="a signature scheme as JSON (docs/PROVIDERS.md, custom schemes; - reads stdin; `none` puts "
+                   "the preset's own check back) (webhook)")
+    p.add_argument("--dedupe-source", metavar="SOURCE", help="where the dedupe key is: header:NAME, json:/pointer, "
+                   "form:FIELD or query:NAME (webhook)")
+    p.add_argument("--event-source", metavar="SOURCE", help="where the event name is, as --dedupe-source (webhook)")
+
+
 def _triggers(sub: Any) -> None:
     triggers = noun(sub, "triggers", "create, list, show, change, pause, resume, delete and preview triggers; rotate "
                     "tokens, set secrets")
@@ -177,6 +214,7 @@ def _triggers(sub: Any) -> None:
     p.add_argument("--timezone", default="UTC", help="IANA zone the cron is read in (schedule)")
     p.add_argument("--overlap", choices=("skip", "buffer_one", "allow"), default="skip",
                    help="what an occurrence does while the previous run is active (schedule)")
+    _scheme_options(p)
     list_verb(triggers, triggers_list, "list an autopilot's live triggers, oldest first",
               "list_triggers").add_argument(
         "--autopilot", required=True, type=resource_id("autopilot"), help="autopilot id")
@@ -192,6 +230,8 @@ def _triggers(sub: Any) -> None:
              ("set_signing_secret", "remove_signing_secret"))
     p.add_argument("trigger", type=trigger_id)
     p.add_argument("--secret", help="the provider's signing secret (read from stdin when omitted)")
+    p.add_argument("--public-key", type=_key_text, help="for a public-key scheme: the sender's public key (hex, "
+                   "base64 DER or PEM; @FILE reads it from a file)")
     p.add_argument("--grace", type=int, default=0, help="seconds the previous secret still verifies")
     p.add_argument("--remove", action="store_true", help="remove the secret (bearer-only mode)")
     p = verb(triggers, "update", triggers_update, "change a trigger: a webhook's provider, event filters and rate "
@@ -207,6 +247,7 @@ def _triggers(sub: Any) -> None:
     p.add_argument("--timezone", help="IANA zone the cron is read in (schedule)")
     p.add_argument("--overlap", choices=("skip", "buffer_one", "allow"),
                    help="what an occurrence does while the previous run is active (schedule)")
+    _scheme_options(p)
     verb(triggers, "delete", triggers_delete, "delete a trigger: its token stops working at once; past deliveries "
          "and runs stay readable", "delete_trigger").add_argument("trigger", type=trigger_id)
     p = verb(triggers, "preview", triggers_preview, "the next fire times of a schedule trigger, in UTC and in its "

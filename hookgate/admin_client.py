@@ -115,6 +115,15 @@ def json_value(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"not valid JSON ({exc})") from None
 
 
+def json_file(path: str) -> Any:
+    """An argparse type: the JSON document in a file (`-`: stdin), refused before any request when it is not."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {exc.strerror}") from None
+    return json_value(text)
+
+
 _UNITS = {"m": 60, "h": 3600, "d": 86400}
 
 

@@ -354,3 +354,32 @@ def test_a_one_time_credential_is_said_to_be_shown_once(admin: Admin):
     assert member.returncode == 0 and "api_key shown only this once" in member.stderr
     listed = hookgate("agents", "list", env=admin.env)
     assert listed.returncode == 0 and listed.stderr == ""  # nothing secret, nothing said
+
+
+def test_a_custom_trigger_is_made_from_a_scheme_file_and_a_public_key_file(admin: Admin, tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    env, key = admin.env, ed25519.Ed25519PrivateKey.generate()
+    scheme = {"kind": "public_key", "algorithm": "ed25519", "header": "X-Signature-Ed25519", "encoding": "hex",
+              "timestamp_header": "X-Signature-Timestamp", "signed": "{timestamp}{body}"}
+    (tmp_path / "scheme.json").write_text(json.dumps(scheme))
+    (tmp_path / "key.pem").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    made = ok_json("triggers", "create", "--autopilot", admin.autopilot["id"], "--provider", "custom",
+                   "--signature-file", str(tmp_path / "scheme.json"), "--event-source", "json:/data/name",
+                   "--dedupe-source", "json:/id", env=env)
+    assert made["signature"]["algorithm"] == "ed25519" and made["event_source"] == "json:/data/name"
+    assert made["dedupe_key_source"] == "json:/id"
+    assert ok_json("triggers", "set-secret", made["id"], "--public-key", f"@{tmp_path / 'key.pem'}", env=env)["hint"]
+    raw, ts = b'{"type": 2, "id": "42", "data": {"name": "blep"}}', str(int(time.time()))
+    headers = {"content-type": "application/json", "X-Signature-Timestamp": ts,
+               "X-Signature-Ed25519": key.sign(ts.encode() + raw).hex()}
+    answer = httpx.post(f"{admin.gateway.url}/hooks/{made['token']}", content=raw, headers=headers, timeout=10)
+    assert answer.status_code == 200 and answer.json()["status"] == "accepted", answer.text
+    assert ok_json("deliveries", "get", answer.json()["delivery_id"], env=env)["event"] == "blep"
+    back = ok_json("triggers", "update", made["id"], "--provider", "discord", "--signature-file", "none", env=env)
+    assert (back["provider"], back["signature"]) == ("discord", None)  # the preset's own scheme, the same key
+    bad = hookgate("triggers", "create", "--autopilot", admin.autopilot["id"], "--signature-file",
+                   str(tmp_path / "absent.json"), env=env)
+    assert bad.returncode == 2 and "cannot read" in bad.stderr and "Traceback" not in bad.stderr

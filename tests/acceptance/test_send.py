@@ -9,15 +9,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 
+from hookgate.preset_data import PRESET_DATA
 from hookgate.send import SAMPLES
 from tests.acceptance.cli import hookgate
 from tests.conftest import TEST_SECRET_KEY
 from tests.processes import Spawner, free_port
 
 SECRETS = {name: "whsec_c2FtcGxlLXNpZ25pbmctc2VjcmV0LWJ5dGVz" if name == "standard" else f"{name}-secret-1234"
-           for name in SAMPLES}
+           for name in SAMPLES if name not in PRESET_DATA}
+"""The presets with code of their own; the data presets' HMAC ones are sent below, one request each."""
 
 
 def _ok(*args: str, env: dict[str, str]) -> Any:
@@ -55,6 +58,23 @@ def test_a_signed_sample_of_every_preset_is_accepted_and_a_wrong_secret_rejected
         deliveries = _ok("deliveries", "list", "--trigger", trigger["id"], env=env)["items"]
         assert [d["signature_status"] for d in deliveries] == ["invalid", "valid", "valid"], (provider, deliveries)
         assert deliveries[0]["status"] == "rejected"
+
+
+def test_a_signed_sample_of_each_data_preset_the_cli_can_sign_is_accepted(owner_env):
+    env = owner_env
+    with httpx.Client(base_url=env["HOOKGATE_URL"], timeout=10,
+                      headers={"Authorization": f"Bearer {env['HOOKGATE_API_KEY']}"}) as api:
+        agent = api.post("/v1/agents", json={"name": "bot", "runtime": {"kind": "http", "url": "http://127.0.0.1:9/"}})
+        autopilot = api.post("/v1/autopilots", json={"title": "t", "instructions": "i", "execution_mode": "run_only",
+                                                     "assignee": {"type": "agent", "id": agent.json()["id"]}}).json()
+        triggers = {name: api.post(f"/v1/autopilots/{autopilot['id']}/triggers",
+                                   json={"kind": "webhook", "provider": name}).json()
+                    for name, data in PRESET_DATA.items() if data["signature"]["kind"] == "hmac"}
+        for trigger in triggers.values():
+            api.put(f"/v1/triggers/{trigger['id']}/signing-secret", json={"secret": "a data preset's secret"})
+    for provider, trigger in triggers.items():
+        sent = _ok("send", trigger["id"], "--secret", "a data preset's secret", env=env)
+        assert sent["status"] == "accepted", (provider, sent)
 
 
 def test_send_names_the_event_and_merges_data(owner_env):
