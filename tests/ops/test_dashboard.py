@@ -811,3 +811,14 @@ async def test_a_completed_run_has_no_empty_actions_box(client, ctx: Context, sm
     await log_in(client, key)
     page = (await client.get(f"/dashboard/runs/{run_id}")).text
     assert 'id="run-actions"' not in page  # nothing to do, nothing to be refused
+
+
+async def test_the_autopilot_page_shows_a_triggers_scheme_and_sources(client, ctx: Context, small: Small):
+    scheme = {"kind": "shared_secret", "header": "Authorization", "prefix": "Bearer "}
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("UPDATE autopilot_trigger SET provider = 'custom', signature_scheme = $2, "
+                           "event_source = 'json:/type' WHERE id = $1", small.trigger["id"], scheme)
+    await log_in(client, small.world.api_key)
+    page = (await client.get(f"/dashboard/autopilots/{small.autopilot['id']}")).text
+    assert '"kind": "shared_secret"' in page and "<code>json:/type</code>" in page
+    assert "the preset's dedupe key" in page
