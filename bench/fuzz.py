@@ -15,6 +15,9 @@ bodies that are binary, deeply nested, over the size cap, of the wrong JSON shap
 no, malformed, unknown or foreign bearers (an admin key, the pull token); a real HTTP agent task (no bearer,
 random lease tokens), random and malformed task ids and paths; odd content types. Same checks, plus every
 answer is JSON. ``--only runtime`` skips the admin API (a run of about two minutes with ``--examples 20``).
+
+First, ``--hostile-ingress N`` requests (default 3,000) go to ``POST /hooks/{token}`` of triggers of every
+signature scheme family and every data preset (``bench/fuzz_ingress.py``); ``--only ingress`` runs that alone.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.fuzz_ingress import hostile_ingress, make_triggers  # noqa: E402
 from tests.chaos import world  # noqa: E402
 from tests.chaos.cluster import Cluster  # noqa: E402
 
@@ -172,25 +176,42 @@ def _tasks(base: str, key: str, made: world.World) -> list[tuple[str, str]]:
     return found
 
 
+def _ingress(base: str, key: str, n: int, seed: int) -> int:
+    """The hostile ingress phase (bench/fuzz_ingress.py); the number of requests sent."""
+    with httpx.Client(base_url=base, headers={"authorization": f"Bearer {key}"}, timeout=30) as client:
+        autopilot = client.get("/v1/autopilots").json()["items"][0]["id"]
+    started = time.monotonic()
+    found = hostile_ingress(base, make_triggers(base, key, autopilot), n, seed)
+    print(f"hostile ingress: {found.requests} requests in {time.monotonic() - started:.0f} s, "
+          f"statuses {dict(sorted(found.statuses.items()))}", flush=True)
+    if found.failures:
+        raise SystemExit("hostile ingress requests failed:\n" + "\n".join(found.failures[:20]))
+    return found.requests
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", type=int, default=300, help="schemathesis --max-examples per operation")
     parser.add_argument("--server-url", help="use this PostgreSQL server instead of an embedded one")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--hostile", type=int, default=3000, help="hostile runtime API requests after schemathesis")
-    parser.add_argument("--only", choices=["admin", "runtime"], help="fuzz only this API")
+    parser.add_argument("--hostile-ingress", type=int, default=3000,
+                        help="hostile webhook requests to triggers of every signature scheme family")
+    parser.add_argument("--only", choices=["admin", "runtime", "ingress"], help="fuzz only this API")
     args = parser.parse_args()
     # A claim long-polls up to this: keep it under the 20 s request timeout (wait_s is generated up to 1e308).
     os.environ.setdefault("HOOKGATE_RUNTIME_CLAIM_MAX_WAIT_S", "5")
     cluster = Cluster.create(args.server_url)
-    admin = runtime = 0
+    admin = runtime = ingress = 0
     try:
         cluster.start(gateways=1, workers=1, schedulers=0)  # a worker dispatches the runs the hostile phase uses
         base = cluster.gateway_urls()[0]
         key = cluster.bootstrap()["api_key"]
         made = world.build([base], key, "http://127.0.0.1:9/", schedules=1)
         work = Path(tempfile.mkdtemp(prefix="hookgate-fuzz-"))
-        if args.only != "admin":
+        if args.only in (None, "ingress"):
+            ingress = _ingress(base, key, args.hostile_ingress, args.seed)
+        if args.only in (None, "runtime"):
             runtime = schemathesis(f"{base}/openapi.json", base, made.runtime_token, args.examples * 4,
                                    args.seed, work, "runtime", "--include-tag", "runtime")
             print(f"schemathesis runtime: {runtime} requests", flush=True)
@@ -203,7 +224,7 @@ def main() -> int:
                 raise SystemExit("hostile runtime requests failed:\n" + "\n".join(found.failures[:20]))
             runtime += found.requests
         # The admin API last: its fuzzing may archive the pull agent or revoke what the runtime phases use.
-        if args.only != "runtime":
+        if args.only in (None, "admin"):
             admin = schemathesis(f"{base}/openapi.json", base, key, args.examples, args.seed, work, "admin",
                                  "--exclude-tag", "runtime", "--exclude-tag", "webhooks")
         logs = "\n".join(p.output() for p in cluster.roles["gateway"])
@@ -212,8 +233,8 @@ def main() -> int:
     finally:
         cluster.stop()
     cluster.remove()  # only after a clean run: a failure above keeps the database and logs for inspection
-    print(f"requests: admin {admin}, runtime {runtime}, total {admin + runtime}; no 5xx, no stack trace, "
-          f"every error a JSON code")
+    print(f"requests: admin {admin}, runtime {runtime}, ingress {ingress}, total {admin + runtime + ingress}; "
+          f"no 5xx, no stack trace, every error a JSON code")
     return 0
 
 
