@@ -5,6 +5,7 @@ One command, from the repository root:
     python bench/ingress.py                 # 2 alternating rounds of 10 s per server, 64 connections
     python bench/ingress.py --duration 20 --profile      # also py-spy the gateway (pip install py-spy)
     python bench/ingress.py --workers 2     # also ``gateway --workers 2``: the scaling over one process
+    python bench/ingress.py --schemes       # also a custom HMAC trigger and an Ed25519 one, same gateway
 
 It uses ``HOOKGATE_DATABASE_URL`` as the server (default ``postgresql://postgres@127.0.0.1:5432/postgres``),
 creates a scratch database there and drops it afterwards. It starts, as real subprocesses under the same
@@ -13,6 +14,9 @@ uvicorn settings (uvloop, httptools, no access log):
 - the baseline: a bare Starlette app doing one asyncpg ``INSERT`` of the body per request, answering 200;
 - the real ``hookgate gateway`` CLI with one webhook trigger (provider ``github``, a signing secret, an
   autopilot assigned to an HTTP agent, so every delivery is queued with a ``pending`` run);
+- with ``--schemes``, the same one-process gateway also on a ``custom`` trigger of a timestamped HMAC scheme
+  with its own event and dedupe sources (``hmac``) and on one of an Ed25519 scheme as Discord signs
+  (``ed25519``): each printed with its rate over the GitHub trigger's of the same round;
 - with ``--workers N`` (N > 1), also ``hookgate gateway --workers N`` over the same trigger, labelled
   ``gatewayN``: its figures are printed beside the one-process gateway's of the same run, with the
   scaling (its rate over the one-process rate), the CPU of all its processes, and how the connections
@@ -45,11 +49,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import asyncpg  # noqa: E402
+from cryptography.hazmat.primitives import serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: E402
 from figures import cpu_seconds, percentile  # noqa: E402  (bench/, this script's folder)
 
 from tests.processes import free_port, stop_all  # noqa: E402
@@ -90,9 +97,27 @@ def serve_baseline(dsn: str, port: int, pool_max: int) -> None:
 # -- setup ---------------------------------------------------------------------------------------------
 
 
-async def prepare(server: str, name: str) -> tuple[str, str]:
-    """Create and migrate the scratch database and one github webhook trigger; returns (dsn, token)."""
+#: The custom HMAC subject's scheme (--schemes): Stripe-like, timestamped, with its own sources.
+CUSTOM_HMAC = {"kind": "hmac", "header": "X-Signature", "prefix": "sha256=", "signed": "{timestamp}.{body}",
+               "timestamp_header": "X-Timestamp"}
+#: The Ed25519 subject's scheme (--schemes): Discord's.
+ED25519 = {"kind": "public_key", "algorithm": "ed25519", "header": "X-Signature-Ed25519", "encoding": "hex",
+           "timestamp_header": "X-Signature-Timestamp", "signed": "{timestamp}{body}"}
+
+
+@dataclass
+class Prepared:
+    """The scratch database, the token of each subject's trigger, and the Ed25519 sender's private key."""
+
+    dsn: str
+    tokens: dict[str, str]
+    ed25519_key: Any
+
+
+async def prepare(server: str, name: str) -> Prepared:
+    """Create and migrate the scratch database and the webhook triggers: github, custom HMAC and Ed25519."""
     from autopilot import agents, rules, workspaces
+    from gateway import schemes
     from hookgate import database
     from hookgate.context import open_context
     from hookgate.settings import Settings
@@ -110,10 +135,21 @@ async def prepare(server: str, name: str) -> tuple[str, str]:
         ap, _ = await rules.create_autopilot(c, workspace_id=boot.workspace_id, creator_id=boot.member_id,
                                              title="bench", assignee_type="agent", assignee_id=agent.row["id"],
                                              execution_mode="run_only")
+        publisher = rules.Publisher.member(boot.member_id)
         trigger, token = await rules.create_webhook_trigger(
-            c, ctx.keyring, autopilot=ap, publisher=rules.Publisher.member(boot.member_id), provider="github")
+            c, ctx.keyring, autopilot=ap, publisher=publisher, provider="github")
         await rules.set_signing_secret(c, ctx.keyring, trigger["id"], SECRET)
-    return dsn, token
+        custom, custom_token = await rules.create_webhook_trigger(
+            c, ctx.keyring, autopilot=ap, publisher=publisher, provider="custom", signature_scheme=CUSTOM_HMAC,
+            dedupe_key_source="header:x-request-id", event_source="json:/action")
+        await rules.set_signing_secret(c, ctx.keyring, custom["id"], SECRET)
+        key = ed25519.Ed25519PrivateKey.generate()
+        public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
+        signed, signed_token = await rules.create_webhook_trigger(
+            c, ctx.keyring, autopilot=ap, publisher=publisher, provider="custom", signature_scheme=ED25519,
+            dedupe_key_source="header:x-request-id", event_source="json:/action")
+        await rules.set_signing_secret(c, ctx.keyring, signed["id"], schemes.public_key_text(public, "ed25519"))
+    return Prepared(dsn, {"github": token, "hmac": custom_token, "ed25519": signed_token}, key)
 
 
 def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
@@ -139,21 +175,33 @@ class Request:
     data: bytes
 
 
-def build_requests(path: str, count: int) -> list[Request]:
-    """Signed 1 KiB GitHub ``issues`` deliveries, each with its own X-GitHub-Delivery."""
-    out = []
+def build_requests(path: str, count: int, kind: str = "github", key: Any = None) -> list[Request]:
+    """Signed 1 KiB ``issues`` deliveries, each with its own dedupe key.
+
+    Signed as GitHub signs them (``github``), as the custom HMAC scheme does (``hmac``), or with the Ed25519
+    ``key`` (``ed25519``).
+    """
+    out, now = [], str(int(time.time()))
     for _ in range(count):
-        key = str(uuid.uuid4())
+        dedupe = str(uuid.uuid4())
         issue = {"number": 1347, "title": "Found a bug", "user": {"login": "octocat", "id": 1}}
-        body = {"action": "opened", "delivery": key, "issue": issue, "padding": ""}
+        body = {"action": "opened", "delivery": dedupe, "issue": issue, "padding": ""}
         raw = json.dumps(body, separators=(",", ":")).encode()
         body["padding"] = "x" * (1024 - len(raw))
         raw = json.dumps(body, separators=(",", ":")).encode()
-        sig = hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+        if kind == "github":
+            sig = hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+            signature = (f"User-Agent: GitHub-Hookshot/bench\r\nX-GitHub-Event: issues\r\n"
+                         f"X-GitHub-Delivery: {dedupe}\r\nX-Hub-Signature-256: sha256={sig}")
+        elif kind == "hmac":
+            sig = hmac.new(SECRET.encode(), f"{now}.".encode() + raw, hashlib.sha256).hexdigest()
+            signature = f"X-Request-Id: {dedupe}\r\nX-Timestamp: {now}\r\nX-Signature: sha256={sig}"
+        else:
+            sig = key.sign(now.encode() + raw).hex()
+            signature = f"X-Request-Id: {dedupe}\r\nX-Signature-Timestamp: {now}\r\nX-Signature-Ed25519: {sig}"
         head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                f"User-Agent: GitHub-Hookshot/bench\r\nX-GitHub-Event: issues\r\nX-GitHub-Delivery: {key}\r\n"
-                f"X-Hub-Signature-256: sha256={sig}\r\nContent-Length: {len(raw)}\r\n\r\n")
-        out.append(Request(key, head.encode() + raw))
+                f"{signature}\r\nContent-Length: {len(raw)}\r\n\r\n")
+        out.append(Request(dedupe, head.encode() + raw))
     return out
 
 
@@ -286,8 +334,8 @@ async def database_cpu(dsn: str) -> float:
 
 
 async def measure(label: str, port: int, path: str, args: argparse.Namespace, dsn: str,
-                  pid: int, processes: int = 1) -> tuple[Result, float]:
-    requests = build_requests(path, int((args.duration + args.warmup) * args.max_rate))
+                  pid: int, processes: int = 1, kind: str = "github", key: Any = None) -> tuple[Result, float]:
+    requests = build_requests(path, int((args.duration + args.warmup) * args.max_rate), kind, key)
     await drive(port, requests, args.connections, args.warmup, None)
     result = Result()
     before, cpu_before, db_before = await wal_lsn(dsn), tree_cpu_seconds(pid), await database_cpu(dsn)
@@ -404,6 +452,8 @@ class Server:
     path: str
     processes: int = 1
     total: Result = field(default_factory=Result)
+    kind: str = "github"
+    """How its requests are signed (see :func:`build_requests`)."""
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -413,7 +463,8 @@ async def run(args: argparse.Namespace) -> int:
 
     server = os.environ.get("HOOKGATE_DATABASE_URL", DEFAULT_SERVER)
     name = f"hookgate_bench_{os.getpid()}"
-    dsn, token = await prepare(server, name)
+    prepared = await prepare(server, name)
+    dsn, token = prepared.dsn, prepared.tokens["github"]
     procs: list[subprocess.Popen[bytes]] = []
     logs = Path(tempfile.mkdtemp(prefix="hookgate-bench-"))
     print(f"load     {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) on {os.cpu_count()} CPUs at the "
@@ -440,9 +491,15 @@ async def run(args: argparse.Namespace) -> int:
         servers = [Server("baseline", base, base_port, "/hooks/x"), gateway("gateway", 1)]
         if args.workers > 1:
             servers.append(gateway(f"gateway{args.workers}", args.workers))
+        if args.schemes:  # the same one-process gateway, on the custom HMAC and Ed25519 triggers
+            single = servers[1]
+            servers += [Server(kind, single.proc, single.port, f"/hooks/{prepared.tokens[kind]}", kind=kind)
+                        for kind in ("hmac", "ed25519")]
         for srv in servers:
             wait_listening(srv.port, srv.proc)
         for srv in servers[1:]:  # the port answers as soon as one process serves: "ready" means all of them
+            if srv.kind != "github":
+                continue
             deadline = time.monotonic() + 60
             while b"hookgate ready on" not in (logs / f"{srv.label}.log").read_bytes():
                 if time.monotonic() > deadline or srv.proc.poll() is not None:
@@ -459,13 +516,16 @@ async def run(args: argparse.Namespace) -> int:
                 if srv.label == args.profile and round_no == 0:
                     spy = start_profile(srv.proc.pid, args.duration + args.warmup, logs / "server.prof")
                 result, rates[srv.label] = await measure(srv.label, srv.port, srv.path, args, dsn, srv.proc.pid,
-                                                         srv.processes)
+                                                         srv.processes, srv.kind, prepared.ed25519_key)
                 srv.total.merge(result)
                 if spy is not None:
                     spy.wait(60)
             for srv in servers[1:]:
                 ratios[srv.label].append(rates[srv.label] / rates["baseline"])
                 print(f"ratio    {ratios[srv.label][-1]:8.2f} ({srv.label} / baseline), round {round_no + 1}",
+                      flush=True)
+            for kind in ("hmac", "ed25519") if args.schemes else ():
+                print(f"scheme   {rates[kind] / rates['gateway']:8.2f} ({kind} / gateway), round {round_no + 1}",
                       flush=True)
             if args.workers > 1:
                 scaling.append(rates[servers[2].label] / rates["gateway"])
@@ -528,6 +588,8 @@ def main() -> None:
     parser.add_argument("--max-rate", type=float, default=8000, help="requests prebuilt per second (8000)")
     parser.add_argument("--profile", nargs="?", const="gateway", choices=["gateway", "baseline"],
                         help="py-spy one server (default the gateway) in round 1 and print where its time goes")
+    parser.add_argument("--schemes", action="store_true",
+                        help="also measure the gateway on a custom HMAC trigger and on an Ed25519 one")
     parser.add_argument("--workers", type=int, default=1,
                         help="also measure `hookgate gateway --workers N` (N > 1) beside the one-process gateway")
     import uvloop
