@@ -11,6 +11,9 @@ One command (PostgreSQL server URL in ``HOOKGATE_BENCH_SERVER_URL``, default the
    7-12), measured from just before that transaction to the agent's receipt of the push (p50/p99).
 4. **end to end**: ``POST /hooks/{token}`` to a real ``hookgate gateway`` process every ``1/--rate`` s,
    measured from just before the POST to the agent's receipt of the signed push (p50/p99).
+5. **bare chain**: the same POSTs at the same rate to ``bench/bare_chain.py`` (Starlette ``INSERT`` + ``NOTIFY``,
+   a ``LISTEN``ing asyncpg loop, one HTTP POST to the same agent): the floor of phase 4, and its ratios.
+``--loop`` picks the event loop of every server process (``HOOKGATE_EVENT_LOOP``; default uvloop, as they run).
 The agent is a separate minimal HTTP server process (``bench/agent.py``). With ``--pooler`` the workers' and the
 gateway's pools go through a real PgBouncer in transaction mode (``tests/pooler.py``; their LISTEN straight to
 the server), so the figures show what the pooler and what it disables cost.
@@ -129,6 +132,39 @@ async def end_to_end(conn: Any, port: int, token: str, rate: float, seconds: flo
     await wait_done(conn, total_before + count)
 
 
+async def bare_chain(http: httpx.AsyncClient, url: str, agent: int, rate: float, seconds: float,
+                     loop: str) -> list[float]:
+    """Phase 5: the same steady POSTs through the bare chain; the agent's latencies of its pushes."""
+    port, count = free_port(), int(rate * seconds)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "bare_chain.py"), url, str(port),
+                             f"http://127.0.0.1:{agent}/agent", loop])
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(100):
+                try:
+                    async with session.post(f"http://127.0.0.1:{port}/hooks/warm", data=b'{"warm": 1}') as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.5)
+            await http.delete(f"http://127.0.0.1:{agent}/stats")
+
+            async def more(sent: int, _elapsed: float) -> bool:
+                return sent < count
+
+            await post_steady(session, f"http://127.0.0.1:{port}", "bare", rate, more, "bare")
+        for _ in range(200):
+            stats = (await http.get(f"http://127.0.0.1:{agent}/stats")).json()
+            if len(stats["latencies_ms"]) >= count:
+                break
+            await asyncio.sleep(0.05)
+        return list(stats["latencies_ms"])
+    finally:
+        stop_all([proc], 10)
+
+
 def start_workers(url: str, count: int, direct: str) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "HOOKGATE_DATABASE_URL": url, "HOOKGATE_DIRECT_DATABASE_URL": direct,
            "HOOKGATE_SECRET_KEY": KEY, "HOOKGATE_LOG_LEVEL": "warning",
@@ -195,6 +231,7 @@ async def main(args: argparse.Namespace) -> None:
             done_before = args.runs + int(args.rate * args.seconds)
             await end_to_end(conn, gateway_port, token, args.rate, args.seconds, done_before)
             e2e = (await http.get(f"http://127.0.0.1:{port}/stats")).json()["latencies_ms"]
+            bare = await bare_chain(http, url, port, args.rate, args.seconds, args.loop)
         lat = stats["latencies_ms"]
         await conn.close()
         print(json.dumps({
@@ -210,7 +247,17 @@ async def main(args: argparse.Namespace) -> None:
             "latency_max_ms": round(max(lat), 2),
             "e2e_post_to_agent_samples": len(e2e), "e2e_p50_ms": round(statistics.median(e2e), 2),
             "e2e_p99_ms": round(percentile(e2e, 0.99), 2), "e2e_max_ms": round(max(e2e), 2),
+            "bare_chain_samples": len(bare), "bare_chain_p50_ms": round(statistics.median(bare), 2),
+            "bare_chain_p99_ms": round(percentile(bare, 0.99), 2),
+            "e2e_over_bare_p50": round(statistics.median(e2e) / statistics.median(bare), 2),
+            "e2e_over_bare_p99": round(percentile(e2e, 0.99) / percentile(bare, 0.99), 2),
+            "event_loop": args.loop,
         }, indent=2))
+        for subject, values in (("e2e", e2e), ("bare_chain", bare)):  # bench/run_all's table
+            print("BENCH " + json.dumps({"subject": f"POST -> agent at {args.rate:.0f}/s ({subject})", "value":
+                                         round(statistics.median(values), 2), "unit": "ms p50",
+                                         "p50_ms": round(statistics.median(values), 2),
+                                         "p99_ms": round(percentile(values, 0.99), 2)}))
     finally:
         try:
             stop_all([*workers, agent_proc], 30)
@@ -226,6 +273,10 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=2, help="hookgate worker processes")
     parser.add_argument("--rate", type=float, default=200.0, help="steady arrivals per second (latency phase)")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency phase")
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",
+                        help="event loop of the gateway, the workers and the bare chain")
     parser.add_argument("--pooler", action="store_true",
                         help="the workers' and the gateway's pools through a real PgBouncer in transaction mode")
-    asyncio.run(main(parser.parse_args()))
+    parsed = parser.parse_args()
+    os.environ["HOOKGATE_EVENT_LOOP"] = parsed.loop  # every server process this bench starts
+    asyncio.run(main(parsed))
