@@ -224,7 +224,8 @@ def test_bash_completion_offers_commands_verbs_options_and_choices():
     assert set(_bash_complete(script, 'hookgate tasks ""')) >= {"list", "get", "attempts"}
     assert _bash_complete(script, "hookgate sen") == ["send"]
     assert _bash_complete(script, 'hookgate send --provider ""') == [
-        "generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio"]
+        "generic", "github", "gitlab", "stripe", "slack", "shopify", "standard", "linear", "twilio", "meta", "zoom",
+        "dropbox", "paddle", "intercom", "discord", "sendgrid"]
     assert _bash_complete(script, 'hookgate issues update --status ""') == ["todo", "in_progress", "done", "cancelled"]
     assert sorted(_bash_complete(script, "hookgate au")) == ["audit", "autopilots"]
 
