@@ -6,10 +6,11 @@ One command, from the repository root:
     python bench/ingress.py --duration 20 --profile      # also py-spy the gateway (pip install py-spy)
     python bench/ingress.py --workers 2     # also ``gateway --workers 2``: the scaling over one process
     python bench/ingress.py --schemes       # also a custom HMAC trigger and an Ed25519 one, same gateway
+    python bench/ingress.py --loop asyncio  # both servers on the standard library's event loop
 
 It uses ``HOOKGATE_DATABASE_URL`` as the server (default ``postgresql://postgres@127.0.0.1:5432/postgres``),
 creates a scratch database there and drops it afterwards. It starts, as real subprocesses under the same
-uvicorn settings (uvloop, httptools, no access log):
+uvicorn settings (httptools, no access log) and the same event loop (``--loop``, default uvloop):
 
 - the baseline: a bare Starlette app doing one asyncpg ``INSERT`` of the body per request, answering 200;
 - the real ``hookgate gateway`` CLI with one webhook trigger (provider ``github``, a signing secret, an
@@ -70,8 +71,8 @@ BASELINE_TABLE = "CREATE TABLE IF NOT EXISTS bench_baseline (id bigserial PRIMAR
 # -- the baseline server (run as a subprocess of this script) ------------------------------------------
 
 
-def serve_baseline(dsn: str, port: int, pool_max: int) -> None:
-    """Bare Starlette + one asyncpg INSERT per request, under the gateway's uvicorn settings."""
+def serve_baseline(dsn: str, port: int, pool_max: int, loop: str) -> None:
+    """Bare Starlette + one asyncpg INSERT per request, under the gateway's uvicorn settings and event loop."""
     import uvicorn
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
@@ -91,7 +92,9 @@ def serve_baseline(dsn: str, port: int, pool_max: int) -> None:
                                 log_config=None, server_header=False, timeout_keep_alive=5)
         await uvicorn.Server(config).serve()
 
-    asyncio.run(main())  # the same event loop as `hookgate gateway` (hookgate/cli.py)
+    from hookgate.cli import run_loop
+
+    run_loop(loop, main())  # the same event loop as `hookgate gateway` (hookgate/cli.py)
 
 
 # -- setup ---------------------------------------------------------------------------------------------
@@ -474,7 +477,9 @@ async def run(args: argparse.Namespace) -> int:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HOOKGATE_DATABASE_URL": dsn, "HOOKGATE_SECRET_KEY": SECRET_KEY,
                "HOOKGATE_IP_REQUEST_CAP": "1000000000", "HOOKGATE_IP_BAD_CREDENTIAL_CAP": "1000000000",
                "HOOKGATE_MAX_CONNECTIONS_PER_IP": "1024",  # one loopback client: only the cap applies
-               "HOOKGATE_POOL_MAX_SIZE": str(args.pool), "HOOKGATE_LOG_LEVEL": "warning"}
+               "HOOKGATE_POOL_MAX_SIZE": str(args.pool), "HOOKGATE_LOG_LEVEL": "warning",
+               "HOOKGATE_EVENT_LOOP": args.loop}
+        print(f"loop     {args.loop} (both servers)", flush=True)
 
         def gateway(label: str, workers: int) -> Server:
             port = free_port()
@@ -485,7 +490,8 @@ async def run(args: argparse.Namespace) -> int:
             return Server(label, proc, port, f"/hooks/{token}", workers)
 
         base_port = free_port()
-        base = subprocess.Popen([sys.executable, __file__, "--serve-baseline", dsn, str(base_port), str(args.pool)],
+        base = subprocess.Popen([sys.executable, __file__, "--serve-baseline", dsn, str(base_port), str(args.pool),
+                                 args.loop],
                                 env=env, stdout=(logs / "baseline.log").open("wb"), stderr=subprocess.STDOUT)
         procs.append(base)
         servers = [Server("baseline", base, base_port, "/hooks/x"), gateway("gateway", 1)]
@@ -553,7 +559,8 @@ async def run(args: argparse.Namespace) -> int:
             row = {"subject": srv.label, "value": round(srv.total.rate), "unit": "req/s",
                    "p50_ms": round(srv.total.p(0.5), 2), "p99_ms": round(srv.total.p(0.99), 2)}
             if srv is not servers[0]:
-                row |= {"baseline": round(baseline.rate), "ratio": round(srv.total.rate / baseline.rate, 2)}
+                row |= {"baseline": f"{baseline.rate:.0f} req/s ({servers[0].label})",
+                        "ratio": round(srv.total.rate / baseline.rate, 2)}
             print(f"BENCH {json.dumps(row)}", flush=True)
         written, statements = batch_sizes(servers[1].port)
         print(f"batches  {written / max(statements, 1):.1f} deliveries per ingest statement on average "
@@ -576,8 +583,8 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--serve-baseline":
-        serve_baseline(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) == 6 and sys.argv[1] == "--serve-baseline":
+        serve_baseline(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per server (default 10)")
@@ -592,6 +599,8 @@ def main() -> None:
                         help="also measure the gateway on a custom HMAC trigger and on an Ed25519 one")
     parser.add_argument("--workers", type=int, default=1,
                         help="also measure `hookgate gateway --workers N` (N > 1) beside the one-process gateway")
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",
+                        help="event loop of both servers (default uvloop, the gateway's own default)")
     import uvloop
 
     raise SystemExit(uvloop.run(run(parser.parse_args())))

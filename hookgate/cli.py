@@ -14,7 +14,7 @@ import gc
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
 from hookgate import admin_client, cli_file, completion, durability, listen, logs, send
@@ -355,6 +355,23 @@ def _dispatch(args: argparse.Namespace) -> Callable[[Settings], Any]:
     return lambda s: _bootstrap(s, args.workspace, args.json)
 
 
+def run_loop(kind: str, main: Coroutine[Any, Any, None]) -> None:
+    """Run a server role's ``main`` on the configured event loop (``auto``: uvloop when it is installed)."""
+    factory, name = None, "asyncio"
+    if kind != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if kind == "uvloop":
+                main.close()
+                raise ConfigError("HOOKGATE_EVENT_LOOP=uvloop, but uvloop is not installed") from None
+        else:
+            factory, name = uvloop.new_event_loop, "uvloop"
+    log.debug("event loop", extra={"event_loop": name, "configured": kind})
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``hookgate`` console script."""
     parser = build_parser()
@@ -368,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         settings = load_settings(**overrides)
         logs.configure(settings.log_level)
-        asyncio.run(_dispatch(args)(settings))
+        run_loop(settings.event_loop, _dispatch(args)(settings))
     except (ConfigError, MigrationError) as exc:
         admin_client.fail(str(exc))
     except KeyboardInterrupt:

@@ -81,6 +81,10 @@ class Settings(BaseSettings):
         description="Port serving /metrics in worker and scheduler processes (a gateway serves it on its own port)",
     )
     log_level: str = Field(default="info", description="debug, info, warning or error")
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        default="auto", description="Event loop of the server roles: uvloop (faster ingress and push; auto: when "
+        "installed, as it is by default) or the standard library's asyncio"
+    )
     http_read_timeout_s: float = Field(
         default=30.0, gt=0, description="Longest time a client may take to send a whole request (headers and body)"
     )
