@@ -73,23 +73,28 @@ class DeliveryWorker:
 
         ``leased`` of the result: the deliveries left for the one-by-one path (crash window, create_issue, ...).
         """
-        s = self.settings
-        options = options_for(self.ctx, self.holder, self.pusher)
-        capacity = self.pusher.capacity() if self.pusher is not None else 0
-        rooms = self.pusher.rooms() if self.pusher is not None else ([], [], None)
-        async with self.ctx.pool.acquire() as conn:
-            taken = await take.take_batch(conn, limit=limit or s.delivery_batch, lease_s=s.delivery_lease_s,
-                                          cursor=self._cursor, fanout=TRIGGER_FANOUT, options=options,
-                                          capacity=capacity, now=now, trigger_cursors=self._trigger_cursors,
-                                          rooms=rooms)
+        # The shares the take claims within hold until its claims are pushes the shares count (Pusher.claiming).
+        async with contextlib.nullcontext() if self.pusher is None else self.pusher.claiming:
+            taken = await self._take(limit, now)
+            if self.pusher is not None:
+                for claimed in taken.claimed:
+                    self.pusher.submit(claimed)
         self._advance(taken)
         metrics.CLAIMS.labels("deliveries").inc(taken.dispatched + len(taken.leased))
         metrics.CLAIMS.labels("tasks").inc(len(taken.claimed))
         metrics.count_outcomes("deliveries", ["dispatched"] * taken.dispatched)
-        if self.pusher is not None:
-            for claimed in taken.claimed:
-                self.pusher.submit(claimed)
         return taken
+
+    async def _take(self, limit: int | None, now: datetime | None) -> take.Taken:
+        s = self.settings
+        options = options_for(self.ctx, self.holder, self.pusher)
+        capacity = self.pusher.capacity() if self.pusher is not None else 0
+        rooms = self.pusher.rooms() if self.pusher is not None else None
+        async with self.ctx.pool.acquire() as conn:
+            return await take.take_batch(conn, limit=limit or s.delivery_batch, lease_s=s.delivery_lease_s,
+                                         cursor=self._cursor, fanout=TRIGGER_FANOUT, options=options,
+                                         capacity=capacity, now=now, trigger_cursors=self._trigger_cursors,
+                                         rooms=rooms)
 
     def _advance(self, taken: take.Taken) -> None:
         """Move the round-robin cursors past what this take visited, so the next one starts after it."""

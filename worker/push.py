@@ -48,7 +48,7 @@ from hookgate.context import Context
 from hookgate.errors import LeaseLost
 from hookgate.notify import NotifyListener
 from sql import Q
-from worker.fairshare import Shares
+from worker.fairshare import Budget, Shares
 from worker.loop import PollingService
 
 log = logging.getLogger("hookgate.push")
@@ -232,6 +232,9 @@ class Pusher:
         self._inflight: dict[asyncio.Task[None], tasks.Claimed] = {}
         #: The fair shares of this process's push slots, by workspace then agent.
         self.shares = Shares(min(self.settings.push_inflight, self.settings.push_connections))
+        #: Held from reading the shares to submitting what was claimed with them (the take, the push loop): two
+        #: claims in flight at once would each see the other's slots free, and together pass a workspace's part.
+        self.claiming = asyncio.Lock()
         self._outcomes: list[Pending] = []
         #: How long a flush waits for the outcomes of pushes still in flight (FLUSH_GATHER_S).
         self.flush_gather_s = FLUSH_GATHER_S
@@ -256,14 +259,12 @@ class Pusher:
         """How many more pushes this process may start now."""
         return 0 if self.stopping else self.shares.capacity - len(self._inflight)
 
-    def rooms(self) -> tuple[list[UUID], list[int], int]:
-        """What the take may claim per agent: (agents, their rooms, the room of any other agent).
+    def rooms(self) -> Budget:
+        """What the take may claim, per agent and per workspace (and for any agent or workspace not seen yet).
 
         In the take every agent is about to get tasks, so each known one wants more than it holds.
         """
-        allotments = self.shares.allotments(all_want=True)
-        known = list(allotments)
-        return known, [self.shares.room(a, allotments) for a in known], self.shares.newcomer_room()
+        return self.shares.budget(all_want=True)
 
     def submit(self, claimed: tasks.Claimed) -> None:
         """Start pushing a claimed task in the background."""
@@ -594,28 +595,34 @@ class PushWorker(PollingService):
         async with self.ctx.pool.acquire() as conn:
             due = await conn.fetch(Q.task_agents_due, 64, now, s.agent_max_concurrency)
             shares.wanting({a["id"]: a["workspace_id"] for a in due})
-            allotments = shares.allotments()
+            budget, turn = shares.budget(), shares.turn
             # Tasks are waiting (for a slot, or for this process's capacity): finished pushes look again.
             self.pusher.backlog = bool(due) or self.pusher.notices != notices
             clock = time.monotonic()
             for agent in sorted(due, key=lambda a: (not a["has_free"], shares.order(a["id"]))):
-                free = self.pusher.capacity()
-                if free <= 0 or not agent["has_free"]:
+                if self.pusher.capacity() <= 0 or not agent["has_free"]:
                     break
-                room = shares.room(agent["id"], allotments)
-                if room <= 0:
-                    continue
-                limit = min(free, room, CLAIM_BATCH)
-                since = self.waiting.get(agent["id"], clock)
-                if agent["free"] < min(limit, claim_floor(agent["cap"])) and clock - since < CLAIM_WAIT_S:
-                    waiting[agent["id"]] = since
-                    continue
-                lease = tasks.push_lease_s(agent["timeout_s"], s.push_timeout_cap_s, s.push_lease_margin_s)
-                for claimed in await tasks.claim(conn, agent_id=agent["id"], limit=limit, lease_s=lease,
-                                                 holder=self.holder, actor_type="worker", now=now,
-                                                 cap=s.agent_max_concurrency):
-                    self.pusher.submit(claimed)
-                    started += 1
+                async with self.pusher.claiming:
+                    if shares.turn != turn:  # the take started pushes meanwhile: the budget allows too much
+                        budget, turn = shares.budget(), shares.turn
+                    free, room = self.pusher.capacity(), budget.room(agent["id"], agent["workspace_id"])
+                    if room <= 0 or free <= 0:
+                        continue
+                    limit = min(free, room, CLAIM_BATCH)
+                    since = self.waiting.get(agent["id"], clock)
+                    if agent["free"] < min(limit, claim_floor(agent["cap"])) and clock - since < CLAIM_WAIT_S:
+                        waiting[agent["id"]] = since
+                        continue
+                    lease = tasks.push_lease_s(agent["timeout_s"], s.push_timeout_cap_s, s.push_lease_margin_s)
+                    won = await tasks.claim(conn, agent_id=agent["id"], limit=limit, lease_s=lease,
+                                            holder=self.holder, actor_type="worker", now=now,
+                                            cap=s.agent_max_concurrency)
+                    for claimed in won:
+                        self.pusher.submit(claimed)
+                    started += len(won)
+                    # These starts are spent from the budget here, so it still holds for the next agent.
+                    budget.spend(agent["id"], agent["workspace_id"], len(won))
+                    turn = shares.turn
         self.waiting = waiting
         return started
 

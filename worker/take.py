@@ -6,8 +6,9 @@ round trip, give every delivery whose admitted run is still plain
 ``pending`` (what ingress stores) its task, born claimed for pushing when its HTTP agent has a free slot. It
 keeps the guards and per-agent slot claim of :func:`autopilot.dispatch.dispatch_run`; whatever is unusual
 (crash window, create_issue, skipped, half-made, a run held elsewhere) comes back leased for the one-by-one path.
-The tasks born claimed are capped per agent by the pusher's fair shares (``rooms``, :meth:`worker.push.Pusher.rooms`),
-passed in the same statement.
+The tasks born claimed are capped per agent and per workspace by the pusher's fair shares (``rooms``,
+:meth:`worker.push.Pusher.rooms`), passed in the same statement: it reads each task's workspace before it gives
+the task a slot, so however many agents of one workspace the take meets, new or known, they share its room.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from autopilot import dispatch, tasks
 from autopilot.deliveries import Delivery
 from hookgate.database import Conn
 from sql import Q
+from worker.fairshare import Budget
 
 
 @dataclass
@@ -53,20 +55,21 @@ def next_cursor(old: UUID | None, visited: Iterable[UUID]) -> UUID | None:
 async def take_batch(
     conn: Conn, *, limit: int, lease_s: float, cursor: UUID | None, fanout: int, options: dispatch.Options,
     capacity: int, now: datetime | None = None, trigger_cursors: Mapping[UUID, UUID] | None = None,
-    rooms: tuple[list[UUID], list[int], int | None] = ([], [], None),
+    rooms: Budget | None = None,
 ) -> Taken:
     """Claim up to ``limit`` due deliveries, dispatch the plain-pending ones and claim up to ``capacity`` pushes.
 
     ``cursor``: the workspace the previous take's walk stopped at; ``trigger_cursors``: per workspace, the
     trigger its walk stopped at; ``fanout``: triggers visited per workspace at most. One round trip: the claim,
     its pacing and the dispatch of what ingress stores; the rest comes back leased. ``rooms``: at most this many
-    pushes per agent (agents, rooms, the room of any other; None = no bound).
+    pushes per agent and per workspace (None = no bound), the task's workspace read before it gets a slot.
     """
     claim = options.claim or dispatch.ClaimFor("")
     rows = await conn.fetch(
         Q.delivery_take, limit, lease_s, cursor, fanout, now, options.task_max_attempts, options.heartbeat_timeout_s,
         claim.holder, capacity if options.claim is not None else 0, claim.push_timeout_cap_s,
-        claim.push_lease_margin_s, {str(w): str(t) for w, t in (trigger_cursors or {}).items()}, *rooms,
+        claim.push_lease_margin_s, {str(w): str(t) for w, t in (trigger_cursors or {}).items()},
+        *(rooms or Budget({}, {})).take_args(),
         claim.agent_cap,
     )
     taken = Taken(triggers={r["trigger_id"] for r in rows})

@@ -19,7 +19,10 @@
 -- what the lease token guards on the one-by-one path. Runs are locked SKIP LOCKED (a run another dispatcher
 -- holds goes to the one-by-one path, which waits for it). The first p_claims tasks of HTTP agents that get a
 -- free slot (hookgate_slots_take), at most p_rooms[i] of agent p_room_agents[i] and p_room_other of any other
--- agent (the pusher's fair share, since 0021_fair_claims), are inserted already 'running' with a fresh lease token for p_holder, leased
+-- agent (the pusher's fair share, since 0021_fair_claims), and of those at most p_space_rooms[i] of workspace
+-- p_room_spaces[i] and p_space_other of any other workspace (since 0030_workspace_rooms: the agents of one
+-- workspace, however many and whether the pusher knows them or not, share its room), are inserted already
+-- 'running' with a fresh lease token for p_holder, leased
 -- least(agent timeout, p_lease_cap_s) + p_lease_margin_s, audited CLAIM, their runs 'running'; the other tasks
 -- are inserted 'queued' (runs 'queued') and announced on hookgate_tasks. One task per run attempt: idempotency
 -- key 'run:<run id>:1' (ON CONFLICT DO NOTHING; such a delivery is leased, not dispatched); its attempts are
@@ -31,7 +34,8 @@
 -- (the delivery columns). Result type since 0014_agent_update (previous_secret_ct); p_trigger_cursors since
 -- 0020_fair_deliveries. A task records its run's autopilot (the claim's fair share) and a slot who it served
 -- (since 0021_fair_claims). p_cap: no agent gets more slots than this (HOOKGATE_AGENT_MAX_CONCURRENCY, an
--- argument since 0023_agent_cap_argument; NULL = no bound).
+-- argument since 0023_agent_cap_argument; NULL = no bound). The workspaces' rooms are arguments since
+-- 0030_workspace_rooms.
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -41,7 +45,8 @@ CREATE OR REPLACE FUNCTION hookgate_delivery_take(
     p_limit integer, p_lease_s double precision, p_cursor uuid, p_fanout integer, p_at timestamptz,
     p_max_attempts integer, p_heartbeat_s double precision, p_holder text, p_claims integer,
     p_lease_cap_s double precision, p_lease_margin_s double precision, p_trigger_cursors jsonb,
-    p_room_agents uuid[], p_rooms integer[], p_room_other integer, p_cap integer)
+    p_room_agents uuid[], p_rooms integer[], p_room_other integer, p_room_spaces uuid[], p_space_rooms integer[],
+    p_space_other integer, p_cap integer)
 RETURNS TABLE (kind text, id uuid, lease_token uuid, workspace_id uuid, trigger_id uuid, autopilot_id uuid,
                event text, envelope jsonb, run_id uuid, dispatch_attempts integer, received_at timestamptz,
                rate_limit_per_minute integer, claimed boolean, task_id uuid, agent_id uuid, payload jsonb,
@@ -77,6 +82,7 @@ DECLARE
     v_plain    uuid[];
     v_runs     uuid[];
     v_agents   uuid[];
+    v_spaces   uuid[];
     v_pushable boolean[];
     v_leases   double precision[];
     v_tokens   uuid[];
@@ -217,10 +223,12 @@ BEGIN
 
     -- The plain-pending ones, their runs locked (SKIP LOCKED: one held elsewhere is left to the slow path).
     SELECT array_agg(q.delivery_id ORDER BY q.n), array_agg(q.run_id ORDER BY q.n),
-           array_agg(q.agent_id ORDER BY q.n), array_agg(q.pushable ORDER BY q.n), array_agg(q.lease_s ORDER BY q.n)
-    INTO v_plain, v_runs, v_agents, v_pushable, v_leases
+           array_agg(q.agent_id ORDER BY q.n), array_agg(q.pushable ORDER BY q.n), array_agg(q.lease_s ORDER BY q.n),
+           array_agg(q.workspace_id ORDER BY q.n)
+    INTO v_plain, v_runs, v_agents, v_pushable, v_leases, v_spaces
     FROM (
         SELECT g.n, w.id AS delivery_id, r.id AS run_id, ag.id AS agent_id, ag.runtime_kind = 'http' AS pushable,
+               r.workspace_id,
                least(ag.timeout_s, p_lease_cap_s) + p_lease_margin_s AS lease_s
         FROM unnest(v_granted) WITH ORDINALITY AS g(id, n)
         -- One delivery per id, looked up by key first: the partitioned table has no statistics of its own
@@ -241,18 +249,26 @@ BEGIN
     ) q;
 
     IF v_plain IS NOT NULL THEN
-        -- Slots for the first p_claims tasks of HTTP agents, agent by agent; a task without one stays queued.
+        -- Slots for the first p_claims tasks of HTTP agents, agent by agent, each agent within its room and each
+        -- workspace within its own (counted over the tasks its agents' rooms let through); a task without one
+        -- stays queued.
         v_tokens := array_fill(NULL::uuid, ARRAY[cardinality(v_plain)]);
         v_slots := array_fill(NULL::integer, ARRAY[cardinality(v_plain)]);
         FOR v_agent, v_at_n IN
             SELECT u.agent_id, array_agg(u.n ORDER BY u.n)
-            FROM (SELECT y.agent_id, y.n FROM (
-                      SELECT x.agent_id, x.n, row_number() OVER (PARTITION BY x.agent_id ORDER BY x.n) AS nth
-                      FROM unnest(v_agents, v_pushable) WITH ORDINALITY AS x(agent_id, pushable, n)
-                      WHERE x.pushable) y
-                  WHERE y.nth <= coalesce((SELECT z.room FROM unnest(p_room_agents, p_rooms) AS z(agent_id, room)
-                                           WHERE z.agent_id = y.agent_id LIMIT 1), p_room_other, p_claims)
-                  ORDER BY y.n LIMIT greatest(p_claims, 0)) u
+            FROM (SELECT s.agent_id, s.n FROM (
+                      SELECT y.agent_id, y.n, y.workspace_id,
+                             row_number() OVER (PARTITION BY y.workspace_id ORDER BY y.n) AS wth
+                      FROM (SELECT x.agent_id, x.n, x.workspace_id,
+                                   row_number() OVER (PARTITION BY x.agent_id ORDER BY x.n) AS nth
+                            FROM unnest(v_agents, v_pushable, v_spaces) WITH ORDINALITY
+                                AS x(agent_id, pushable, workspace_id, n)
+                            WHERE x.pushable) y
+                      WHERE y.nth <= coalesce((SELECT z.room FROM unnest(p_room_agents, p_rooms) AS z(agent_id, room)
+                                               WHERE z.agent_id = y.agent_id LIMIT 1), p_room_other, p_claims)) s
+                  WHERE s.wth <= coalesce((SELECT z.room FROM unnest(p_room_spaces, p_space_rooms) AS z(workspace_id, room)
+                                           WHERE z.workspace_id = s.workspace_id LIMIT 1), p_space_other, p_claims)
+                  ORDER BY s.n LIMIT greatest(p_claims, 0)) u
             GROUP BY u.agent_id
         LOOP
             v_free := hookgate_slots_take(v_agent, cardinality(v_at_n), p_cap);

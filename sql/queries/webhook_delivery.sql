@@ -257,7 +257,8 @@ LIMIT $9;
 -- workspace cursor, $4 triggers per workspace at most, $12 each workspace's trigger cursor as a JSON object,
 -- $5 clock override, nullable), dispatch the plain-pending ones ($6 max task attempts, $7 runtime heartbeat
 -- timeout) and claim up to $9 of their HTTP agents' tasks for holder $8 (leased least(agent timeout, $10) + $11
--- s), at most $14[i] of agent $13[i] and $15 of any other agent (the pusher's fair share), no agent above $16
--- (HOOKGATE_AGENT_MAX_CONCURRENCY; NULL = no bound). Rows: kind 'dispatched' (task columns) or 'leased' (for
--- the one-by-one path).
-SELECT * FROM hookgate_delivery_take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16);
+-- s), at most $14[i] of agent $13[i] and $15 of any other agent, and at most $17[i] of workspace $16[i] and $18 of
+-- any other workspace (the pusher's fair shares), no agent above $19 (HOOKGATE_AGENT_MAX_CONCURRENCY; NULL = no
+-- bound). Rows: kind 'dispatched' (task columns) or 'leased' (for the one-by-one path).
+SELECT * FROM hookgate_delivery_take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                                     $19);
