@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -37,6 +38,9 @@ class ClaimFor:
     push_lease_margin_s: float = 30.0
     #: No agent's concurrency cap above this (``HOOKGATE_AGENT_MAX_CONCURRENCY``; None: each agent's own).
     agent_cap: int | None = None
+    #: Asked with the run's workspace and agent before claiming: may the holder start one more push for them now
+    #: (its fair share of push slots)? No: the task stays queued for the holder's push loop. None: always.
+    admit: Callable[[UUID, UUID], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,8 @@ async def _claim_now(
 ) -> tasks.Claimed | None:
     """No second queue hop: the worker that made an HTTP agent's task claims it (if a slot is free) to push it."""
     if claim is None or run["runtime_kind"] != "http":
+        return None
+    if claim.admit is not None and not claim.admit(run["workspace_id"], run["agent_id"]):
         return None
     lease = tasks.push_lease_s(run["timeout_s"], claim.push_timeout_cap_s, claim.push_lease_margin_s)
     won = await tasks.claim(conn, agent_id=run["agent_id"], task_id=task_id, lease_s=lease,

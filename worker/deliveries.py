@@ -32,7 +32,7 @@ from hookgate.errors import LeaseLost
 from hookgate.notify import NotifyListener
 from sql import Q
 from worker import take
-from worker.push import Pusher
+from worker.push import Pusher, Reservations
 
 log = logging.getLogger("hookgate.deliveries")
 
@@ -44,13 +44,23 @@ TRIGGER_CURSORS = 1024
 COMMIT_GROUP = 8
 
 
-def options_for(ctx: Context, holder: str, pusher: Pusher | None) -> dispatch.Options:
-    """Dispatch options from settings; claim the task at once when this process can push it."""
+def options_for(ctx: Context, holder: str, pusher: Pusher | None,
+                held: Reservations | None = None) -> dispatch.Options:
+    """Dispatch options from settings; claim the task at once when this process can push it.
+
+    ``held``: the one-by-one path claims only within the fair shares, in slots held there.
+    """
     s = ctx.settings
     claim = None
     if pusher is not None and pusher.capacity() > 0:
-        claim = dispatch.ClaimFor(holder, s.push_timeout_cap_s, s.push_lease_margin_s, s.agent_max_concurrency)
+        claim = dispatch.ClaimFor(holder, s.push_timeout_cap_s, s.push_lease_margin_s, s.agent_max_concurrency,
+                                  admit=None if held is None else held.admit)
     return dispatch.Options(s.heartbeat_timeout_s, s.retry_schedule.attempts, claim)
+
+
+def holding(pusher: Pusher | None) -> contextlib.AbstractContextManager[Reservations | None]:
+    """The slots one dispatch transaction of the one-by-one path holds for its claims (None without a pusher)."""
+    return contextlib.nullcontext() if pusher is None else Reservations(pusher)
 
 
 class DeliveryWorker:
@@ -109,18 +119,19 @@ class DeliveryWorker:
 
     async def process(self, delivery: Delivery) -> str:
         """Dispatch one leased delivery: ``dispatched``, ``ignored``, ``retry`` or ``lost``."""
-        options = options_for(self.ctx, self.holder, self.pusher)
-        try:
-            async with self.ctx.pool.acquire() as conn:
-                outcome, result = await self._dispatch(conn, delivery, options)
-        except LeaseLost:
-            return "lost"
-        except Exception as exc:
-            log.warning("dispatch failed; will retry", exc_info=exc, extra={"delivery_id": str(delivery.id)})
-            await self._retry(delivery, exc)
-            return "retry"
-        if result is not None and result.claimed is not None and self.pusher is not None:
-            self.pusher.submit(result.claimed)
+        with holding(self.pusher) as held:
+            options = options_for(self.ctx, self.holder, self.pusher, held)
+            try:
+                async with self.ctx.pool.acquire() as conn:
+                    outcome, result = await self._dispatch(conn, delivery, options)
+            except LeaseLost:
+                return "lost"
+            except Exception as exc:
+                log.warning("dispatch failed; will retry", exc_info=exc, extra={"delivery_id": str(delivery.id)})
+                await self._retry(delivery, exc)
+                return "retry"
+            if result is not None and result.claimed is not None and held is not None:
+                held.push(result.claimed)
         return outcome
 
     async def dispatch_leased(self, batch: list[Delivery]) -> list[str]:
@@ -130,16 +141,19 @@ class DeliveryWorker:
                     for o in await self.dispatch_leased(batch[i:i + COMMIT_GROUP])]
         if len(batch) <= 1:
             return [await self.process(d) for d in batch]
-        options = options_for(self.ctx, self.holder, self.pusher)
-        try:
-            async with self.ctx.pool.acquire() as conn, conn.transaction():
-                done = [await self._dispatch_in(conn, d, options) for d in batch]
-        except Exception:
+        with holding(self.pusher) as held:
+            options = options_for(self.ctx, self.holder, self.pusher, held)
+            try:
+                async with self.ctx.pool.acquire() as conn, conn.transaction():
+                    done = [await self._dispatch_in(conn, d, options) for d in batch]
+            except Exception:
+                done = None
+            for _, result in done or []:
+                if result is not None and result.claimed is not None and held is not None:
+                    held.push(result.claimed)
+        if done is None:
             # A lost lease or a failing delivery must not take the others with it: retry them singly.
             return [await self.process(d) for d in batch]
-        for _, result in done:
-            if result is not None and result.claimed is not None and self.pusher is not None:
-                self.pusher.submit(result.claimed)
         return [outcome for outcome, _ in done]
 
     async def _dispatch(

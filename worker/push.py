@@ -235,6 +235,8 @@ class Pusher:
         #: Held from reading the shares to submitting what was claimed with them (the take, the push loop): two
         #: claims in flight at once would each see the other's slots free, and together pass a workspace's part.
         self.claiming = asyncio.Lock()
+        #: Slots held for claims of the one-by-one dispatch path, not yet pushes (:class:`Reservations`).
+        self._held = 0
         self._outcomes: list[Pending] = []
         #: How long a flush waits for the outcomes of pushes still in flight (FLUSH_GATHER_S).
         self.flush_gather_s = FLUSH_GATHER_S
@@ -256,8 +258,26 @@ class Pusher:
             wake.subscribe(notify.CANCELS, self._on_cancel_notice)
 
     def capacity(self) -> int:
-        """How many more pushes this process may start now."""
-        return 0 if self.stopping else self.shares.capacity - len(self._inflight)
+        """How many more pushes this process may start now (slots held for a claim count as taken)."""
+        return 0 if self.stopping else self.shares.capacity - len(self._inflight) - self._held
+
+    def hold(self, workspace: UUID, agent: UUID) -> bool:
+        """Hold a slot for a push of ``agent`` about to be claimed, if its and its workspace's shares allow one now.
+
+        Not while the take or the push loop claims (:attr:`claiming`): their budgets were read before this slot.
+        """
+        if self.claiming.locked() or self.capacity() <= 0:
+            return False
+        if self.shares.budget(all_want=True).room(agent, workspace) <= 0:
+            return False
+        self.shares.started(agent, workspace)
+        self._held += 1
+        return True
+
+    def unhold(self, agent: UUID) -> None:
+        """Give back a slot :meth:`hold` held that no push used."""
+        self.shares.ended(agent)
+        self._held -= 1
 
     def rooms(self) -> Budget:
         """What the take may claim, per agent and per workspace (and for any agent or workspace not seen yet).
@@ -266,11 +286,14 @@ class Pusher:
         """
         return self.shares.budget(all_want=True)
 
-    def submit(self, claimed: tasks.Claimed) -> None:
-        """Start pushing a claimed task in the background."""
+    def submit(self, claimed: tasks.Claimed, *, held: bool = False) -> None:
+        """Start pushing a claimed task in the background (``held``: in a slot :meth:`hold` held for it)."""
         task = asyncio.create_task(self._guarded(claimed), name=f"push:{claimed.id}")
         self._inflight[task] = claimed
-        self.shares.started(claimed.agent_id, claimed.workspace_id)
+        if held:
+            self._held -= 1
+        else:
+            self.shares.started(claimed.agent_id, claimed.workspace_id)
         task.add_done_callback(self._done)
 
     def _on_task_notice(self, _payload: str) -> None:
@@ -563,6 +586,41 @@ class Pusher:
         async with self.ctx.pool.acquire() as conn:
             for claimed in claims:
                 await tasks.release(conn, claimed.id, claimed.lease_token, holder=self.holder)
+
+
+class Reservations:
+    """Push slots held for the claims of one dispatch transaction (the one-by-one path) until pushed or given back.
+
+    Dispatch asks :meth:`admit` before it claims a task to push at once: a yes holds a slot within the agent's and
+    its workspace's shares. After the transaction :meth:`push` starts what was claimed; leaving the ``with`` block
+    gives back the slots no push used (the agent had no free slot, or the transaction rolled back).
+    """
+
+    def __init__(self, pusher: Pusher) -> None:
+        self.pusher = pusher
+        self.held: list[UUID] = []
+
+    def __enter__(self) -> Reservations:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for agent in self.held:
+            self.pusher.unhold(agent)
+        self.held.clear()
+
+    def admit(self, workspace: UUID, agent: UUID) -> bool:
+        """Hold a slot for one push of ``agent`` of ``workspace`` if the shares allow it now."""
+        if not self.pusher.hold(workspace, agent):
+            return False
+        self.held.append(agent)
+        return True
+
+    def push(self, claimed: tasks.Claimed) -> None:
+        """Start pushing a task claimed in this transaction, in the slot held for it."""
+        held = claimed.agent_id in self.held
+        if held:
+            self.held.remove(claimed.agent_id)
+        self.pusher.submit(claimed, held=held)
 
 
 class PushWorker(PollingService):

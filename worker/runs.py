@@ -20,9 +20,9 @@ from hookgate import notify
 from hookgate.context import Context
 from hookgate.notify import NotifyListener
 from sql import Q
-from worker.deliveries import options_for
+from worker.deliveries import holding, options_for
 from worker.loop import PollingService
-from worker.push import Pusher
+from worker.push import Pusher, Reservations
 
 log = logging.getLogger("hookgate.runs")
 
@@ -60,15 +60,16 @@ class RunWorker(PollingService):
     async def _drain(self, claim: str, args: tuple[Any, ...]) -> int:
         done = 0
         while done < PASS_LIMIT and not self._stopping.is_set():
-            result = await self._one(claim, args)
-            if result is None:
-                break
-            done += 1
-            if result.claimed is not None and self.pusher is not None:
-                self.pusher.submit(result.claimed)
+            with holding(self.pusher) as held:
+                result = await self._one(claim, args, held)
+                if result is None:
+                    break
+                done += 1
+                if result.claimed is not None and held is not None:
+                    held.push(result.claimed)
         return done
 
-    async def _one(self, claim: str, args: tuple[Any, ...]) -> dispatch.Dispatched | None:
+    async def _one(self, claim: str, args: tuple[Any, ...], held: Reservations | None) -> dispatch.Dispatched | None:
         run_id = None
         async with self.ctx.pool.acquire() as conn:
             try:
@@ -76,7 +77,8 @@ class RunWorker(PollingService):
                     run_id = await conn.fetchval(claim, *args)
                     if run_id is None:
                         return None
-                    return await dispatch.dispatch_run(conn, run_id, options_for(self.ctx, self.holder, self.pusher))
+                    options = options_for(self.ctx, self.holder, self.pusher, held)
+                    return await dispatch.dispatch_run(conn, run_id, options)
             except Exception as exc:
                 log.warning("run dispatch failed; will retry", exc_info=exc)
                 if run_id is not None:
