@@ -1,13 +1,14 @@
-"""Fairness benchmark: one tenant's flood or hanging agent against another tenant's latency, beside baselines.
+"""Fairness benchmark: one tenant's flood or hanging agents against another tenant's latency, beside baselines.
 
 One command (PostgreSQL server URL in ``HOOKGATE_BENCH_SERVER_URL``, default the local trust-auth server; a
 scratch database is created and dropped)::
 
     python bench/fairness.py [--flood 10000] [--hang-runs 1000] [--hang-s 30] [--measure-s 40] [--baseline-s 10]
+                             [--many-agents 10] [--many-runs 100]
 
 Real processes: one ``hookgate gateway``, ``--workers`` (2) ``hookgate worker`` processes with default dispatch
-settings, and the agents in a separate process (``bench/agent.py``). Two scenarios in one run, each measured
-first unloaded (the same POSTs for ``--baseline-s`` seconds, nothing else queued):
+settings, and the agents in a separate process (``bench/agent.py``). Three scenarios in one run, each measured
+against an unloaded baseline (the same POSTs for ``--baseline-s`` seconds, nothing else queued):
 
 (a) ``--flood`` deliveries of a noisy trigger, inserted at once as ingress stores them (delivery + admitted
     run, one commit, NOTIFY; as ``bench/dispatch.py``'s drain), and one webhook every ``1/--quiet-rate`` s
@@ -17,6 +18,10 @@ first unloaded (the same POSTs for ``--baseline-s`` seconds, nothing else queued
 (b) workspace A's agent holds every push ``--hang-s`` seconds (``--hang-concurrency`` slots, timeout above the
     hold) with ``--hang-runs`` runs queued, while workspace B POSTs ``--b-rate`` webhooks a second for
     ``--measure-s`` seconds to its own fast agent: B's POST -> agent latency, during the hang and unloaded.
+(c) many new agents in one workspace: once (b)'s runs are cancelled, workspace C's ``--many-agents`` agents,
+    never pushed to before, hold every push ``--hang-s`` seconds (``--many-concurrency`` slots each: together
+    more than every worker's push slots) with ``--many-runs`` runs queued each, while B POSTs as in (b): B's
+    POST -> agent latency (against (b)'s unloaded baseline).
 
 Targets, each printed PASS or FAIL: under load the p99 ≤ 2 s and the p50 ≤ 3× the unloaded p50 (a POST whose
 push never arrived counts as infinitely slow). Exits 1 if a target is missed. The scenario code is shared with
@@ -62,9 +67,15 @@ def _print(report: Report, cfg: Config) -> bool:
         "b_rate_per_s": cfg.b_rate,
         "b_unloaded": report.b_base.figures(),
         "b_during_hang": report.b_hang.figures() | {"note": "pressure = A's pushes held at the agent"},
+        "c_many_agents": cfg.many_agents, "c_runs_per_agent": cfg.many_runs,
+        "c_concurrency_per_agent": cfg.many_concurrency, "c_pushes_held_at_start": report.many_held,
+        "b_during_c_many_agents": None if report.b_many is None else
+        report.b_many.figures() | {"note": "pressure = C's pushes held at the agent"},
     }, indent=2))
     print(_bench_line("quiet trigger during flood", report.quiet_flood, report.quiet_base))
     print(_bench_line("workspace B during A's hang", report.b_hang, report.b_base))
+    if report.b_many is not None:
+        print(_bench_line("workspace B during C's many new agents", report.b_many, report.b_base))
     checks = targets(report)
     for target in checks:
         print(target.line())
@@ -76,7 +87,8 @@ async def main(args: argparse.Namespace) -> int:
     cfg = Config(flood=args.flood, quiet_rate=args.quiet_rate, push_ms=args.push_ms, concurrency=args.concurrency,
                  hang_runs=args.hang_runs, hang_s=args.hang_s, hang_concurrency=args.hang_concurrency,
                  b_rate=args.b_rate, hang_measure_s=args.measure_s, baseline_s=args.baseline_s,
-                 workers=args.workers)
+                 workers=args.workers, many_agents=args.many_agents, many_runs=args.many_runs,
+                 many_concurrency=args.many_concurrency)
     url = await databases.create(server, DB, migrated=True)
     try:
         with tempfile.TemporaryDirectory(prefix="hookgate-fairness-") as logs:
@@ -101,7 +113,10 @@ if __name__ == "__main__":
     parser.add_argument("--hang-s", type=float, default=30.0, help="(b) seconds A's agent holds each push")
     parser.add_argument("--hang-concurrency", type=int, default=64, help="(b) A's agent max_concurrency")
     parser.add_argument("--b-rate", type=float, default=20.0, help="(b) B's POSTs per second")
-    parser.add_argument("--measure-s", type=float, default=40.0, help="(b) seconds B POSTs during the hang")
+    parser.add_argument("--measure-s", type=float, default=40.0, help="(b), (c) seconds B POSTs during the load")
+    parser.add_argument("--many-agents", type=int, default=10, help="(c) C's new hanging agents (0: skip (c))")
+    parser.add_argument("--many-runs", type=int, default=100, help="(c) runs queued for each of C's agents")
+    parser.add_argument("--many-concurrency", type=int, default=64, help="(c) each of C's agents' max_concurrency")
     parser.add_argument("--baseline-s", type=float, default=10.0, help="seconds of each unloaded baseline")
     parser.add_argument("--workers", type=int, default=2, help="hookgate worker processes")
     raise SystemExit(asyncio.run(main(parser.parse_args())))

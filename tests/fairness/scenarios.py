@@ -1,6 +1,6 @@
-"""Fairness across real processes: a flooded trigger beside a quiet one, a hanging agent beside a fast one.
+"""Fairness across real processes: a flooded trigger beside a quiet one, hanging agents beside a fast one.
 
-Both scenarios run on one database, against one ``hookgate gateway`` and ``workers`` ``hookgate worker``
+The scenarios run on one database, against one ``hookgate gateway`` and ``workers`` ``hookgate worker``
 processes (default dispatch settings), with every agent in one separate process (``bench/agent.py``, whose
 ``/hold/<ms>/<label>`` paths hold each push ``ms`` milliseconds and count pushes per label):
 
@@ -16,6 +16,13 @@ processes (default dispatch settings), with every agent in one separate process 
     Once its pushes hang, workspace B POSTs ``b_rate`` webhooks a second for ``hang_measure_s`` seconds to its
     own fast agent (``push_ms``, ``concurrency`` slots). Measured: POST -> agent receipt of B's runs, and how
     many of A's pushes the agent was holding at each receipt.
+
+(c) **many new agents**: when (b) is over (A's runs cancelled, which aborts its held pushes), workspace C gets
+    ``many_agents`` HTTP agents the workers have never pushed to, each holding every push ``hang_s`` seconds
+    (``many_concurrency`` slots each, together more than all the workers' push slots), with ``many_runs`` runs
+    queued for each. Once C's pushes hang, B POSTs as in (b). A worker process leaves the last eighth of its push
+    slots to other workspaces whatever the number of a workspace's agents, new or known: measured, B's POST ->
+    agent receipt latency, and how many of C's pushes the agent held at each receipt.
 
 Each measurement is first taken unloaded (the same POSTs for ``baseline_s`` seconds, nothing else queued), in
 the same run. The two autopilots of (a) matter: an agent's queue is shared round-robin across the autopilots
@@ -39,7 +46,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from autopilot import agents, rules, workspaces
+from autopilot import agents, lifecycle, rules, workspaces
 from hookgate import database, notify
 from hookgate.crypto import Keyring
 from sql import Q
@@ -51,7 +58,7 @@ AGENT_ALLOW = "127.0.0.0/8,::1/128"
 
 @dataclass(frozen=True)
 class Config:
-    """Sizes and durations of both scenarios (the defaults are the bench's targets' shape)."""
+    """Sizes and durations of the scenarios (the defaults are the bench's targets' shape; ``many_agents`` 0: no (c))."""
 
     flood: int = 10_000
     quiet_rate: float = 1.0
@@ -64,6 +71,9 @@ class Config:
     hang_measure_s: float = 40.0
     baseline_s: float = 10.0
     workers: int = 2
+    many_agents: int = 10
+    many_runs: int = 100
+    many_concurrency: int = 64
     #: Give up waiting for the flood to reach the agent after this long (the quiet POSTs stop then too).
     flood_timeout_s: float = 300.0
     #: Stop the quiet POSTs of (a) after this many, without waiting for the flood to pass (0: wait for it).
@@ -117,7 +127,7 @@ class Phase:
 
 @dataclass
 class Report:
-    """Both scenarios' phases and the flood's own pace."""
+    """The scenarios' phases and the flood's own pace."""
 
     quiet_base: Phase
     quiet_flood: Phase
@@ -126,6 +136,9 @@ class Report:
     flood_s: float
     flood_done: bool
     hang_held: int
+    #: (c): B during C's many new hanging agents, and how many of C's pushes were held when B began (None: not run).
+    b_many: Phase | None = None
+    many_held: int = 0
 
 
 @dataclass
@@ -151,16 +164,18 @@ async def tenant(conn: Any, keyring: Keyring, boot: Any, agent_id: Any, title: s
 
 @dataclass
 class World:
-    """The triggers of both scenarios."""
+    """The triggers of the scenarios."""
 
     noisy: Tenant
     quiet: Tenant
     hanging: Tenant
     fast: Tenant
+    #: (c): one trigger per agent of workspace C.
+    many: list[Tenant] = field(default_factory=list)
 
 
 async def make_world(conn: Any, keyring: Keyring, agent_base: str, cfg: Config) -> World:
-    """Workspaces, agents, autopilots and triggers of both scenarios."""
+    """Workspaces, agents, autopilots and triggers of the scenarios."""
     flood = await workspaces.bootstrap(conn, "fair-flood")
     shared = await agents.create_http_agent(conn, keyring, workspace_id=flood.workspace_id, owner_id=flood.member_id,
                                             name="shared", url=f"{agent_base}/hold/{cfg.push_ms:g}/shared",
@@ -174,10 +189,18 @@ async def make_world(conn: Any, keyring: Keyring, agent_base: str, cfg: Config) 
     fast = await agents.create_http_agent(conn, keyring, workspace_id=b.workspace_id, owner_id=b.member_id,
                                           name="fast", url=f"{agent_base}/hold/{cfg.push_ms:g}/fast",
                                           max_concurrency=cfg.concurrency)
+    c = await workspaces.bootstrap(conn, "fair-c")
+    many = []
+    for i in range(cfg.many_agents):
+        agent = await agents.create_http_agent(conn, keyring, workspace_id=c.workspace_id, owner_id=c.member_id,
+                                               name=f"many-{i}", url=f"{agent_base}/hold/{cfg.hang_s * 1000:g}/many",
+                                               timeout_s=min(300.0, cfg.hang_s + 30),
+                                               max_concurrency=cfg.many_concurrency)
+        many.append(await tenant(conn, keyring, c, agent.row["id"], f"many-{i}", "many"))
     return World(noisy=await tenant(conn, keyring, flood, shared.row["id"], "noisy", "shared"),
                  quiet=await tenant(conn, keyring, flood, shared.row["id"], "quiet", "shared"),
                  hanging=await tenant(conn, keyring, a, hanging.row["id"], "hanging", "hang"),
-                 fast=await tenant(conn, keyring, b, fast.row["id"], "fast", "fast"))
+                 fast=await tenant(conn, keyring, b, fast.row["id"], "fast", "fast"), many=many)
 
 
 _INSERT_DELIVERIES = """
@@ -322,8 +345,43 @@ async def hang_scenario(conn: Any, http: aiohttp.ClientSession, stats: AgentStat
     return base, loaded, held
 
 
+async def cancel_runs(conn: Any, autopilot: asyncpg.Record) -> int:
+    """End a scenario's load: cancel the autopilot's unfinished tasks (held pushes are aborted); returns how many."""
+    runs = await conn.fetch("SELECT DISTINCT run_id FROM agent_task WHERE autopilot_id = $1 "
+                            "AND status IN ('queued', 'running')", autopilot["id"])
+    async with conn.transaction():
+        for r in runs:
+            await lifecycle.cancel_tasks(conn, r["run_id"], "the scenario is over", autopilot["workspace_id"])
+    return len(runs)
+
+
+async def many_scenario(conn: Any, http: aiohttp.ClientSession, stats: AgentStats, gateway: str, w: World,
+                        cfg: Config) -> tuple[Phase, int]:
+    """(c): B's POSTs while C's many new agents hold every push ``cfg.hang_s`` (after (b): A's runs cancelled)."""
+    await cancel_runs(conn, w.hanging.autopilot)
+    for t in w.many:
+        await insert_backlog(conn, t.autopilot, t.trigger, cfg.many_runs)
+    # C takes what it may of every worker's slots; wait until its held pushes stop growing.
+    deadline, held, last = time.monotonic() + min(30.0, cfg.hang_s), -1, 0.0
+    while time.monotonic() < deadline:
+        now = await stats.label("many", "inflight")
+        if now != held:
+            held, last = now, time.monotonic()
+        elif now > 0 and time.monotonic() - last > 2.0:
+            break
+        await asyncio.sleep(0.1)
+
+    async def many_on(sent: int, elapsed: float) -> bool:
+        return elapsed < cfg.hang_measure_s
+
+    loaded = Phase("B, during C's many new agents",
+                   await post_steady(http, gateway, w.fast.token, cfg.b_rate, many_on, "bm"))
+    await collect(stats, loaded, "fast", lambda t: int(t["inflight"].get("many", 0)), 30)
+    return loaded, held
+
+
 async def run(url: str, secret_key: str, cfg: Config, log_dir: Path) -> Report:
-    """Start the agent, the gateway and the workers over migrated database ``url``; run (a) then (b).
+    """Start the agent, the gateway and the workers over migrated database ``url``; run (a), (b), then (c).
 
     Every process started here is killed before returning, whatever happens.
     """
@@ -353,7 +411,9 @@ async def run(url: str, secret_key: str, cfg: Config, log_dir: Path) -> Report:
                     await asyncio.sleep(0.1)
             quiet_base, quiet_flood, flood_s, flood_done = await flood_scenario(conn, http, stats, gateway.url, w, cfg)
             b_base, b_hang, held = await hang_scenario(conn, http, stats, gateway.url, w, cfg)
-        return Report(quiet_base, quiet_flood, b_base, b_hang, flood_s, flood_done, held)
+            b_many, many_held = (await many_scenario(conn, http, stats, gateway.url, w, cfg) if w.many
+                                 else (None, 0))
+        return Report(quiet_base, quiet_flood, b_base, b_hang, flood_s, flood_done, held, b_many, many_held)
     finally:
         await conn.close()
         spawner.kill_all()
@@ -382,10 +442,17 @@ class Target:
 
 def targets(report: Report, p99_limit_ms: float = 2000.0, p50_factor: float = 3.0) -> list[Target]:
     """The bench's targets: p99 under load ≤ 2 s, and p50 under load within 3× of the unloaded p50."""
-    return [
+    checks = [
         Target("(a) quiet p99 during the flood", report.quiet_flood.p99(), p99_limit_ms),
         Target("(a) quiet p50 during the flood vs 3x unloaded", report.quiet_flood.p50(),
                p50_factor * report.quiet_base.p50()),
         Target("(b) B p99 during A's hang", report.b_hang.p99(), p99_limit_ms),
         Target("(b) B p50 during A's hang vs 3x unloaded", report.b_hang.p50(), p50_factor * report.b_base.p50()),
     ]
+    if report.b_many is not None:
+        checks += [
+            Target("(c) B p99 during C's many new agents", report.b_many.p99(), p99_limit_ms),
+            Target("(c) B p50 during C's many new agents vs 3x unloaded", report.b_many.p50(),
+                   p50_factor * report.b_base.p50()),
+        ]
+    return checks
