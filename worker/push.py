@@ -18,8 +18,9 @@ error a tenant sees cannot tell a closed port from an open one. Pushes run as th
 asyncio tasks, bounded per process (``push_inflight``, at most ``push_connections``: a push never waits for a
 connection) and per agent (its ``max_concurrency``, enforced at claim time in the database), each with the
 agent's timeout. A process's slots are shared fairly (:mod:`worker.fairshare`): workspaces first, then agents
-within each, checked whenever tasks are claimed for this process (here and in the take): a hanging agent holds
-only its own share.
+within each, checked whenever tasks are claimed for this process (here, in the take, and in a slot held for the
+one-by-one dispatch path: :class:`Reservations`): a hanging workspace holds only its own share, however many
+agents it has.
 
 The client is aiohttp, not httpx: on this 2-core machine httpx's pool managed ~230 pushes/s with 40 in
 flight where aiohttp did ~5,000/s (see docs/BENCHMARKS.md), and the push client is the drain's bottleneck.
