@@ -6,8 +6,8 @@
     workspace's pushes: each arrives within 2 s while the hanging pushes are all held.
 (b) runs after (a), with what is left of the flood still draining in its own workspace: a third tenant.
 (c) A workspace of 10 agents the workers have never pushed to, all hanging (640 slots between them, more than
-    the two workers' 512 push slots), leaves each worker the last eighth of its slots: B's pushes still arrive
-    within 2 s while C holds 448 (2 x 224).
+    the two workers' 512 push slots), holds no more than its part of each worker's slots (never the last
+    eighth; beside what is left of (a)'s flood, half): B's pushes still arrive within 2 s while C holds it all.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ async def test_a_flood_does_not_hold_up_a_quiet_trigger_and_hanging_agents_do_no
 
     many = report.b_many
     assert many is not None
-    assert report.many_held == 2 * (256 - 256 // 8), report.many_held  # each worker kept its headroom
+    # Each worker kept at least its headroom from C; with the flood's workspace still wanting, half its slots.
+    assert 2 * 256 // 3 <= report.many_held <= 2 * (256 - 256 // 8), report.many_held
     assert many.sent >= 150 and many.lost == 0, many.figures()
     assert max(many.latencies_ms) <= 2000, many.figures()
     # B's pushes arrived while C held all it could (its pushes end together after 20 s and start again).
