@@ -32,7 +32,9 @@ COPY gateway gateway
 COPY worker worker
 COPY scheduler scheduler
 COPY sql sql
+COPY deploy/healthcheck.py /opt/hookgate/bin/hookgate-healthcheck
 RUN set -eu; \
+    chmod 0755 /opt/hookgate/bin/hookgate-healthcheck; \
     /opt/hookgate/bin/pip install -q --no-deps --no-index --no-build-isolation .; \
     /opt/hookgate/bin/pip uninstall -q -y setuptools pip; \
     site=$(echo /opt/hookgate/lib/python3*/site-packages); \
@@ -57,7 +59,6 @@ RUN set -eu; \
         -exec strip --strip-unneeded {} + ; \
     # Bytecode once, at build time: a container's /opt is read-only to its user, and starting compiles nothing.
     /opt/hookgate/bin/python -m compileall -q -j 0 /opt/hookgate/lib >/dev/null
-COPY deploy/healthcheck.py /opt/hookgate/bin/hookgate-healthcheck
 
 # --- the image: the base, the virtualenv, a user ---
 FROM ${BASE}

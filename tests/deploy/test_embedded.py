@@ -79,6 +79,7 @@ def test_readme_walkthrough_in_the_embedded_container_and_data_kept_across_a_res
     try:
         stack.compose("up", "-d", "--no-build")
         _wait_ready(url, 120)
+        stack.wait_healthy(["hookgate"], 60)  # the image's own health check asks /readyz
         container = stack.container("hookgate")
         # Not a terminal: the first owner key is in the 0600 file on the volume, owned by the image's user.
         mode = stack.exec("hookgate", "stat", "-c", "%a %U", "/var/lib/hookgate/first-owner-key").split()
