@@ -103,12 +103,16 @@ class Stack:
         return run([*compose_command(), *(arg for f in files for arg in ("-f", str(f))), "-p", self.project, *args],
                    env=self.env, timeout=timeout, check=check)
 
+    _ids: dict[str, str] = field(default_factory=dict)
+
     def container(self, service: str) -> str:
-        """The id of the (first) container of ``service``."""
-        found = self.compose("ps", "-q", service).stdout.split()
-        if not found:
-            raise RuntimeError(f"no container for {service}")
-        return found[0]
+        """The id of the (first) container of ``service`` (asked once: Compose v1 takes a second per call)."""
+        if service not in self._ids:
+            found = self.compose("ps", "-q", service).stdout.split()
+            if not found:
+                raise RuntimeError(f"no container for {service}")
+            self._ids[service] = found[0]
+        return self._ids[service]
 
     def exec(self, service: str, *args: str, timeout: float = 120) -> str:
         """Run a command in a service's running container; its stdout."""

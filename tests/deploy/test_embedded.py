@@ -22,9 +22,10 @@ import standardwebhooks
 
 from tests.acceptance.test_readme import agent, expectations, section, sh_blocks  # noqa: F401 (agent: a fixture)
 from tests.deploy.stack import Images, Stack
-from tests.processes import free_port
+from tests.processes import ROOT, free_port
 
-pytestmark = pytest.mark.slow
+# The first test of a session also builds the images (minutes on a loaded machine).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def _wrapper(directory: Path, container: str) -> None:
@@ -126,3 +127,13 @@ def test_readme_walkthrough_in_the_embedded_container_and_data_kept_across_a_res
     finally:
         stack.down()
     assert not stack.compose("ps", "-q").stdout.strip()
+
+
+def test_readme_container_section_is_the_build_and_the_stack_this_test_runs() -> None:
+    blocks = sh_blocks(section("Run it in a container"))
+    assert len(blocks) == 1
+    commands = [line.split("#")[0].strip() for line in blocks[0].splitlines() if line.strip()]
+    assert commands == ["docker build -t hookgate:latest .", "docker-compose -f deploy/compose.embedded.yaml up -d"]
+    # The stack runs the image that command tagged unless told otherwise (the test sets HOOKGATE_IMAGE).
+    compose = (ROOT / "deploy" / "compose.embedded.yaml").read_text()
+    assert "image: ${HOOKGATE_IMAGE:-hookgate:latest}" in compose

@@ -8,7 +8,8 @@ import pytest
 
 from tests.deploy.stack import Images, run
 
-pytestmark = pytest.mark.slow
+# The first test of a session also builds the images (minutes on a loaded machine).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 #: The goal for the image on the Debian 12 minbase test base (docs/OPERATIONS.md states the measured size).
 SIZE_GOAL_MB = 200
