@@ -1,7 +1,8 @@
 """``GET /metrics``: the Prometheus text exposition of this process (no authentication, see OPERATIONS.md).
 
 Gateway processes serve it on their HTTP port. Worker and scheduler processes have no HTTP server, so
-with ``HOOKGATE_METRICS_PORT`` set they run :func:`metrics_server`, which serves only this route.
+with ``HOOKGATE_METRICS_PORT`` set they run :func:`metrics_server`, which serves this route and the
+``/healthz`` and ``/readyz`` probes (what container health checks and orchestrators ask).
 """
 
 from __future__ import annotations
@@ -41,14 +42,16 @@ routes = [Route("/metrics", metrics_page, methods=["GET"])]
 
 
 def metrics_app(ctx: Context) -> Starlette:
-    """An app serving only ``/metrics`` (for roles without the gateway)."""
-    app = Starlette(routes=routes)
+    """An app serving ``/metrics``, ``/healthz`` and ``/readyz`` (for roles without the gateway)."""
+    from gateway import health
+
+    app = Starlette(routes=[*routes, *health.routes])
     app.state.ctx = ctx
     return app
 
 
 def metrics_server(ctx: Context, port: int) -> HttpServer:
-    """A service serving ``/metrics`` on ``port`` (HOOKGATE_METRICS_PORT) for worker and scheduler roles."""
+    """A service serving ``/metrics`` and the probes on ``port`` (HOOKGATE_METRICS_PORT) for workers and schedulers."""
     from gateway.server import HttpServer  # the server module imports the app, which imports this one
 
     server = HttpServer(ctx, port=port, app=metrics_app(ctx))

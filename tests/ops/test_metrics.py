@@ -133,6 +133,9 @@ def test_worker_processes_serve_metrics_on_their_own_port(spawn):
             time.sleep(0.05)
     assert answer.status_code == 200
     assert "hookgate_db_pool_connections" in answer.text
+    # The same port answers the probes a container health check or an orchestrator asks.
+    assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json() == {"status": "ok"}
+    assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).json() == {"status": "ready"}
 
 
 def test_outcome_helpers_split_retries_from_completions_and_clamp_negative_lag():
