@@ -152,6 +152,19 @@ def _success(trigger: Trigger, answer: persist.Answer) -> Reply | None:
     return Reply(status, body, delivery + _NOSNIFF, content_type)
 
 
+async def _reread(state: IngressState, ip: bytes, trigger: Trigger) -> Trigger | None:
+    """The trigger as of now, not as cached: a handshake writes nothing, so no write would notice a stale read.
+
+    Handshakes are rare (a provider sends one when a URL is saved), so the query is cheap; None is a 404.
+    """
+    fresh = await state.triggers.find(trigger.digest, cached=False)
+    if fresh is None or not fresh.consistent:
+        state.triggers.cache.drop(trigger.digest)
+        state.gates.charge(ip)
+        return None
+    return fresh
+
+
 def _refused(received: decision.Received) -> Reply:
     """A signed handshake whose signature failed: 401 as for a delivery, but nothing stored."""
     code = decision.REJECTED[received.signature]
@@ -166,9 +179,15 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
         return _NOT_FOUND
     query_string: bytes = scope.get("query_string", b"")
     if scope["method"] != "POST":  # a GET reaches here only for a handshake
-        return _handshake(state, ip, handshakes.answer_get(trigger.handshake, query_string, trigger.verify_token))
-    if trigger.handshake is not None and (echo := handshakes.answer_query(trigger.handshake, query_string)):
-        return _handshake(state, ip, echo)
+        if (now := await _reread(state, ip, trigger)) is None:
+            return _NOT_FOUND
+        return _handshake(state, ip, handshakes.answer_get(now.handshake, query_string, now.verify_token))
+    if trigger.handshake is not None and handshakes.answer_query(trigger.handshake, query_string) is not None:
+        if (now := await _reread(state, ip, trigger)) is None:
+            return _NOT_FOUND
+        trigger = now
+        if (echo := handshakes.answer_query(trigger.handshake, query_string)) is not None:
+            return _handshake(state, ip, echo)
     headers = _headers(scope)
     try:  # step 5
         payload = parse_body(raw, headers.get("content-type"))
@@ -179,6 +198,10 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
         return Reply.json(status, {"error": exc.code, "message": exc.detail, "detail": exc.detail})
     # The workspace's limit of waiting runs: a set lookup (gateway.ingress.quota), no query per request.
     queue_full = state.queues.limit > 0 and await state.queues.full(trigger.workspace_id)
+    if trigger.handshake is not None and handshakes.signed_kind_wants(trigger.handshake, payload):
+        if (now := await _reread(state, ip, trigger)) is None:
+            return _NOT_FOUND
+        trigger = now
     for attempt in range(2):
         inbound = _inbound(state, scope, trigger, raw, headers, payload)
         received = decision.verify(trigger, inbound, payload)  # step 6
