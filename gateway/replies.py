@@ -24,7 +24,7 @@ class SuccessReply(BaseModel):
     """`{"status", "content_type", "body"}`: the answer to an accepted or duplicate delivery."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    status: Literal[200, 201, 202, 204] = 200
+    status: Literal[200, 201, 202, 204] = Field(default=200, json_schema_extra={"minimum": 200, "maximum": 204})
     content_type: str = Field(default="text/plain", max_length=200, pattern=_MEDIA_TYPE)
     """A media type with optional parameters (`text/xml`, `application/json; charset=utf-8`)."""
     body: str = Field(default="", max_length=MAX_BODY)
