@@ -276,3 +276,13 @@ async def test_a_handshake_never_stores_a_delivery(shaking, kind, text, signed, 
     assert r.status_code < 500, r.text
     async with ctx.pool.acquire() as conn:
         assert await _stored(conn) == (0, 0), (kind, r.status_code, r.text)
+
+
+async def test_a_handshake_is_counted_as_its_own_outcome(ctx, client, conn):
+    from hookgate import metrics
+
+    h = await _meta(ctx)
+    series = metrics.INGRESS_REQUESTS.labels("handshake", "meta")
+    before = series._value.get()
+    assert (await client.get(h.path + _meta_query())).status_code == 200
+    assert series._value.get() == before + 1
