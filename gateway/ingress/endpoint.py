@@ -33,7 +33,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway import bodies, handshakes, ratelimit
 from gateway.envelope import BodyError, Payload, parse_body
-from gateway.handshakes import HandshakeAnswer
+from gateway.handshakes import AnyHandshake, HandshakeAnswer
 from gateway.ingress import decision, persist
 from gateway.ingress.batch import IngestBatcher
 from gateway.ingress.notifier import DeliveryNotifier
@@ -165,6 +165,34 @@ async def _reread(state: IngressState, ip: bytes, trigger: Trigger) -> Trigger |
     return fresh
 
 
+async def _query_handshake(state: IngressState, scope: Scope, ip: bytes, trigger: Trigger) -> Reply | None:
+    """A GET (only ever a handshake), or a POST whose query holds an echoed parameter; None for anything else."""
+    query_string: bytes = scope.get("query_string", b"")
+    if scope["method"] != "POST":
+        if (now := await _reread(state, ip, trigger)) is None:
+            return _NOT_FOUND
+        return _handshake(state, ip, handshakes.answer_get(now.handshake, query_string, now.verify_token))
+    if trigger.handshake is None or handshakes.answer_query(trigger.handshake, query_string) is None:
+        return None
+    if (now := await _reread(state, ip, trigger)) is None:
+        return _NOT_FOUND
+    echo = handshakes.answer_query(now.handshake, query_string)
+    return None if echo is None else _handshake(state, ip, echo)
+
+
+def _signed_handshake(state: IngressState, scope: Scope, ip: bytes, trigger: Trigger, handshake: AnyHandshake,
+                      request: tuple[bytes, dict[str, str], Payload]) -> Reply:
+    """Zoom's, Discord's or Slack's handshake: step 6, then its answer or a 401; nothing stored either way."""
+    raw, headers, payload = request
+    inbound = _inbound(state, scope, trigger, raw, headers, payload)
+    received = decision.verify(trigger, inbound, payload)  # step 6
+    if received.signature in decision.REJECTED:
+        state.gates.charge(ip)
+        return _refused(received)
+    shaken = handshakes.answer_signed(handshake, inbound, trigger.preset, trigger.secrets)
+    return _handshake(state, ip, shaken) if shaken is not None else _refused(received)
+
+
 def _refused(received: decision.Received) -> Reply:
     """A signed handshake whose signature failed: 401 as for a delivery, but nothing stored."""
     code = decision.REJECTED[received.signature]
@@ -177,17 +205,8 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
     if not trigger.consistent:  # step 4
         state.gates.charge(ip)
         return _NOT_FOUND
-    query_string: bytes = scope.get("query_string", b"")
-    if scope["method"] != "POST":  # a GET reaches here only for a handshake
-        if (now := await _reread(state, ip, trigger)) is None:
-            return _NOT_FOUND
-        return _handshake(state, ip, handshakes.answer_get(now.handshake, query_string, now.verify_token))
-    if trigger.handshake is not None and handshakes.answer_query(trigger.handshake, query_string) is not None:
-        if (now := await _reread(state, ip, trigger)) is None:
-            return _NOT_FOUND
-        trigger = now
-        if (echo := handshakes.answer_query(trigger.handshake, query_string)) is not None:
-            return _handshake(state, ip, echo)
+    if (early := await _query_handshake(state, scope, ip, trigger)) is not None:
+        return early
     headers = _headers(scope)
     try:  # step 5
         payload = parse_body(raw, headers.get("content-type"))
@@ -196,21 +215,17 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
     except BodyError as exc:
         status = 415 if exc.code == "unsupported_media_type" else 400
         return Reply.json(status, {"error": exc.code, "message": exc.detail, "detail": exc.detail})
-    # The workspace's limit of waiting runs: a set lookup (gateway.ingress.quota), no query per request.
-    queue_full = state.queues.limit > 0 and await state.queues.full(trigger.workspace_id)
     if trigger.handshake is not None and handshakes.signed_kind_wants(trigger.handshake, payload):
         if (now := await _reread(state, ip, trigger)) is None:
             return _NOT_FOUND
-        trigger = now
+        trigger = now  # a handshake writes nothing: judged on the trigger as of now, not as cached
+        if trigger.handshake is not None and handshakes.signed_kind_wants(trigger.handshake, payload):
+            return _signed_handshake(state, scope, ip, trigger, trigger.handshake, (raw, headers, payload))
+    # The workspace's limit of waiting runs: a set lookup (gateway.ingress.quota), no query per request.
+    queue_full = state.queues.limit > 0 and await state.queues.full(trigger.workspace_id)
     for attempt in range(2):
         inbound = _inbound(state, scope, trigger, raw, headers, payload)
         received = decision.verify(trigger, inbound, payload)  # step 6
-        if trigger.handshake is not None and handshakes.signed_kind_wants(trigger.handshake, payload):
-            if received.signature in decision.REJECTED:
-                state.gates.charge(ip)
-                return _refused(received)
-            shaken = handshakes.answer_signed(trigger.handshake, inbound, trigger.preset, trigger.secrets)
-            return _handshake(state, ip, shaken) if shaken is not None else _refused(received)
         try:
             answer = await persist.persist_delivery(state.writer, trigger, received, queue_full=queue_full)
         except persist.Stale:
