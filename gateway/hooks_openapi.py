@@ -170,7 +170,10 @@ OPERATION = Operation(
     (_TOKEN, *header_parameters()),
     "A 2xx means the delivery is committed. The trigger's preset (docs/PROVIDERS.md) names the event, picks the "
     "dedupe key (the headers below, or the body field of " + _body_keys() + ") and checks the signature with the "
-    "trigger's secret; with no secret set, the token alone is the credential. No `Authorization` is read.",
+    "trigger's secret; with no secret set, the token alone is the credential. No `Authorization` is read. A "
+    "trigger's handshake (Zoom's URL validation, Discord's PING, Slack's url_verification, an echoed query "
+    "parameter) is answered without storing anything, and a trigger's own `reply` answers accepted and duplicate "
+    "deliveries instead of the JSON receipt (docs/PROVIDERS.md).",
 )
 """The webhook ingress as documented in ``/openapi.json``."""
 
