@@ -133,13 +133,13 @@ class HandshakeAnswer:
     charge: bool = False
 
     @classmethod
-    def error(cls, status: int, code: str, message: str, *, charge: bool = False) -> HandshakeAnswer:
+    def error_response(cls, status: int, code: str, message: str, *, charge: bool = False) -> HandshakeAnswer:
         """A JSON error ``{"error", "message"}``."""
         return cls(status, json.dumps({"error": code, "message": message}).encode(), charge=charge)
 
 
 def _invalid(message: str) -> HandshakeAnswer:
-    return HandshakeAnswer.error(400, "invalid_handshake", message)
+    return HandshakeAnswer.error_response(400, "invalid_handshake", message)
 
 
 def _query(query_string: bytes) -> dict[str, str] | None:
@@ -186,18 +186,19 @@ def answer_get(handshake: AnyHandshake | None, query_string: bytes, verify_token
         answer = answer_query(handshake, query_string)
         return answer or _invalid(f"the query has no {handshake.param}")
     if not isinstance(handshake, MetaHandshake):
-        return HandshakeAnswer.error(405, "method_not_allowed", "this trigger takes POST; its handshake (if any) "
-                                     "is not a GET")
+        return HandshakeAnswer.error_response(405, "method_not_allowed",
+                                              "this trigger takes POST; its handshake (if any) is not a GET")
     query = _query(query_string)
     if query is None:
         return _invalid("the query string is not valid UTF-8 form encoding")
     if query.get("hub.mode") != "subscribe" or "hub.challenge" not in query:
         return _invalid("expected hub.mode=subscribe, hub.verify_token and hub.challenge")
     if verify_token is None:
-        return HandshakeAnswer.error(409, "handshake_needs_verify_token",
-                                     "set a verify token on this trigger (handshake.verify_token) first")
+        return HandshakeAnswer.error_response(409, "handshake_needs_verify_token",
+                                              "set a verify token on this trigger (handshake.verify_token) first")
     if not _same(query.get("hub.verify_token", ""), verify_token):
-        return HandshakeAnswer.error(403, "verify_token_mismatch", "hub.verify_token does not match", charge=True)
+        return HandshakeAnswer.error_response(403, "verify_token_mismatch", "hub.verify_token does not match",
+                                              charge=True)
     return _text(query["hub.challenge"])
 
 
@@ -228,8 +229,8 @@ def answer_signed(handshake: AnyHandshake, inbound: Inbound, preset: Preset,
             return _invalid("url_verification without a challenge")
         return HandshakeAnswer(200, json.dumps({"challenge": challenge}).encode())
     if not live:
-        return HandshakeAnswer.error(409, "handshake_needs_secret", "this handshake needs the trigger's signing "
-                                     "secret or public key: set it first (PUT …/signing-secret)")
+        return HandshakeAnswer.error_response(409, "handshake_needs_secret", "this handshake needs the trigger's "
+                                              "signing secret or public key: set it first (PUT …/signing-secret)")
     if isinstance(handshake, DiscordPingHandshake):
         return HandshakeAnswer(200, b'{"type":1}')
     plain = inbound.field("payload", "plainToken")
