@@ -8,6 +8,7 @@ Token rotation and signing secrets are not rule changes: they are audited (TOKEN
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -15,7 +16,7 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import audit
-from autopilot.rules import Publisher, publish, set_signing_secret, token_context
+from autopilot.rules import Publisher, publish, set_signing_secret, set_verify_token, token_context
 from hookgate import crypto, notify
 from hookgate.database import Conn, one
 from hookgate.errors import Refused
@@ -90,19 +91,35 @@ async def remove_collaborator(conn: Conn, autopilot: asyncpg.Record, member_id: 
 
 
 async def edit_webhook_trigger(
-    conn: Conn, trigger_id: UUID, changes: dict[str, Any], publisher: Publisher
+    conn: Conn, trigger_id: UUID, changes: dict[str, Any], publisher: Publisher, *,
+    verify_token: VerifyTokenChange | None = None,
 ) -> tuple[asyncpg.Record, asyncpg.Record | None]:
-    """Edit enabled/provider/event filters/rate limit/signature scheme; a real change re-stamps and publishes."""
+    """Edit enabled/provider/event filters/rate limit/scheme/sources/handshake/reply, and maybe the verify token.
+
+    A real change re-stamps and publishes (a new verify token always is one).
+    """
     keys = ("enabled", "provider", "event_filters", "rate_limit_per_minute", "signature_scheme", "dedupe_key_source",
-            "event_source")
+            "event_source", "handshake", "reply")
     async with conn.transaction():
         current, merged = await _lock_and_merge(conn, trigger_id, changes, keys)
-        if merged is None:
+        if merged is None and verify_token is None:
             return current, None
-        row = one(await conn.fetchrow(Q.trigger_update_webhook, trigger_id, *(merged[k] for k in keys),
-                                      publisher.type, publisher.id))
-        version = await _publish_trigger(conn, row, "trigger_edit", publisher, current, keys)
+        row = current
+        if merged is not None:
+            row = one(await conn.fetchrow(Q.trigger_update_webhook, trigger_id, *(merged[k] for k in keys),
+                                          publisher.type, publisher.id))
+        if verify_token is not None:
+            row = await set_verify_token(conn, verify_token.keyring, trigger_id, verify_token.token)
+        version = await _publish_trigger(conn, row, "trigger_edit", publisher, current, (*keys, "verify_token_ct"))
     return row, version
+
+
+@dataclass(frozen=True)
+class VerifyTokenChange:
+    """A Meta verify token to store encrypted with ``keyring`` (None: remove it)."""
+
+    keyring: crypto.Keyring
+    token: str | None
 
 
 async def edit_schedule_trigger(

@@ -96,13 +96,22 @@ def signing_secret_context(trigger_id: UUID) -> str:
     return f"trigger:{trigger_id}:signing_secret"
 
 
+def verify_token_context(trigger_id: UUID) -> str:
+    """AAD binding a trigger's Meta verify-token ciphertext to that trigger."""
+    return f"trigger:{trigger_id}:verify_token"
+
+
 async def create_webhook_trigger(
     conn: Conn, keyring: crypto.Keyring, *, autopilot: asyncpg.Record, publisher: Publisher,
     provider: str = "generic", event_filters: list[str] | None = None, rate_limit_per_minute: int = 60,
     signature_scheme: dict[str, object] | None = None, dedupe_key_source: str | None = None,
-    event_source: str | None = None,
+    event_source: str | None = None, handshake: dict[str, object] | None = None,
+    reply: dict[str, object] | None = None, verify_token: str | None = None,
 ) -> tuple[asyncpg.Record, str]:
-    """Create a webhook trigger with a fresh ``awt_`` token; returns ``(trigger, token)``."""
+    """Create a webhook trigger with a fresh ``awt_`` token; returns ``(trigger, token)``.
+
+    ``verify_token`` (a Meta handshake's) is stored encrypted, apart from the ``handshake`` JSON.
+    """
     token = crypto.new_token(WEBHOOK_TOKEN_PREFIX)
     token_digest = crypto.digest(token)
     async with conn.transaction():
@@ -110,8 +119,10 @@ async def create_webhook_trigger(
             Q.trigger_insert_webhook, autopilot["workspace_id"], autopilot["id"], token_digest,
             keyring.encrypt(token, token_context(token_digest)), crypto.hint(token), provider,
             event_filters or [], rate_limit_per_minute, publisher.type, publisher.id, signature_scheme,
-            dedupe_key_source, event_source,
+            dedupe_key_source, event_source, handshake, reply,
         ))
+        if verify_token is not None:
+            row = await set_verify_token(conn, keyring, row["id"], verify_token)
         await publish(conn, autopilot["id"], "trigger_create", publisher, {"trigger_id": str(row["id"])})
     return row, token
 
@@ -140,3 +151,10 @@ async def set_signing_secret(
         Q.trigger_set_signing_secret, trigger_id, sealed, None if secret is None else crypto.hint(secret),
         grace_seconds,
     )
+
+
+async def set_verify_token(conn: Conn, keyring: crypto.Keyring, trigger_id: UUID, token: str | None) -> asyncpg.Record:
+    """Set (or with None remove) a webhook trigger's Meta verify token, encrypted; the updated trigger."""
+    sealed = None if token is None else keyring.encrypt(token, verify_token_context(trigger_id))
+    return one(await conn.fetchrow(Q.trigger_set_verify_token, trigger_id, sealed,
+                                   None if token is None else crypto.hint(token)))

@@ -1,12 +1,16 @@
-"""The hostile ingress phase of ``bench/fuzz.py``: ``POST /hooks/{token}`` of triggers of every scheme family.
+"""The hostile ingress phase of ``bench/fuzz.py``: ``/hooks/{token}`` of triggers of every scheme family.
 
 Triggers: a custom trigger of each family (HMAC with a timestamp header, HMAC in a structured header with
 several signatures, Ed25519, ECDSA P-256, RSA, a shared secret in a header and in the query, HTTP Basic),
 each data preset, and sources (JSON pointer, form field, query parameter, header). Requests: what a schema
 does not generate: signature headers holding garbage, huge or negative timestamps, repeated and empty parts,
 base64 and hex that do not decode, non-ASCII bytes; bodies that are binary, text, XML, deep, over the cap, a
-NUL, a form; odd content types and query strings. Checks: no 5xx, no stack trace, every answer JSON (an
-accepted one included, since no trigger here has a custom reply).
+NUL, a form; odd content types and query strings. Handshakes and replies: triggers with each handshake kind
+(a Meta verify token set, an echo of `validationToken` as octet-stream) and with a reply of their own (TwiML,
+an empty 204, JSON 202); GETs with `hub.*` and `challenge` queries of every shape (wrong, missing, repeated,
+huge, not UTF-8), handshake bodies (Zoom's validation, Discord's PING, Slack's url_verification) signed with
+garbage. Checks: no 5xx, no stack trace, every error JSON; a 2xx that is not JSON only from a trigger that
+may answer text (a handshake's echo, its own reply).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from hookgate.preset_data import PRESET_DATA
 
 SECRET = "a fuzzing secret, 32 characters"
+VERIFY_TOKEN = "a-fuzzing-verify-token"
+TEXT_ANSWERS = {"reply-twiml", "reply-204", "reply-202", "echo", "meta-token", "meta", "dropbox"}
+"""Triggers whose 2xx may be text: a handshake's echo, or their own reply."""
 
 
 def _pem(key: Any) -> str:
@@ -55,6 +62,22 @@ def _families() -> list[tuple[dict[str, Any], dict[str, Any], str]]:
         scheme = {"kind": "public_key", "algorithm": algorithm, "header": "X-Key-Sig", "timestamp_header": "X-Ts",
                   "signed": "{timestamp}{body}", "timestamp_unit": "ms"}
         found.append(({"provider": "custom", "signature": scheme}, {"public_key": _pem(key)}, algorithm))
+    found += [
+        ({"provider": "custom", "signature": stamped, "reply": {"status": 200, "content_type": "text/xml",
+                                                                "body": "<Response/>"}}, {"secret": SECRET},
+         "reply-twiml"),
+        ({"provider": "generic", "reply": {"status": 204}}, {"secret": SECRET}, "reply-204"),
+        ({"provider": "twilio", "reply": {"status": 202, "content_type": "application/json", "body": "{}"}},
+         {"secret": SECRET}, "reply-202"),
+        ({"provider": "generic", "handshake": {"kind": "echo_query", "param": "validationToken",
+                                                "content_type": "application/octet-stream"}}, {"secret": SECRET},
+         "echo"),
+        ({"provider": "meta", "handshake": {"kind": "meta", "verify_token": VERIFY_TOKEN}}, {"secret": SECRET},
+         "meta-token"),
+        ({"provider": "custom", "signature": stamped, "handshake": {"kind": "zoom"}}, {"secret": SECRET},
+         "zoom-on-custom"),
+        ({"provider": "slack", "handshake": {"kind": "discord_ping"}}, {"secret": SECRET}, "ping-on-slack"),
+    ]
     for name, data in PRESET_DATA.items():
         if data["signature"]["kind"] == "public_key":
             key = ed25519.Ed25519PrivateKey.generate() if data["signature"]["algorithm"] == "ed25519" else \
@@ -113,6 +136,11 @@ def _request(rng: random.Random) -> tuple[str, bytes, dict[bytes, bytes]]:
         lambda: "x" * (256 * 1024 + rng.randint(1, 10)),
         lambda: json.dumps([{"event": "delivered", "sg_event_id": rng.random()}]),
         lambda: '{"object": "page", "event": 1, "event_type": [], "topic": {}, "data": {"name": 5}}',
+        lambda: json.dumps({"event": "endpoint.url_validation",
+                            "payload": rng.choice([{"plainToken": "x" * rng.randint(0, 3000)}, {}, [], None,
+                                                   {"plainToken": 5}])}),
+        lambda: json.dumps({"type": rng.choice([1, True, "1", 1.0, None])}),
+        lambda: json.dumps({"type": "url_verification", "challenge": rng.choice(["c", "", None, 7, "é" * 500])}),
     ])()
     raw = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
     content_type = rng.choice(["application/json", "text/plain", "application/xml", "application/x-www-form-urlencoded",
@@ -122,8 +150,18 @@ def _request(rng: random.Random) -> tuple[str, bytes, dict[bytes, bytes]]:
         value = _stamp(rng) if "ts" in name or "timestamp" in name else _garbage(rng)
         headers[name.encode()] = value.encode("utf-8", "surrogatepass")
     query = rng.choice(["", "?api_key=" + SECRET, "?api_key=", "?id=1&id=2", "?%ff=1", "?api_key=%00",
-                        "?" + "a=1&" * 200, "?challenge=x"])
+                        "?" + "a=1&" * 200, "?challenge=x", *_HANDSHAKE_QUERIES, "?challenge=" + "y" * 3000,
+                        "?validationToken=" + rng.choice(["t", "", "%00", "%ff%fe", "z" * 2049])])
     return query, raw, headers
+
+
+_HANDSHAKE_QUERIES = [
+    f"?hub.mode=subscribe&hub.verify_token={VERIFY_TOKEN}&hub.challenge=123",
+    "?hub.mode=subscribe&hub.verify_token=wrong&hub.challenge=123",
+    f"?hub.mode=subscribe&hub.verify_token={VERIFY_TOKEN}", f"?hub.mode=unsubscribe&hub.verify_token={VERIFY_TOKEN}",
+    f"?hub.mode=subscribe&hub.verify_token={VERIFY_TOKEN}&hub.challenge=", "?hub.mode=subscribe&hub.mode=x",
+    f"?hub.mode=subscribe&hub.verify_token={VERIFY_TOKEN}&hub.challenge=%ff", "?challenge=", "?challenge=%00",
+]
 
 
 @dataclass
@@ -142,8 +180,11 @@ def hostile_ingress(base: str, triggers: list[tuple[str, str]], n: int, seed: in
         for _ in range(n):
             token, label = rng.choice(triggers)
             query, raw, headers = _request(rng)
+            method = rng.choice(["POST", "POST", "GET"])
+            if method == "GET" and rng.random() < 0.5:  # GETs are handshakes: mostly handshake-shaped queries
+                query = rng.choice(_HANDSHAKE_QUERIES)
             try:
-                answer = client.post(f"/hooks/{token}{query}", content=raw, headers=headers)
+                answer = client.request(method, f"/hooks/{token}{query}", content=raw, headers=headers)
             except httpx.LocalProtocolError:
                 continue  # a header value httpx will not send (surrounding spaces): not a request
             except (httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadError):
@@ -156,6 +197,9 @@ def hostile_ingress(base: str, triggers: list[tuple[str, str]], n: int, seed: in
                 shape = json.loads(text)
             except ValueError:
                 shape = None
-            if answer.status_code >= 500 or "Traceback" in text or not isinstance(shape, dict):
-                found.failures.append(f"{label} {answer.status_code} {query[:40]} {headers} {raw[:80]!r}: {text[:200]}")
+            text_ok = label in TEXT_ANSWERS and answer.status_code < 300 and not answer.headers.get(
+                "content-type", "").startswith("application/json")
+            if answer.status_code >= 500 or "Traceback" in text or not (isinstance(shape, dict) or text_ok):
+                found.failures.append(f"{label} {method} {answer.status_code} {query[:40]} {headers} {raw[:80]!r}: "
+                                      f"{text[:200]}")
     return found

@@ -1,4 +1,4 @@
-"""``POST /hooks/{token}`` in ``/openapi.json``: its bodies, the headers each preset reads, every answer.
+"""``POST /hooks/{token}`` and the handshakes' ``GET`` in ``/openapi.json``: bodies, headers, every answer.
 
 The headers come from the presets (:func:`gateway.schemes.get_preset`, code and data alike), so the document
 names what the code reads. The answer models describe the bodies :mod:`gateway.ingress` writes by hand on its hot path;
@@ -60,6 +60,19 @@ class SlackChallenge(BaseModel):
     challenge: str
 
 
+class ZoomValidation(BaseModel):
+    """Zoom's ``endpoint.url_validation``: the plain token and its HMAC-SHA256 (hex) keyed by the secret."""
+
+    plainToken: str  # Zoom's own spelling
+    encryptedToken: str
+
+
+class DiscordPong(BaseModel):
+    """Discord's PING answered: ``{"type": 1}``."""
+
+    type: Literal[1]
+
+
 class Rejected(BaseModel):
     """Stored as rejected: the signature is invalid, missing or outside the tolerance; no run."""
 
@@ -71,11 +84,11 @@ class Rejected(BaseModel):
 
 
 class BodyRefused(BaseModel):
-    """A body that is not stored: empty, not JSON or a form, nested too deep, or holding NUL characters."""
+    """A body not stored (empty, not JSON or a form, too deep, NUL characters); a bad handshake, no ``detail``."""
 
     error: str
     message: str
-    detail: str
+    detail: str | None = None
 
 
 class JsonBody(BaseModel):
@@ -128,12 +141,21 @@ def _body_keys() -> str:
 _TOKEN = {"name": "token", "in": "path", "required": True, "schema": {"type": "string"},
           "description": f"The trigger's secret token (`{ingress.TOKEN_PREFIX}…`, shown when the trigger is created "
                          "or rotated): it is the credential. Any unknown, malformed or rotated token is 404."}
+_CUSTOM = "the trigger's own reply (`reply`: 200, 201, 202 or 204, its content type and body) if it has one"
 _ANSWERS = {
-    200: Answer("Stored and committed before this answer (or Slack's challenge echoed)",
-                (Accepted, Duplicate, Skipped, Ignored, SlackChallenge)),
-    400: Answer("The body cannot be stored (`invalid_body`)", (BodyRefused,)),
-    401: Answer("Stored as rejected: bad, missing or stale signature", (Rejected,)),
+    200: Answer("Stored and committed before this answer (or a handshake answered, nothing stored); accepted and "
+                "duplicate deliveries get " + _CUSTOM,
+                (Accepted, Duplicate, Skipped, Ignored, SlackChallenge, ZoomValidation, DiscordPong), text=True),
+    201: Answer("Accepted or duplicate: " + _CUSTOM, text=True),
+    202: Answer("Accepted or duplicate: " + _CUSTOM, text=True),
+    204: Answer("Accepted or duplicate: " + _CUSTOM),
+    400: Answer("The body cannot be stored (`invalid_body`), or a malformed handshake (`invalid_handshake`)",
+                (BodyRefused,)),
+    401: Answer("Stored as rejected: bad, missing or stale signature (a handshake's: nothing stored)",
+                (Rejected,)),
     404: Answer("No live webhook trigger has this token (`not_found`); always the same bytes", (Error,)),
+    409: Answer("A Zoom or Discord handshake on a trigger without its secret or key (`handshake_needs_secret`)",
+                (Error,)),
     413: Answer(f"The body is larger than {ingress.BODY_CAP // 1024} KiB (`payload_too_large`)", (Error,)),
     415: Answer("Neither JSON nor a URL-encoded form (`unsupported_media_type`)", (BodyRefused,)),
     429: Answer("Too many requests, or too many bad tokens and signatures, from this address (`rate_limited`)",
@@ -148,6 +170,37 @@ OPERATION = Operation(
     (_TOKEN, *header_parameters()),
     "A 2xx means the delivery is committed. The trigger's preset (docs/PROVIDERS.md) names the event, picks the "
     "dedupe key (the headers below, or the body field of " + _body_keys() + ") and checks the signature with the "
-    "trigger's secret; with no secret set, the token alone is the credential. No `Authorization` is read.",
+    "trigger's secret; with no secret set, the token alone is the credential. No `Authorization` is read. A "
+    "trigger's handshake (Zoom's URL validation, Discord's PING, Slack's url_verification, an echoed query "
+    "parameter) is answered without storing anything, and a trigger's own `reply` answers accepted and duplicate "
+    "deliveries instead of the JSON receipt (docs/PROVIDERS.md).",
 )
 """The webhook ingress as documented in ``/openapi.json``."""
+
+_QUERY = tuple({"name": name, "in": "query", "required": False, "schema": {"type": "string"}, "description": what}
+               for name, what in (("hub.mode", "meta: `subscribe`"),
+                                  ("hub.verify_token", "meta: compared with the trigger's verify token"),
+                                  ("hub.challenge", "meta: answered as text"),
+                                  ("challenge", "echo_query with `param: challenge` (Dropbox): answered as text")))
+_GET_ANSWERS = {
+    200: Answer("The handshake answered as text (Meta's `hub.challenge`, the echoed parameter); nothing stored",
+                text=True),
+    400: Answer("Not the handshake the trigger expects (`invalid_handshake`)", (Error,)),
+    403: Answer("`hub.verify_token` is not the trigger's (`verify_token_mismatch`)", (Error,)),
+    404: _ANSWERS[404],
+    405: Answer("The trigger answers no GET handshake (`method_not_allowed`)", (Error,)),
+    409: Answer("A meta handshake on a trigger without a verify token (`handshake_needs_verify_token`)", (Error,)),
+    413: _ANSWERS[413],
+    429: _ANSWERS[429],
+    503: _ANSWERS[503],
+}
+GET_OPERATION = Operation(
+    "GET", "/hooks/{token}", "answer_handshake", "Answer a provider's GET handshake", "webhooks", _GET_ANSWERS, ({},),
+    {}, (_TOKEN, *_QUERY),
+    "For a trigger whose handshake (its own, or its preset's) is `meta` or `echo_query` (docs/PROVIDERS.md, "
+    "\"Handshakes\"): after the rate gates and the token lookup, the challenge is answered as text. Nothing is "
+    "stored and no run starts.",
+)
+"""The handshakes' GET as documented in ``/openapi.json``."""
+OPERATIONS = (OPERATION, GET_OPERATION)
+"""Both webhook operations."""

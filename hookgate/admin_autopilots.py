@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hookgate.admin_client import Client, json_file, list_verb, noun, page, request, resource_id, verb
+from hookgate.admin_client import Client, json_file, json_value, list_verb, noun, page, request, resource_id, verb
 from hookgate.preset_data import PRESET_DATA
 
 #: The provider presets a webhook trigger may use (gateway/providers.py).
@@ -49,7 +49,22 @@ def _webhook_fields(a: argparse.Namespace) -> dict[str, Any]:
     given = {k: v for k, v in fields.items() if v is not None}
     if a.signature_file is not None:
         given["signature"] = None if a.signature_file == "none" else a.signature_file
+    for name, value in (("handshake", a.handshake_file), ("reply", a.reply_file)):
+        if value is not None:
+            given[name] = None if value == "none" else value
+    if a.verify_token is not None:  # a meta handshake with this token (or the given handshake, with it)
+        handshake = given.get("handshake") or {"kind": "meta"}
+        given["handshake"] = {**handshake, "verify_token": a.verify_token}
     return given
+
+
+def _json_or_file(text: str) -> Any:
+    """An argparse type: `none`, a JSON object given inline, or one read from a file (`@FILE`, a path, `-`)."""
+    if text == "none":
+        return "none"
+    if text.lstrip().startswith("{"):
+        return json_value(text)
+    return json_file(text.removeprefix("@"))
 
 
 def _scheme_file(path: str) -> Any:
@@ -199,6 +214,14 @@ def _scheme_options(p: Any) -> None:
     p.add_argument("--dedupe-source", metavar="SOURCE", help="where the dedupe key is: header:NAME, json:/pointer, "
                    "form:FIELD or query:NAME (webhook)")
     p.add_argument("--event-source", metavar="SOURCE", help="where the event name is, as --dedupe-source (webhook)")
+    p.add_argument("--handshake-file", metavar="JSON|@FILE", type=_json_or_file,
+                   help="the handshake to answer, as JSON inline or in a file: {\"kind\": \"echo_query\", \"param\": "
+                   "\"validationToken\"} (docs/PROVIDERS.md, handshakes; `none` puts the preset's back) (webhook)")
+    p.add_argument("--verify-token", metavar="TOKEN", help="a meta handshake's verify token, as typed into Meta's "
+                   "dashboard (stored encrypted, never shown again) (webhook)")
+    p.add_argument("--reply-file", metavar="JSON|@FILE", type=_json_or_file,
+                   help="the answer to accepted and duplicate deliveries: {\"status\": 200, \"content_type\": "
+                   "\"text/xml\", \"body\": \"<Response/>\"} (`none`: the JSON receipt again) (webhook)")
 
 
 def _triggers(sub: Any) -> None:

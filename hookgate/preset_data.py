@@ -22,6 +22,10 @@ are code, and their tests prove each of them expressible as such an entry too.
 - ``sendgrid``: the Event Webhook's ECDSA P-256/SHA-256 signature over timestamp + body
   (`X-Twilio-Email-Event-Webhook-Signature`, base64 DER; `…-Timestamp`), checked with the verification key
   as SendGrid shows it (base64 DER); the body is an array of events: event and dedupe key from the first one.
+
+``PRESET_HANDSHAKES`` names the handshake each preset answers unless its trigger sets its own
+(gateway/handshakes.py): Meta's GET (once the trigger has a verify token), Zoom's URL validation, Discord's
+PING, Dropbox's `GET ?challenge=`, and Slack's `url_verification` for the code preset `slack`.
 """
 
 from __future__ import annotations
@@ -69,3 +73,12 @@ PRESET_DATA: MappingProxyType[str, dict[str, Any]] = MappingProxyType({
     },
 })
 """Every data preset by name: `signature` (a scheme), and where set `event_source` and `dedupe_key_source`."""
+
+PRESET_HANDSHAKES: MappingProxyType[str, dict[str, Any]] = MappingProxyType({
+    "meta": {"kind": "meta"},
+    "zoom": {"kind": "zoom"},
+    "discord": {"kind": "discord_ping"},
+    "dropbox": {"kind": "echo_query", "param": "challenge", "content_type": "text/plain"},
+    "slack": {"kind": "slack_url_verification"},
+})
+"""The handshake of each preset that has one, as a trigger's `handshake` field would say it."""

@@ -7,15 +7,20 @@ without a secret it is sent unsigned, as to a bearer-only trigger. ``--event`` n
 provider carries it; ``--data`` merges fields into the body. The gateway's answer is printed: exit 0 when it
 took the event (accepted, duplicate, ignored), 1 when it refused it (``401 invalid_signature``), 2 when it
 was never answered.
+
+``--handshake`` sends the trigger's handshake instead (its own, or its preset's: docs/PROVIDERS.md): Meta's GET
+with ``--verify-token``, an echoed query parameter, Zoom's URL validation or Slack's ``url_verification`` signed
+with ``--secret``, or Discord's PING unsigned (Discord's own probe, which a trigger must refuse with 401).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -34,6 +39,7 @@ from hookgate.admin_client import (
     record,
     resource_id,
 )
+from hookgate.preset_data import PRESET_DATA, PRESET_HANDSHAKES
 
 
 @dataclass
@@ -171,8 +177,8 @@ def signed_request(provider: str, url: str, secret: str | None, event: str | Non
     return raw, headers
 
 
-async def _trigger(trigger_id: str, args: argparse.Namespace) -> tuple[str, str]:
-    """A trigger's URL and provider, read with the admin API."""
+async def _trigger(trigger_id: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A webhook trigger you may write (its URL, provider and handshake), read with the admin API."""
     settings = client_settings()
     where = settings.gateway(args.url)
     key = args.key or (settings.api_key.get_secret_value() if settings.api_key else None)
@@ -184,7 +190,66 @@ async def _trigger(trigger_id: str, args: argparse.Namespace) -> tuple[str, str]
             trigger = await Client(http).call("GET", f"/v1/triggers/{trigger_id}")
     if trigger.get("kind") != "webhook" or not trigger.get("url"):
         fail(f"trigger {trigger_id} has no webhook URL you may see (a schedule, or you do not write its autopilot)")
-    return str(trigger["url"]), str(trigger["provider"])
+    return dict(trigger)
+
+
+@dataclass(frozen=True)
+class HandshakeRequest:
+    """A provider's handshake as it sends it: method, URL (with its query), body, headers and the challenge."""
+
+    method: str
+    url: str
+    raw: bytes
+    headers: dict[str, str]
+    challenge: str
+
+
+def _signed_json(provider: str, url: str, body: dict[str, Any], secret: str | None,
+                 now: int) -> tuple[bytes, dict[str, str]]:
+    raw = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", "User-Agent": "hookgate-send"}
+    if secret and (provider in signing.SIGNERS or PRESET_DATA.get(provider, {}).get("signature", {}).get("kind")
+                   == "hmac"):
+        headers |= signing.sign(provider, signing.Outgoing(raw, url, now, "msg_handshake"), secret)
+    return raw, headers
+
+
+def handshake_request(handshake: Mapping[str, Any], provider: str, url: str, secret: str | None = None,
+                      verify_token: str | None = None, now: int | None = None) -> HandshakeRequest:
+    """The handshake of kind ``handshake["kind"]`` to ``url``, signed as ``provider`` where the kind is signed."""
+    now = int(time.time()) if now is None else now
+    challenge = secrets.token_urlsafe(16)
+    kind = handshake["kind"]
+    plain = {"User-Agent": "hookgate-send"}
+    if kind == "meta":
+        query = urlencode({"hub.mode": "subscribe", "hub.verify_token": verify_token or "", "hub.challenge": challenge})
+        return HandshakeRequest("GET", f"{url}?{query}", b"", plain, challenge)
+    if kind == "echo_query":
+        return HandshakeRequest("GET", f"{url}?{urlencode({handshake['param']: challenge})}", b"", plain, challenge)
+    if kind == "zoom":
+        body = {"event": "endpoint.url_validation", "event_ts": now * 1000, "payload": {"plainToken": challenge}}
+    elif kind == "slack_url_verification":
+        body = {"type": "url_verification", "token": "sample", "challenge": challenge}
+    elif kind == "discord_ping":  # unsigned: the sender's private key is Discord's alone
+        return HandshakeRequest("POST", url, b'{"type": 1}', plain | {"Content-Type": "application/json"}, "")
+    else:
+        fail(f"this trigger answers no handshake (kind {kind!r})")
+    raw, headers = _signed_json(provider, url, body, secret, now)
+    return HandshakeRequest("POST", url, raw, headers, challenge)
+
+
+async def _send_handshake(args: argparse.Namespace, url: str, provider: str,
+                          own: Mapping[str, Any] | None) -> None:
+    handshake = own if own is not None else PRESET_HANDSHAKES.get(provider)
+    if handshake is None:
+        fail(f"the {provider} preset has no handshake and the trigger sets none")
+    shake = handshake_request(handshake, provider, url, args.secret, args.verify_token)
+    with exit_on_failure(Gateway(url)):
+        async with httpx.AsyncClient(timeout=30) as http:
+            answer = await http.request(shake.method, shake.url, content=shake.raw, headers=shake.headers)
+    print(f"{shake.method} {answer.status_code} {answer.text}")
+    if answer.status_code >= 400:
+        raise SystemExit(1)
 
 
 def _target(text: str) -> str:
@@ -200,10 +265,15 @@ async def run(args: argparse.Namespace) -> None:
     """Send the sample and print the gateway's answer; exit 1 when it refused it, 2 when it never answered."""
     if args.data is not None and not isinstance(args.data, dict):
         fail("--data: a JSON object, whose fields are merged into the sample's body")
+    own: Mapping[str, Any] | None = None
     if args.target.startswith(("http://", "https://")):
         url, provider = args.target, "generic"
     else:
-        url, provider = await _trigger(args.target, args)
+        trigger = await _trigger(args.target, args)
+        url, provider, own = str(trigger["url"]), str(trigger["provider"]), trigger.get("handshake")
+    if args.handshake:
+        await _send_handshake(args, url, args.provider or provider, own)
+        return
     raw, headers = signed_request(args.provider or provider, url, args.secret, args.event, args.data)
     with exit_on_failure(Gateway(url)):
         async with httpx.AsyncClient(timeout=30) as http:
@@ -230,4 +300,7 @@ def add_command(sub: Any) -> None:
     p.add_argument("--url", help="gateway base URL, to look up a trigger id (env HOOKGATE_URL)")
     p.add_argument("--key", help="admin API key hgk_…, to look up a trigger id (env HOOKGATE_API_KEY)")
     p.add_argument("--json", action="store_true", help="print the gateway's JSON answer as it is")
-    p.set_defaults(operations=("receive_webhook",))
+    p.add_argument("--handshake", action="store_true", help="send the trigger's handshake instead (its own, or its "
+                   "preset's: meta, zoom, discord, dropbox, slack); prints METHOD STATUS ANSWER")
+    p.add_argument("--verify-token", help="with --handshake on a meta trigger: the verify token Meta would send")
+    p.set_defaults(operations=("receive_webhook", "answer_handshake"))

@@ -27,7 +27,7 @@ def openapi_document() -> dict[str, Any]:
     """The whole HTTP surface: admin endpoints, runtime API, webhook ingress (built once, on first use)."""
     from gateway import hooks_openapi, runtime  # they import this package's openapi module: not at import time
 
-    return document(ENDPOINTS, "1", [*runtime.OPERATIONS, hooks_openapi.OPERATION])
+    return document(ENDPOINTS, "1", [*runtime.OPERATIONS, *hooks_openapi.OPERATIONS])
 
 
 async def openapi_json(request: Request) -> JSONResponse:

@@ -168,6 +168,8 @@ def body_digest(body: Any) -> str:
 def validated(model: type[BaseModel], data: Any) -> BaseModel:
     """``data`` as ``model``, or 422 ``invalid_request`` naming the first refused field (every one in ``detail``).
 
+    A model may name its own code for a field (``error_codes``: ``{"reply": "invalid_reply"}``).
+
     The one validation of request inputs: admin bodies and queries, and the runtime API's bodies.
     """
     try:
@@ -176,7 +178,10 @@ def validated(model: type[BaseModel], data: Any) -> BaseModel:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
         where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
         what = errors[0]["msg"] if errors else "invalid"
-        raise ApiError(422, "invalid_request", f"{where}: {what}" if where else what,
+        codes: dict[str, str] = getattr(model, "error_codes", {})
+        code = next((codes[str(p)] for p in errors[0]["loc"] if str(p) in codes), "invalid_request") if errors else (
+            "invalid_request")
+        raise ApiError(422, code, f"{where}: {what}" if where else what,
                        detail=[{"loc": [str(p) for p in e["loc"]], "msg": e["msg"], "type": e["type"]}
                                for e in errors]) from None
 
@@ -256,6 +261,8 @@ class Answer:
     models: tuple[type[BaseModel], ...] = ()
     """No model: no body (204). Several: the body is one of them."""
     retry_after: bool = False
+    text: bool = False
+    """The body may also be text (a handshake's echo, a trigger's own reply) rather than JSON."""
 
 
 @dataclass(frozen=True)
@@ -323,6 +330,8 @@ def _answer(answer: Answer, refs: dict[Any, Any]) -> dict[str, Any]:
     schemas = [refs[(model, "serialization")] for model in answer.models]
     if schemas:
         out["content"] = {"application/json": {"schema": schemas[0] if len(schemas) == 1 else {"oneOf": schemas}}}
+    if answer.text:
+        out.setdefault("content", {})["text/plain"] = {"schema": {"type": "string"}}
     if answer.retry_after:
         out["headers"] = _RETRY_AFTER
     return out

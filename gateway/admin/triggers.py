@@ -10,7 +10,7 @@ scheduler's own cron code, and every schedule change wakes the schedulers (``hoo
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from uuid import UUID
 
 import asyncpg
@@ -18,11 +18,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, mo
 
 from autopilot import editing, rules
 from autopilot.rules import Publisher
-from gateway import providers, schemes
+from gateway import handshakes, providers, schemes
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints, patch_fields
 from gateway.admin.pagination import Page, PageQuery
 from gateway.errors import ApiError
+from gateway.replies import SuccessReply
 from hookgate import notify
 from hookgate.database import Conn
 from scheduler.cron import InvalidSchedule, Schedule
@@ -35,6 +36,8 @@ Provider = Literal[
 """Every preset (gateway/schemes.py ``preset_names``) and `custom`."""
 Overlap = Literal["skip", "buffer_one", "allow"]
 EventFilter = Annotated[str, Field(min_length=1, max_length=200)]
+FIELD_CODES = {"handshake": "invalid_handshake", "reply": "invalid_reply"}
+"""The error code of a refused field, where it is not `invalid_request`."""
 
 
 def _source(text: str) -> str:
@@ -70,6 +73,10 @@ class WebhookTriggerIn(BaseModel):
     """How the sender is checked (docs/PROVIDERS.md, "Custom"); required for `custom`, else the preset's own."""
     dedupe_key_source: Source | None = None
     event_source: Source | None = None
+    handshake: handshakes.Handshake | None = None
+    """The provider's URL check to answer (docs/PROVIDERS.md, "Handshakes"); absent: the preset's own, if any."""
+    reply: SuccessReply | None = None
+    """The answer to accepted and duplicate deliveries; absent: the JSON receipt."""
 
     @model_validator(mode="before")
     @classmethod
@@ -90,6 +97,8 @@ class ScheduleTriggerIn(BaseModel):
 class TriggerIn(RootModel[Annotated[WebhookTriggerIn | ScheduleTriggerIn, Field(discriminator="kind")]]):
     """A new trigger, by kind."""
 
+    error_codes: ClassVar[dict[str, str]] = FIELD_CODES
+
 
 class TriggerPatch(BaseModel):
     """Fields to change (each kind accepts only its own)."""
@@ -106,6 +115,11 @@ class TriggerPatch(BaseModel):
     """A new scheme; `null` puts a preset trigger back on its preset's own check."""
     dedupe_key_source: Source | None = None
     event_source: Source | None = None
+    handshake: handshakes.Handshake | None = None
+    """A new handshake; `null` puts the trigger back on its preset's (`{"kind": "none"}`: no handshake)."""
+    reply: SuccessReply | None = None
+    """A new success reply; `null` puts back the JSON receipt."""
+    error_codes: ClassVar[dict[str, str]] = FIELD_CODES
 
     @model_validator(mode="before")
     @classmethod
@@ -124,6 +138,11 @@ class TriggerOut(BaseModel):
     signature: dict[str, Any] | None = None
     dedupe_key_source: str | None = None
     event_source: str | None = None
+    handshake: dict[str, Any] | None = None
+    """The trigger's own handshake (null: its preset's, see `provider`); a verify token is never shown."""
+    verify_token_hint: str | None = None
+    """The last four characters of a Meta handshake's verify token, when one is set."""
+    reply: dict[str, Any] | None = None
     event_filters: list[str] | None = None
     rate_limit_per_minute: int | None = None
     token_hint: str | None = None
@@ -251,7 +270,8 @@ async def create_trigger(call: Call) -> dict[str, Any]:
             call.conn, call.ctx.keyring, autopilot=autopilot, publisher=publisher, provider=spec.provider,
             event_filters=spec.event_filters, rate_limit_per_minute=spec.rate_limit_per_minute,
             signature_scheme=_scheme_needed(spec.provider, spec.signature), dedupe_key_source=spec.dedupe_key_source,
-            event_source=spec.event_source)
+            event_source=spec.event_source, handshake=_handshake_stored(spec.handshake, None),
+            reply=_reply_stored(spec.reply), verify_token=_verify_token(spec.handshake))
         return trigger_out(call, row, True, token)
     schedule = _schedule(spec.cron, spec.timezone)
     async with call.conn.transaction():
@@ -285,7 +305,7 @@ async def edit_trigger(call: Call) -> dict[str, Any]:
     """Writers only. A real change publishes a version and makes the editor this trigger's publisher."""
     body: TriggerPatch = call.body  # every field has a value or is left out: null is 422
     row, _ = await _writable_trigger(call)
-    changes = patch_fields(body, nullable=("signature", "dedupe_key_source", "event_source"))
+    changes = patch_fields(body, nullable=("signature", "dedupe_key_source", "event_source", "handshake", "reply"))
     if "signature" in changes:  # the model, not its dump: a scheme's defaults were not "sent" but are stored
         del changes["signature"]
         changes["signature_scheme"] = body.signature
@@ -294,10 +314,17 @@ async def edit_trigger(call: Call) -> dict[str, Any]:
         _refuse(changes, ("cron", "timezone", "overlap_policy"), "webhook")
         scheme = changes.get("signature_scheme", row["signature_scheme"])
         changes["signature_scheme"] = _scheme_needed(changes.get("provider", row["provider"]), scheme)
-        updated, _ = await editing.edit_webhook_trigger(call.conn, row["id"], changes, publisher)
+        token_change = None
+        if "handshake" in changes:
+            changes["handshake"] = _handshake_stored(body.handshake, row)
+            token_change = _token_change(call, body.handshake, row)
+        if "reply" in changes:
+            changes["reply"] = _reply_stored(body.reply)
+        updated, _ = await editing.edit_webhook_trigger(call.conn, row["id"], changes, publisher,
+                                                        verify_token=token_change)
         return trigger_out(call, updated, True)
     _refuse(changes, ("provider", "event_filters", "rate_limit_per_minute", "signature_scheme", "dedupe_key_source",
-                      "event_source"), "schedule")
+                      "event_source", "handshake", "reply"), "schedule")
     next_fire_at = None
     # A new cron or zone, or re-enabling, plans the next occurrence from now (never a stale one).
     if "cron" in changes or "timezone" in changes or (changes.get("enabled") and not row["enabled"]):
@@ -316,6 +343,35 @@ def _scheme_needed(provider: str, scheme: Any) -> dict[str, Any] | None:
         return scheme
     stored: dict[str, Any] = scheme.model_dump(mode="json")
     return stored
+
+
+def _handshake_stored(handshake: handshakes.AnyHandshake | None, row: asyncpg.Record | None) -> dict[str, Any] | None:
+    """The handshake JSON to store; a `meta` one needs a verify token, sent now or already set (422 if not)."""
+    if handshake is None:
+        return None
+    if (isinstance(handshake, handshakes.MetaHandshake) and handshake.verify_token is None
+            and (row is None or row["verify_token_ct"] is None)):
+        raise ApiError(422, "handshake_needs_verify_token",
+                       "handshake.verify_token: a meta handshake needs the verify token typed into Meta's dashboard")
+    return handshakes.stored(handshake)
+
+
+def _verify_token(handshake: handshakes.AnyHandshake | None) -> str | None:
+    return handshake.verify_token if isinstance(handshake, handshakes.MetaHandshake) else None
+
+
+def _token_change(call: Call, handshake: handshakes.AnyHandshake | None,
+                  row: asyncpg.Record) -> editing.VerifyTokenChange | None:
+    """A new verify token with a `meta` handshake; none kept once the trigger's own handshake is another kind."""
+    if (token := _verify_token(handshake)) is not None:
+        return editing.VerifyTokenChange(call.ctx.keyring, token)
+    if handshake is not None and not isinstance(handshake, handshakes.MetaHandshake) and row["verify_token_ct"]:
+        return editing.VerifyTokenChange(call.ctx.keyring, None)
+    return None
+
+
+def _reply_stored(reply: SuccessReply | None) -> dict[str, Any] | None:
+    return None if reply is None else reply.model_dump(mode="json")
 
 
 def _refuse(changes: dict[str, Any], fields: tuple[str, ...], kind: str) -> None:

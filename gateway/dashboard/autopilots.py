@@ -28,6 +28,7 @@ from gateway.dashboard.web import (
     viewer,
 )
 from hookgate.database import Conn
+from hookgate.preset_data import PRESET_HANDSHAKES
 from sql import Q
 
 
@@ -53,7 +54,7 @@ async def autopilot(request: Request) -> Response:
         assignee = await conn.fetchrow(Q.dashboard_assignee, v.workspace_id, row["assignee"]["type"],
                                        UUID(row["assignee"]["id"]))
     return v.render("autopilot.html", p=row, triggers=triggers, writer=writer, fires=fires, assignee=assignee,
-                    done=request.query_params.get("done"))
+                    done=request.query_params.get("done"), preset_handshakes=PRESET_HANDSHAKES)
 
 
 async def _next_fires(v: Viewer, conn: Conn, trigger: dict[str, Any]) -> list[dict[str, str]]:

@@ -25,8 +25,10 @@ from uuid import UUID
 import asyncpg
 
 from autopilot import admission, rules
-from gateway import providers, schemes
+from gateway import handshakes, providers, schemes
+from gateway.handshakes import AnyHandshake
 from gateway.providers import Preset
+from gateway.replies import SuccessReply
 from hookgate import crypto, metrics
 from hookgate.context import Context
 from hookgate.database import Conn
@@ -55,6 +57,12 @@ class Trigger:
     """What step 9 and the admission gate decide on, read with the token."""
     db_offset: float
     """Database clock minus this process's clock, seconds: signature tolerances use the DB's time."""
+    handshake: AnyHandshake | None = None
+    """The handshake answered (its own, else its preset's; gateway/handshakes.py)."""
+    verify_token: str | None = None
+    """A Meta handshake's verify token, decrypted."""
+    reply: SuccessReply | None = None
+    """What accepted and duplicate deliveries are answered, when not the JSON receipt."""
 
     def now(self) -> float:
         """Unix seconds by the database clock (as of the lookup's offset)."""
@@ -67,12 +75,19 @@ def _secrets(row: asyncpg.Record, keyring: crypto.Keyring) -> tuple[str, ...]:
     return tuple(keyring.decrypt(bytes(ct), context) for ct in sealed if ct is not None)
 
 
+def _verify_token(row: asyncpg.Record, keyring: crypto.Keyring) -> str | None:
+    sealed = row["verify_token_ct"]
+    return None if sealed is None else keyring.decrypt(bytes(sealed), rules.verify_token_context(row["trigger_id"]))
+
+
 def _trigger(row: asyncpg.Record, digest: bytes, keyring: crypto.Keyring) -> Trigger:
     return Trigger(
         id=row["trigger_id"], workspace_id=row["workspace_id"], autopilot_id=row["autopilot_id"],
         provider=row["provider"], preset=preset_of(row), digest=digest,
         consistent=row["consistent"], secrets=_secrets(row, keyring),
         fingerprint=row["fingerprint"], facts=admission.Facts.from_row(row), db_offset=row["db_epoch"] - time.time(),
+        handshake=handshakes.for_trigger(row["provider"], row["handshake"]), verify_token=_verify_token(row, keyring),
+        reply=None if row["reply"] is None else SuccessReply.model_validate(row["reply"]),
     )
 
 

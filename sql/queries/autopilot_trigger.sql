@@ -2,11 +2,12 @@
 -- A webhook trigger. $1 = workspace, $2 = autopilot, $3 = token digest, $4 = token ciphertext,
 -- $5 = token hint, $6 = provider preset, $7 = event filters (jsonb array), $8 = rate limit per minute,
 -- $9 = publisher type, $10 = publisher member, $11 = signature scheme (jsonb object), $12 = dedupe key source,
--- $13 = event source (each null: the preset's).
+-- $13 = event source (each null: the preset's), $14 = handshake (jsonb object, null: the preset's),
+-- $15 = reply (jsonb object, null: the JSON receipt).
 INSERT INTO autopilot_trigger (workspace_id, autopilot_id, kind, token_digest, token_ct, token_hint, provider,
                                event_filters, rate_limit_per_minute, published_by_type, published_by_id,
-                               signature_scheme, dedupe_key_source, event_source)
-VALUES ($1, $2, 'webhook', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                               signature_scheme, dedupe_key_source, event_source, handshake, reply)
+VALUES ($1, $2, 'webhook', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 RETURNING *;
 
 -- name: trigger_insert_schedule
@@ -33,6 +34,14 @@ SET previous_secret_ct = CASE WHEN $4 > 0 THEN signing_secret_ct END,
     updated_at = now()
 WHERE id = $1 AND kind = 'webhook' AND deleted_at IS NULL
 RETURNING id;
+
+-- name: trigger_set_verify_token
+-- Set or remove a webhook trigger's Meta verify token. $1 = trigger id, $2 = token ciphertext (nullable:
+-- remove), $3 = its hint (the last four characters).
+UPDATE autopilot_trigger
+SET verify_token_ct = $2, verify_token_hint = $3, updated_at = now()
+WHERE id = $1 AND kind = 'webhook' AND deleted_at IS NULL
+RETURNING *;
 
 -- name: trigger_due_schedules
 -- The schedule triggers due at $1 (now), at most $2, locked (SKIP LOCKED: two schedulers split the due
@@ -203,11 +212,12 @@ SELECT id FROM autopilot_trigger WHERE id = ANY ($1::uuid[]) AND deleted_at IS N
 
 -- name: trigger_update_webhook
 -- Edit webhook trigger $1 and re-stamp its publisher. $2 = enabled, $3 = provider, $4 = event filters,
--- $5 = rate limit per minute, $6 = signature scheme, $7 = dedupe key source, $8 = event source (each null:
--- the preset's), $9 = publisher type, $10 = publisher member.
+-- $5 = rate limit per minute, $6 = signature scheme, $7 = dedupe key source, $8 = event source, $9 = handshake
+-- (each null: the preset's), $10 = reply (null: the JSON receipt), $11 = publisher type, $12 = publisher member.
 UPDATE autopilot_trigger
 SET enabled = $2, provider = $3, event_filters = $4, rate_limit_per_minute = $5, signature_scheme = $6,
-    dedupe_key_source = $7, event_source = $8, published_by_type = $9, published_by_id = $10, updated_at = now()
+    dedupe_key_source = $7, event_source = $8, handshake = $9, reply = $10, published_by_type = $11,
+    published_by_id = $12, updated_at = now()
 WHERE id = $1 AND kind = 'webhook' AND deleted_at IS NULL
 RETURNING *;
 

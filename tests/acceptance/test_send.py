@@ -106,3 +106,38 @@ def test_send_bad_input_is_one_error_line_and_exit_2(args, needle):
     done = hookgate(*args, env={})
     assert done.returncode == 2 and done.stdout == "", done.stderr
     assert len(done.stderr.splitlines()) == 1 and needle in done.stderr, done.stderr
+
+
+def test_handshakes_and_replies_set_with_the_cli_are_answered_to_hookgate_send(owner_env, tmp_path):
+    env = owner_env
+    agent = _ok("agents", "create", "--name", "bot", "--endpoint", "http://127.0.0.1:9/agent", env=env)
+    autopilot = _ok("autopilots", "create", "--title", "t", "--agent", agent["id"], "--mode", "run_only", env=env)
+    meta = _ok("triggers", "create", "--autopilot", autopilot["id"], "--provider", "meta", "--verify-token",
+               "meatyhamhock", env=env)
+    assert meta["handshake"] == {"kind": "meta"} and meta["verify_token_hint"] == "hock"
+    assert "meatyhamhock" not in json.dumps(_ok("triggers", "get", meta["id"], env=env))
+    good = hookgate("send", meta["id"], "--handshake", "--verify-token", "meatyhamhock", env=env)
+    assert good.returncode == 0 and good.stdout.startswith("GET 200 "), (good.stdout, good.stderr)
+    wrong = hookgate("send", meta["id"], "--handshake", "--verify-token", "not-the-token", env=env)
+    assert wrong.returncode == 1 and "403" in wrong.stdout and "verify_token_mismatch" in wrong.stdout
+    zoom = _ok("triggers", "create", "--autopilot", autopilot["id"], "--provider", "zoom", env=env)
+    _ok("triggers", "set-secret", zoom["id"], "--secret", "zoom-secret-token", env=env)
+    shaken = hookgate("send", zoom["id"], "--handshake", "--secret", "zoom-secret-token", env=env)
+    assert shaken.returncode == 0 and '"encryptedToken"' in shaken.stdout, (shaken.stdout, shaken.stderr)
+    discord = _ok("triggers", "create", "--autopilot", autopilot["id"], "--provider", "discord", env=env)
+    probe = hookgate("send", discord["id"], "--handshake", env=env)  # unsigned: Discord's own probe
+    assert probe.returncode == 1 and "409" in probe.stdout  # no public key set yet: handshake_needs_secret
+    (tmp_path / "reply.json").write_text(json.dumps({"status": 200, "content_type": "text/xml",
+                                                    "body": "<Response/>"}))
+    graph = _ok("triggers", "create", "--autopilot", autopilot["id"], "--handshake-file",
+                '{"kind": "echo_query", "param": "validationToken"}', "--reply-file", f"@{tmp_path / 'reply.json'}",
+                env=env)
+    assert graph["handshake"]["param"] == "validationToken" and graph["reply"]["body"] == "<Response/>"
+    echoed = hookgate("send", graph["id"], "--handshake", env=env)
+    assert echoed.returncode == 0 and echoed.stdout.startswith("GET 200 "), echoed.stdout
+    answer = httpx.post(graph["url"], json={"event": "x"}, timeout=10)
+    assert (answer.status_code, answer.text) == (200, "<Response/>")
+    cleared = _ok("triggers", "update", graph["id"], "--reply-file", "none", "--handshake-file", "none", env=env)
+    assert cleared["reply"] is None and cleared["handshake"] is None
+    bad = hookgate("triggers", "update", graph["id"], "--reply-file", '{"status": 500}', env=env)
+    assert bad.returncode == 1 and "invalid_reply" in bad.stderr and "Traceback" not in bad.stderr

@@ -179,3 +179,58 @@ async def test_documented_custom_example_is_accepted_with_its_event(served: tupl
     row = await ctx.pool.fetchrow("SELECT event, signature_status FROM webhook_delivery WHERE id = $1",
                                   answer["delivery_id"])
     assert (row["event"], row["signature_status"]) == (event, "valid")
+
+
+HANDSHAKE = re.compile(r"<!-- handshake: (\w+)(?: (\{.*?\}))? -> (.*?) -->\n```sh\n(.*?)```", re.S)
+HANDSHAKE_EXAMPLES = HANDSHAKE.findall(DOC.read_text())
+REPLY = re.compile(r"<!-- reply: (\{.*?\}) -> (.*?) -->\n```sh\n(.*?)```", re.S)
+REPLY_EXAMPLES = REPLY.findall(DOC.read_text())
+
+
+def test_every_handshake_kind_has_an_example() -> None:
+    from hookgate.preset_data import PRESET_HANDSHAKES
+
+    kinds = {json.loads(own)["kind"] if own else PRESET_HANDSHAKES[preset]["kind"]
+             for preset, own, _, _ in HANDSHAKE_EXAMPLES}
+    assert kinds == {"meta", "echo_query", "zoom", "discord_ping", "slack_url_verification"}
+    assert len(REPLY_EXAMPLES) == 1
+
+
+async def _run(script: str, env: dict[str, str]) -> str:
+    done = await asyncio.to_thread(subprocess.run, ["bash", "-euo", "pipefail", "-c", script], env=env,
+                                   capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl")), reason="needs curl and openssl")
+@pytest.mark.parametrize(("preset", "own", "expected", "script"), HANDSHAKE_EXAMPLES,
+                         ids=[e[0] for e in HANDSHAKE_EXAMPLES])
+async def test_documented_handshake_is_answered_and_stores_nothing(served: tuple[Context, str], tmp_path: Path,
+                                                                   preset: str, own: str, expected: str,
+                                                                   script: str) -> None:
+    from autopilot import rules
+
+    ctx, base = served
+    secret, extra = "It's a Secret to Everybody", {"VERIFY_TOKEN": "meatyhamhock"}
+    if PRESET_DATA.get(preset, {}).get("signature", {}).get("kind") == "public_key":
+        secret, keys = _sender_key(preset, tmp_path)
+        extra |= keys
+    s = await factories.small(ctx, provider=preset, secret=secret, handshake=json.loads(own) if own else None)
+    async with ctx.pool.acquire() as conn:
+        await rules.set_verify_token(conn, ctx.keyring, s.trigger["id"], extra["VERIFY_TOKEN"])
+    answer = await _run(script, {"PATH": "/usr/bin:/bin", "URL": f"{base}/hooks/{s.token}", "SECRET": secret,
+                                 **extra})
+    assert re.fullmatch(expected, answer), answer
+    assert await ctx.pool.fetchval("SELECT count(*) FROM webhook_delivery") == 0
+
+
+@pytest.mark.skipif(not shutil.which("curl"), reason="needs curl")
+@pytest.mark.parametrize(("reply", "expected", "script"), REPLY_EXAMPLES)
+async def test_documented_reply_answers_an_accepted_delivery(served: tuple[Context, str], reply: str, expected: str,
+                                                             script: str) -> None:
+    ctx, base = served
+    s = await factories.small(ctx, provider="twilio", reply=json.loads(reply))
+    answer = await _run(script, {"PATH": "/usr/bin:/bin", "URL": f"{base}/hooks/{s.token}"})
+    assert re.fullmatch(expected, answer), answer
+    assert await ctx.pool.fetchval("SELECT status FROM webhook_delivery") == "queued"

@@ -822,3 +822,25 @@ async def test_the_autopilot_page_shows_a_triggers_scheme_and_sources(client, ct
     page = (await client.get(f"/dashboard/autopilots/{small.autopilot['id']}")).text
     assert '"kind": "shared_secret"' in page and "<code>json:/type</code>" in page
     assert "the preset's dedupe key" in page
+
+
+async def test_the_autopilot_page_shows_a_triggers_handshake_with_a_masked_token_and_its_reply(client, ctx: Context,
+                                                                                                 small: Small):
+    from autopilot import rules
+
+    reply = {"status": 200, "content_type": "text/xml", "body": "<Response><Message>ok</Message></Response>"}
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("UPDATE autopilot_trigger SET provider = 'meta', reply = $2 WHERE id = $1",
+                           small.trigger["id"], reply)
+        await rules.set_verify_token(conn, ctx.keyring, small.trigger["id"], "meatyhamhock")
+    await log_in(client, small.world.api_key)
+    page = (await client.get(f"/dashboard/autopilots/{small.autopilot['id']}")).text
+    assert "<code>meta</code>" in page and "(the meta preset's)" in page and "verify token …hock" in page
+    assert "meatyhamhock" not in page
+    assert "<code>text/xml</code>" in page and "&lt;Response&gt;&lt;Message&gt;ok" in page  # escaped, never markup
+    async with ctx.pool.acquire() as conn:
+        echo = {"kind": "echo_query", "param": "challenge", "content_type": "text/plain"}
+        await conn.execute("UPDATE autopilot_trigger SET handshake = $2, reply = NULL WHERE id = $1",
+                           small.trigger["id"], echo)
+    page = (await client.get(f"/dashboard/autopilots/{small.autopilot['id']}")).text
+    assert "<code>echo_query</code> · parameter <code>challenge</code>" in page and "the JSON receipt" in page

@@ -61,10 +61,12 @@ def _codes_in(tree: ast.AST) -> set[str]:
 def answered_codes() -> set[str]:
     """Every error code a client of the HTTP edge can be answered with."""
     from gateway.admin.channels import _URL_CODES
+    from gateway.admin.triggers import FIELD_CODES
     from gateway.ingress.decision import REJECTED_TEXT
     from hookgate import egress
 
-    found = {egress.FORBIDDEN, egress.UNRESOLVABLE, *_URL_CODES.values(), *REJECTED_TEXT, "method_not_allowed"}
+    found = {egress.FORBIDDEN, egress.UNRESOLVABLE, *_URL_CODES.values(), *FIELD_CODES.values(), *REJECTED_TEXT,
+             "method_not_allowed"}
     for package in PACKAGES:
         for module in (ROOT / package).rglob("*.py"):
             found |= _codes_in(ast.parse(module.read_text()))

@@ -16,6 +16,7 @@ from hookgate.context import Context
 from tests import factories
 
 SIGNING_SECRET = "chaos-signing-secret-" + "s" * 20
+VERIFY_TOKEN = "a-meta-verify-token-" + "v" * 12
 
 
 @dataclass
@@ -63,6 +64,9 @@ async def build(ctx: Context, client: httpx.AsyncClient, name: str) -> Estate:
     put = await client.put(f"/v1/triggers/{hook['id']}/signing-secret", headers=auth, json={"secret": SIGNING_SECRET})
     assert put.status_code == 200, put.text
     secrets += [hook["token"], SIGNING_SECRET]
+    meta = await _post(client, f"/v1/autopilots/{ap['id']}/triggers", auth, {
+        "kind": "webhook", "provider": "meta", "handshake": {"kind": "meta", "verify_token": VERIFY_TOKEN}})
+    secrets += [meta["token"], VERIFY_TOKEN]
     ids |= {"autopilot_id": ap["id"], "trigger_id": hook["id"]}
     ids["delivery_id"], run_id = await _deliver(client, hook["token"])
     async with ctx.pool.acquire() as conn:

@@ -111,10 +111,22 @@ async def test_webhook_operation_documents_bodies_every_answer_and_each_preset_h
     op = doc["paths"]["/hooks/{token}"]["post"]
     assert op["security"] == [{}]  # the token in the path is the credential; no Authorization is read
     assert set(op["requestBody"]["content"]) == {"application/json", "application/x-www-form-urlencoded"}
-    assert set(op["responses"]) == {"200", "400", "401", "404", "413", "415", "429", "503"}
+    assert set(op["responses"]) == {"200", "201", "202", "204", "400", "401", "404", "409", "413", "415", "429", "503"}
     ok = {ref["$ref"].rsplit("/", 1)[1] for ref in op["responses"]["200"]["content"]["application/json"]["schema"]
           ["oneOf"]}
-    assert ok == {"Accepted", "Duplicate", "Skipped", "Ignored", "SlackChallenge"}
+    assert ok == {"Accepted", "Duplicate", "Skipped", "Ignored", "SlackChallenge", "ZoomValidation", "DiscordPong"}
+    assert set(op["responses"]["200"]["content"]) == {"application/json", "text/plain"}  # a trigger's own reply
+    get = doc["paths"]["/hooks/{token}"]["get"]  # the handshakes' GET
+    assert set(get["responses"]) == {"200", "400", "403", "404", "405", "409", "413", "429", "503"}
+    assert {"hub.mode", "hub.verify_token", "hub.challenge"} <= {p["name"] for p in get["parameters"]}
+    schemas = doc["components"]["schemas"]
+    assert {"handshake", "reply", "verify_token_hint"} <= set(schemas["TriggerOut"]["properties"])
+    assert {"handshake", "reply"} <= set(schemas["WebhookTriggerIn"]["properties"]) & set(
+        schemas["TriggerPatch"]["properties"])
+    kinds = {ref["$ref"].rsplit("/", 1)[1] for ref in schemas["WebhookTriggerIn"]["properties"]["handshake"]["anyOf"][0]
+             ["oneOf"]}
+    assert kinds == {"MetaHandshake", "EchoQueryHandshake", "ZoomHandshake", "DiscordPingHandshake", "SlackHandshake",
+                     "NoHandshake"}
     assert set(op["responses"]["429"]["headers"]) == set(op["responses"]["503"]["headers"]) == {"Retry-After"}
     headers = {p["name"]: p["description"] for p in op["parameters"] if p["in"] == "header"}
     for preset in PRESETS.values():
