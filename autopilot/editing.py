@@ -92,9 +92,9 @@ async def remove_collaborator(conn: Conn, autopilot: asyncpg.Record, member_id: 
 async def edit_webhook_trigger(
     conn: Conn, trigger_id: UUID, changes: dict[str, Any], publisher: Publisher
 ) -> tuple[asyncpg.Record, asyncpg.Record | None]:
-    """Edit enabled/provider/event filters/rate limit/signature scheme; a real change re-stamps and publishes."""
+    """Edit enabled/provider/filters/rate limit/signature scheme/sources; a real change re-stamps and publishes."""
     keys = ("enabled", "provider", "event_filters", "rate_limit_per_minute", "signature_scheme", "dedupe_key_source",
-            "event_source")
+            "event_source", "payload_filter")
     async with conn.transaction():
         current, merged = await _lock_and_merge(conn, trigger_id, changes, keys)
         if merged is None:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["MAX_DEPTH", "MAX_NODES", "Filter", "FilterError", "Verdict", "evaluate", "parse"]
+__all__ = ["MAX_DEPTH", "MAX_NODES", "Filter", "FilterError", "Verdict", "describe", "evaluate", "load", "parse"]
 
 MAX_DEPTH = 8
 """Nesting of ``and``/``or``/``not`` (a test at the root is depth 1)."""
@@ -37,6 +37,8 @@ MAX_CHILDREN = 32
 MAX_IN = 100
 MAX_TEXT = 500
 MAX_PATH = 200
+MAX_BYTES = 16_384
+"""The filter's JSON text (the database refuses four times as much)."""
 _SHOWN = 60
 """Characters of a value quoted in a verdict's words (a delivery's page, filter-test)."""
 
@@ -79,8 +81,22 @@ def parse(node: object) -> Filter:
     """Validate a filter and compile it; :class:`FilterError` names the first fault's position."""
     if not isinstance(node, dict):
         raise FilterError("", "a filter is a JSON object")
+    if len(json.dumps(node, ensure_ascii=False)) > MAX_BYTES:
+        raise FilterError("", f"a filter's JSON is at most {MAX_BYTES} characters")
     counter = [0]
     return Filter(node, _compile(node, "", 1, counter))
+
+
+def load(source: dict[str, Any]) -> Filter:
+    """A filter as stored; one that no longer validates (a lower limit since) matches nothing, and says why.
+
+    Failing closed: a trigger that asked for a subset of its deliveries never gets them all by surprise.
+    """
+    try:
+        return parse(source)
+    except FilterError as exc:
+        refusal = Verdict(False, exc.at, f"the saved filter is no longer valid ({exc})")
+        return Filter(source, lambda body: refusal)
 
 
 def evaluate(node: Filter, body: object) -> Verdict:

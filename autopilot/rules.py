@@ -100,7 +100,7 @@ async def create_webhook_trigger(
     conn: Conn, keyring: crypto.Keyring, *, autopilot: asyncpg.Record, publisher: Publisher,
     provider: str = "generic", event_filters: list[str] | None = None, rate_limit_per_minute: int = 60,
     signature_scheme: dict[str, object] | None = None, dedupe_key_source: str | None = None,
-    event_source: str | None = None,
+    event_source: str | None = None, payload_filter: dict[str, object] | None = None,
 ) -> tuple[asyncpg.Record, str]:
     """Create a webhook trigger with a fresh ``awt_`` token; returns ``(trigger, token)``."""
     token = crypto.new_token(WEBHOOK_TOKEN_PREFIX)
@@ -110,7 +110,7 @@ async def create_webhook_trigger(
             Q.trigger_insert_webhook, autopilot["workspace_id"], autopilot["id"], token_digest,
             keyring.encrypt(token, token_context(token_digest)), crypto.hint(token), provider,
             event_filters or [], rate_limit_per_minute, publisher.type, publisher.id, signature_scheme,
-            dedupe_key_source, event_source,
+            dedupe_key_source, event_source, payload_filter,
         ))
         await publish(conn, autopilot["id"], "trigger_create", publisher, {"trigger_id": str(row["id"])})
     return row, token

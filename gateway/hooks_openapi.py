@@ -51,7 +51,7 @@ class Ignored(BaseModel):
 
     status: Literal["ignored"]
     delivery_id: UUID
-    reason: Literal["trigger_disabled", "autopilot_paused", "autopilot_archived", "event_filtered"]
+    reason: Literal["trigger_disabled", "autopilot_paused", "autopilot_archived", "event_filtered", "payload_filter"]
 
 
 class SlackChallenge(BaseModel):

@@ -1,4 +1,4 @@
-"""Triggers: webhook (secret per-trigger URL, provider preset, filters, rate limit) and schedule (cron).
+"""Triggers: webhook (secret per-trigger URL, provider preset, event and payload filters, rate limit) and schedule.
 
 Only writers of the autopilot see a webhook trigger's token and URL; everyone else gets the trigger
 without them. Rotation replaces the token's digest, so the old URL answers 404 on every gateway process
@@ -22,6 +22,7 @@ from gateway import providers, schemes
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints, patch_fields
 from gateway.admin.pagination import Page, PageQuery
+from gateway.admin.payload_filters import PayloadFilter
 from gateway.errors import ApiError
 from hookgate import notify
 from hookgate.database import Conn
@@ -70,6 +71,7 @@ class WebhookTriggerIn(BaseModel):
     """How the sender is checked (docs/PROVIDERS.md, "Custom"); required for `custom`, else the preset's own."""
     dedupe_key_source: Source | None = None
     event_source: Source | None = None
+    payload_filter: PayloadFilter | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -106,6 +108,8 @@ class TriggerPatch(BaseModel):
     """A new scheme; `null` puts a preset trigger back on its preset's own check."""
     dedupe_key_source: Source | None = None
     event_source: Source | None = None
+    payload_filter: PayloadFilter | None = None
+    """A new filter; `null` admits every body again."""
 
     @model_validator(mode="before")
     @classmethod
@@ -125,6 +129,7 @@ class TriggerOut(BaseModel):
     dedupe_key_source: str | None = None
     event_source: str | None = None
     event_filters: list[str] | None = None
+    payload_filter: dict[str, Any] | None = None
     rate_limit_per_minute: int | None = None
     token_hint: str | None = None
     signing_secret_hint: str | None = None
@@ -251,7 +256,7 @@ async def create_trigger(call: Call) -> dict[str, Any]:
             call.conn, call.ctx.keyring, autopilot=autopilot, publisher=publisher, provider=spec.provider,
             event_filters=spec.event_filters, rate_limit_per_minute=spec.rate_limit_per_minute,
             signature_scheme=_scheme_needed(spec.provider, spec.signature), dedupe_key_source=spec.dedupe_key_source,
-            event_source=spec.event_source)
+            event_source=spec.event_source, payload_filter=spec.payload_filter)
         return trigger_out(call, row, True, token)
     schedule = _schedule(spec.cron, spec.timezone)
     async with call.conn.transaction():
@@ -285,7 +290,7 @@ async def edit_trigger(call: Call) -> dict[str, Any]:
     """Writers only. A real change publishes a version and makes the editor this trigger's publisher."""
     body: TriggerPatch = call.body  # every field has a value or is left out: null is 422
     row, _ = await _writable_trigger(call)
-    changes = patch_fields(body, nullable=("signature", "dedupe_key_source", "event_source"))
+    changes = patch_fields(body, nullable=("signature", "dedupe_key_source", "event_source", "payload_filter"))
     if "signature" in changes:  # the model, not its dump: a scheme's defaults were not "sent" but are stored
         del changes["signature"]
         changes["signature_scheme"] = body.signature
@@ -297,7 +302,7 @@ async def edit_trigger(call: Call) -> dict[str, Any]:
         updated, _ = await editing.edit_webhook_trigger(call.conn, row["id"], changes, publisher)
         return trigger_out(call, updated, True)
     _refuse(changes, ("provider", "event_filters", "rate_limit_per_minute", "signature_scheme", "dedupe_key_source",
-                      "event_source"), "schedule")
+                      "event_source", "payload_filter"), "schedule")
     next_fire_at = None
     # A new cron or zone, or re-enabling, plans the next occurrence from now (never a stale one).
     if "cron" in changes or "timezone" in changes or (changes.get("enabled") and not row["enabled"]):

@@ -2,11 +2,11 @@
 -- A webhook trigger. $1 = workspace, $2 = autopilot, $3 = token digest, $4 = token ciphertext,
 -- $5 = token hint, $6 = provider preset, $7 = event filters (jsonb array), $8 = rate limit per minute,
 -- $9 = publisher type, $10 = publisher member, $11 = signature scheme (jsonb object), $12 = dedupe key source,
--- $13 = event source (each null: the preset's).
+-- $13 = event source (each null: the preset's), $14 = payload filter (jsonb object, null: every body).
 INSERT INTO autopilot_trigger (workspace_id, autopilot_id, kind, token_digest, token_ct, token_hint, provider,
                                event_filters, rate_limit_per_minute, published_by_type, published_by_id,
-                               signature_scheme, dedupe_key_source, event_source)
-VALUES ($1, $2, 'webhook', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                               signature_scheme, dedupe_key_source, event_source, payload_filter)
+VALUES ($1, $2, 'webhook', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 RETURNING *;
 
 -- name: trigger_insert_schedule
@@ -204,10 +204,11 @@ SELECT id FROM autopilot_trigger WHERE id = ANY ($1::uuid[]) AND deleted_at IS N
 -- name: trigger_update_webhook
 -- Edit webhook trigger $1 and re-stamp its publisher. $2 = enabled, $3 = provider, $4 = event filters,
 -- $5 = rate limit per minute, $6 = signature scheme, $7 = dedupe key source, $8 = event source (each null:
--- the preset's), $9 = publisher type, $10 = publisher member.
+-- the preset's), $9 = payload filter (null: every body), $10 = publisher type, $11 = publisher member.
 UPDATE autopilot_trigger
 SET enabled = $2, provider = $3, event_filters = $4, rate_limit_per_minute = $5, signature_scheme = $6,
-    dedupe_key_source = $7, event_source = $8, published_by_type = $9, published_by_id = $10, updated_at = now()
+    dedupe_key_source = $7, event_source = $8, payload_filter = $9, published_by_type = $10, published_by_id = $11,
+    updated_at = now()
 WHERE id = $1 AND kind = 'webhook' AND deleted_at IS NULL
 RETURNING *;
 
