@@ -27,12 +27,16 @@ api = Endpoints("Triggers")
 _EXAMPLE = {"and": [{"path": "/action", "eq": "opened"}, {"path": "/pull_request/draft", "eq": False}]}
 
 
+ERROR_TYPE = "payload_filter"
+"""The ``type`` of a refused filter among a 422's ``detail`` entries (the code is ``invalid_request``)."""
+
+
 def _valid(node: dict[str, Any]) -> dict[str, Any]:
     """Refuse a filter that does not parse, naming the position of its fault."""
     try:
         pf.parse(node)
     except pf.FilterError as exc:
-        raise PydanticCustomError("payload_filter", "at {at}: {why}", {"at": exc.at or "/", "why": exc.why}) from None
+        raise PydanticCustomError(ERROR_TYPE, "at {at}: {why}", {"at": exc.at or "/", "why": exc.why}) from None
     return node
 
 
