@@ -66,15 +66,27 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class _Node:
+    """A compiled node: ``holds`` is the fast test every request takes; ``explain`` says why, for one verdict."""
+
+    holds: Callable[[object], bool]
+    explain: Callable[[object], Verdict]
+
+
+@dataclass(frozen=True)
 class Filter:
     """A validated filter, ready to evaluate; ``source`` is the JSON it was parsed from."""
 
     source: dict[str, Any]
-    _run: Callable[[object], Verdict]
+    _root: _Node
+
+    def matches(self, body: object) -> bool:
+        """Whether a parsed body (a JSON value or the text of a text body) matches; no words are made."""
+        return self._root.holds(body)
 
     def __call__(self, body: object) -> Verdict:
-        """The verdict on a parsed body (a JSON value or the text of a text body); never raises."""
-        return self._run(body)
+        """The verdict on a parsed body, with the deciding node in words; never raises."""
+        return self._root.explain(body)
 
 
 def parse(node: object) -> Filter:
@@ -96,7 +108,7 @@ def load(source: dict[str, Any]) -> Filter:
         return parse(source)
     except FilterError as exc:
         refusal = Verdict(False, exc.at, f"the saved filter is no longer valid ({exc})")
-        return Filter(source, lambda body: refusal)
+        return Filter(source, _Node(lambda body: False, lambda body: refusal))
 
 
 def evaluate(node: Filter, body: object) -> Verdict:
@@ -112,7 +124,7 @@ def describe(verdict: Verdict) -> str:
 
 # -- compiling ----------------------------------------------------------------------------------------
 
-def _compile(node: object, at: str, depth: int, counter: list[int]) -> Callable[[object], Verdict]:
+def _compile(node: object, at: str, depth: int, counter: list[int]) -> _Node:
     if not isinstance(node, dict):
         raise FilterError(at, "a node is a JSON object: a test with \"path\", or \"and\", \"or\" or \"not\"")
     counter[0] += 1
@@ -126,8 +138,7 @@ def _compile(node: object, at: str, depth: int, counter: list[int]) -> Callable[
     return _test(node, at)
 
 
-def _combinator(node: dict[str, Any], keys: list[str], at: str, depth: int,
-                counter: list[int]) -> Callable[[object], Verdict]:
+def _combinator(node: dict[str, Any], keys: list[str], at: str, depth: int, counter: list[int]) -> _Node:
     if len(node) != 1:
         extra = next(k for k in node if k != keys[0])
         raise FilterError(f"{at}/{_escape(extra)}", f"\"{keys[0]}\" stands alone in its node")
@@ -135,7 +146,7 @@ def _combinator(node: dict[str, Any], keys: list[str], at: str, depth: int,
     here = f"{at}/{key}"
     if key == "not":
         inner = _compile(node["not"], here, depth + 1, counter)
-        return lambda body: _negate(inner(body))
+        return _Node(lambda body: not inner.holds(body), lambda body: _negate(inner.explain(body)))
     children = node[key]
     if not isinstance(children, list) or not 1 <= len(children) <= MAX_CHILDREN:
         raise FilterError(here, f"\"{key}\" takes a list of 1 to {MAX_CHILDREN} nodes")
@@ -147,27 +158,29 @@ def _negate(inner: Verdict) -> Verdict:
     return Verdict(not inner.matches, inner.node, inner.reason)
 
 
-def _all(parts: Sequence[Callable[[object], Verdict]], at: str) -> Callable[[object], Verdict]:
-    def run(body: object) -> Verdict:
+def _all(parts: Sequence[_Node], at: str) -> _Node:
+    tests = [part.holds for part in parts]
+
+    def explain(body: object) -> Verdict:
         for part in parts:
-            verdict = part(body)
-            if not verdict.matches:
-                return verdict
+            if not part.holds(body):
+                return part.explain(body)
         return Verdict(True, at, f"all {len(parts)} conditions of {at} hold")
-    return run
+    return _Node(lambda body: all(test(body) for test in tests), explain)
 
 
-def _any(parts: Sequence[Callable[[object], Verdict]], at: str) -> Callable[[object], Verdict]:
-    def run(body: object) -> Verdict:
+def _any(parts: Sequence[_Node], at: str) -> _Node:
+    tests = [part.holds for part in parts]
+
+    def explain(body: object) -> Verdict:
         for part in parts:
-            verdict = part(body)
-            if verdict.matches:
-                return verdict
+            if part.holds(body):
+                return part.explain(body)
         return Verdict(False, at, f"none of the {len(parts)} conditions of {at} holds")
-    return run
+    return _Node(lambda body: any(test(body) for test in tests), explain)
 
 
-def _test(node: dict[str, Any], at: str) -> Callable[[object], Verdict]:
+def _test(node: dict[str, Any], at: str) -> _Node:
     unknown = [k for k in node if k != "path" and k not in OPS]
     if unknown:
         raise FilterError(f"{at}/{_escape(unknown[0])}", f"unknown key; use path with one of {', '.join(OPS)}, "
@@ -181,15 +194,14 @@ def _test(node: dict[str, Any], at: str) -> Callable[[object], Verdict]:
         raise FilterError(at, "a test has \"path\" and exactly one operator: " + ", ".join(OPS))
     op: Op = ops[0]
     value = _operand(op, node[op], f"{at}/{op}")
-    steps = [token.replace("~1", "/").replace("~0", "~") for token in path.split("/")[1:]]
-    check = _CHECKS[op]
-    here = at
+    steps = tuple(token.replace("~1", "/").replace("~0", "~") for token in path.split("/")[1:])
+    test, words = _TESTS[op], _WORDS[op]
 
-    def run(body: object) -> Verdict:
+    def explain(body: object) -> Verdict:
         found = _resolve(body, steps)
-        ok, words = check(found, value)
-        return Verdict(ok, here, f"{path or 'the body'} {_shown(found)}, {words}")
-    return run
+        ok = test(found, value)
+        return Verdict(ok, at, f"{path or 'the body'} {_shown(found)}, {words(ok, found, value)}")
+    return _Node(lambda body: test(_resolve(body, steps), value), explain)
 
 
 def _operand(op: Op, value: object, at: str) -> object:
@@ -282,43 +294,42 @@ def _json(value: object) -> str:
     return text if len(text) <= _SHOWN else text[:_SHOWN] + "…"
 
 
-def _eq(found: object, value: object) -> tuple[bool, str]:
-    ok = _same(found, value)
-    return ok, f"{'' if ok else 'not '}equal to {_json(value)}"
-
-
-def _ne(found: object, value: object) -> tuple[bool, str]:
-    same = _same(found, value)
-    return not same, f"{'' if same else 'not '}equal to {_json(value)}"
-
-
-def _in(found: object, value: object) -> tuple[bool, str]:
-    ok = any(_same(found, item) for item in value)  # type: ignore[attr-defined]
-    return ok, f"{'' if ok else 'not '}one of {_json(list(value))}"  # type: ignore[call-overload]
-
-
-def _prefix(found: object, value: object) -> tuple[bool, str]:
-    ok = isinstance(found, str) and found.startswith(value)  # type: ignore[arg-type]
-    return ok, f"which {'starts' if ok else 'does not start'} with {_json(value)}"
-
-
-def _exists(found: object, value: object) -> tuple[bool, str]:
-    present = found is not _ABSENT
-    return present == value, f"and the filter wants it {'present' if value else 'absent'}"
-
-
-def _compare(name: str, test: Callable[[Any, Any], bool]) -> Callable[[object, object], tuple[bool, str]]:
-    def check(found: object, value: object) -> tuple[bool, str]:
+def _compare(test: Callable[[Any, Any], bool]) -> Callable[[object, object], bool]:
+    def check(found: object, value: object) -> bool:
         number = _number(found)
-        if number is None:
-            return False, f"not a number to compare {name} {_json(value)}"
-        ok = test(number, value)
-        return ok, f"{'' if ok else 'not '}{name} {_json(value)}"
+        return number is not None and test(number, value)
     return check
 
 
-_CHECKS: dict[str, Callable[[object, object], tuple[bool, str]]] = {
-    "eq": _eq, "ne": _ne, "in": _in, "prefix": _prefix, "exists": _exists,
-    "gt": _compare("greater than", lambda a, b: a > b), "gte": _compare("at least", lambda a, b: a >= b),
-    "lt": _compare("less than", lambda a, b: a < b), "lte": _compare("at most", lambda a, b: a <= b),
+_TESTS: dict[str, Callable[[object, object], bool]] = {
+    "eq": _same, "ne": lambda found, value: not _same(found, value),
+    "in": lambda found, value: any(_same(found, item) for item in value),  # type: ignore[attr-defined]
+    "prefix": lambda found, value: isinstance(found, str) and found.startswith(value),  # type: ignore[arg-type]
+    "exists": lambda found, value: (found is not _ABSENT) == value,
+    "gt": _compare(lambda a, b: a > b), "gte": _compare(lambda a, b: a >= b),
+    "lt": _compare(lambda a, b: a < b), "lte": _compare(lambda a, b: a <= b),
 }
+"""Each operator's test of the value found (``_ABSENT`` if none) against the filter's value."""
+
+
+def _equal_words(ok: bool, found: object, value: object) -> str:
+    return f"{'' if _same(found, value) else 'not '}equal to {_json(value)}"
+
+
+def _number_words(name: str) -> Callable[[bool, object, object], str]:
+    def words(ok: bool, found: object, value: object) -> str:
+        if _number(found) is None:
+            return f"not a number to compare {name} {_json(value)}"
+        return f"{'' if ok else 'not '}{name} {_json(value)}"
+    return words
+
+
+_WORDS: dict[str, Callable[[bool, object, object], str]] = {
+    "eq": _equal_words, "ne": _equal_words,
+    "in": lambda ok, found, value: f"{'' if ok else 'not '}one of {_json(list(value))}",  # type: ignore[call-overload]
+    "prefix": lambda ok, found, value: f"which {'starts' if ok else 'does not start'} with {_json(value)}",
+    "exists": lambda ok, found, value: f"and the filter wants it {'present' if value else 'absent'}",
+    "gt": _number_words("greater than"), "gte": _number_words("at least"),
+    "lt": _number_words("less than"), "lte": _number_words("at most"),
+}
+"""Each operator's words for what it found, once a verdict is asked for."""

@@ -47,7 +47,7 @@ class Skipped(BaseModel):
 
 
 class Ignored(BaseModel):
-    """Stored, no run: the trigger is disabled, the autopilot paused or archived, or the event filtered out."""
+    """Stored, no run: the trigger is disabled, the autopilot paused or archived, the event or the body filtered out."""
 
     status: Literal["ignored"]
     delivery_id: UUID
