@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -159,25 +159,37 @@ def _negate(inner: Verdict) -> Verdict:
 
 
 def _all(parts: Sequence[_Node], at: str) -> _Node:
-    tests = [part.holds for part in parts]
+    tests = tuple(part.holds for part in parts)
+
+    def holds(body: object) -> bool:
+        for test in tests:
+            if not test(body):
+                return False
+        return True
 
     def explain(body: object) -> Verdict:
         for part in parts:
             if not part.holds(body):
                 return part.explain(body)
         return Verdict(True, at, f"all {len(parts)} conditions of {at} hold")
-    return _Node(lambda body: all(test(body) for test in tests), explain)
+    return _Node(holds, explain)
 
 
 def _any(parts: Sequence[_Node], at: str) -> _Node:
-    tests = [part.holds for part in parts]
+    tests = tuple(part.holds for part in parts)
+
+    def holds(body: object) -> bool:
+        for test in tests:
+            if test(body):
+                return True
+        return False
 
     def explain(body: object) -> Verdict:
         for part in parts:
             if part.holds(body):
                 return part.explain(body)
         return Verdict(False, at, f"none of the {len(parts)} conditions of {at} holds")
-    return _Node(lambda body: any(test(body) for test in tests), explain)
+    return _Node(holds, explain)
 
 
 def _test(node: dict[str, Any], at: str) -> _Node:
@@ -194,14 +206,16 @@ def _test(node: dict[str, Any], at: str) -> _Node:
         raise FilterError(at, "a test has \"path\" and exactly one operator: " + ", ".join(OPS))
     op: Op = ops[0]
     value = _operand(op, node[op], f"{at}/{op}")
+    # Equality tests compare keys made once here (``in``: a set), not the filter's values per request.
+    operand = frozenset(map(_key, value)) if op == "in" else _key(value) if op in ("eq", "ne") else value  # type: ignore[call-overload]
     steps = tuple(token.replace("~1", "/").replace("~0", "~") for token in path.split("/")[1:])
     test, words = _TESTS[op], _WORDS[op]
 
     def explain(body: object) -> Verdict:
         found = _resolve(body, steps)
-        ok = test(found, value)
+        ok = test(found, operand)
         return Verdict(ok, at, f"{path or 'the body'} {_shown(found)}, {words(ok, found, value)}")
-    return _Node(lambda body: test(_resolve(body, steps), value), explain)
+    return _Node(lambda body: test(_resolve(body, steps), operand), explain)
 
 
 def _operand(op: Op, value: object, at: str) -> object:
@@ -244,19 +258,33 @@ def _escape(key: str) -> str:
 # -- evaluating ---------------------------------------------------------------------------------------
 
 def _resolve(body: object, steps: Sequence[str]) -> object:
-    """The value at a pointer, or ``_ABSENT``; array indexes are decimal without leading zeros (RFC 6901)."""
+    """The value at a pointer, or ``_ABSENT``; array indexes are decimal without leading zeros (RFC 6901).
+
+    Parsed bodies hold exact ``dict`` and ``list`` objects, so a type check is enough (and cheaper than
+    ``isinstance`` against ABCs, on every request).
+    """
     node = body
     for key in steps:
-        if isinstance(node, Mapping):
-            if key not in node:
+        kind = type(node)
+        if kind is dict:
+            node = node.get(key, _ABSENT)  # type: ignore[attr-defined]
+            if node is _ABSENT:
                 return _ABSENT
-            node = node[key]
-        elif isinstance(node, list) and key.isdigit() and key.isascii() and (key == "0" or key[0] != "0") \
-                and len(key) < 10 and int(key) < len(node):
-            node = node[int(key)]
+        elif kind is list and key.isdigit() and key.isascii() and (key == "0" or key[0] != "0") \
+                and len(key) < 10 and int(key) < len(node):  # type: ignore[arg-type]
+            node = node[int(key)]  # type: ignore[index]
         else:
             return _ABSENT
     return node
+
+
+_KINDS: dict[type, str] = {str: "s", bool: "b", int: "n", float: "n", type(None): "z"}
+
+
+def _key(value: object) -> tuple[str, object] | None:
+    """A scalar as JSON compares it: numbers by value (``1`` is ``1.0``), the rest by type; None otherwise."""
+    kind = _KINDS.get(type(value))
+    return None if kind is None else (kind, value)
 
 
 def _is_number(value: object) -> bool:
@@ -302,14 +330,15 @@ def _compare(test: Callable[[Any, Any], bool]) -> Callable[[object, object], boo
 
 
 _TESTS: dict[str, Callable[[object, object], bool]] = {
-    "eq": _same, "ne": lambda found, value: not _same(found, value),
-    "in": lambda found, value: any(_same(found, item) for item in value),  # type: ignore[attr-defined]
+    "eq": lambda found, key: _key(found) == key, "ne": lambda found, key: _key(found) != key,
+    "in": lambda found, keys: _key(found) in keys,  # type: ignore[operator]
     "prefix": lambda found, value: isinstance(found, str) and found.startswith(value),  # type: ignore[arg-type]
     "exists": lambda found, value: (found is not _ABSENT) == value,
     "gt": _compare(lambda a, b: a > b), "gte": _compare(lambda a, b: a >= b),
     "lt": _compare(lambda a, b: a < b), "lte": _compare(lambda a, b: a <= b),
 }
-"""Each operator's test of the value found (``_ABSENT`` if none) against the filter's value."""
+"""Each operator's test of the value found (``_ABSENT`` if none) against the filter's value (its key for
+``eq``/``ne``, the set of keys for ``in``)."""
 
 
 def _equal_words(ok: bool, found: object, value: object) -> str:
