@@ -34,16 +34,22 @@ MAX_DEPTH = 8
 MAX_NODES = 64
 """Nodes in one filter, tests and combinators together."""
 MAX_CHILDREN = 32
+"""Nodes in one ``and`` or ``or``."""
 MAX_IN = 100
+"""Values in one ``in``."""
 MAX_TEXT = 500
+"""Characters of a string value."""
 MAX_PATH = 200
+"""Characters of a path."""
 MAX_BYTES = 16_384
 """The filter's JSON text (the database refuses four times as much)."""
 _SHOWN = 60
 """Characters of a value quoted in a verdict's words (a delivery's page, filter-test)."""
 
 Op = Literal["eq", "ne", "in", "prefix", "exists", "gt", "gte", "lt", "lte"]
+"""A test's operator."""
 OPS: tuple[Op, ...] = ("eq", "ne", "in", "prefix", "exists", "gt", "gte", "lt", "lte")
+"""Every operator, in the order the docs list them."""
 _NUMERAL = re.compile(r"\s*-?[0-9]{1,60}(\.[0-9]{1,60})?([eE][+-]?[0-9]{1,4})?\s*")
 _ABSENT = object()
 
