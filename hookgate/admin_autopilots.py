@@ -277,8 +277,8 @@ def _triggers(sub: Any) -> None:
                    "base64 DER or PEM; @FILE reads it from a file)")
     p.add_argument("--grace", type=int, default=0, help="seconds the previous secret still verifies")
     p.add_argument("--remove", action="store_true", help="remove the secret (bearer-only mode)")
-    p = verb(triggers, "update", triggers_update, "change a trigger: a webhook's provider, event filters and rate "
-             "limit, a schedule's cron, time zone and overlap policy", "edit_trigger")
+    p = verb(triggers, "update", triggers_update, "change a trigger: a webhook's provider, event and payload "
+             "filters, rate limit, a schedule's cron, time zone and overlap policy", "edit_trigger")
     p.add_argument("trigger", type=trigger_id)
     p.add_argument("--provider", choices=PROVIDERS, help="webhook preset (webhook)")
     events = p.add_mutually_exclusive_group()
