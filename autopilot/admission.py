@@ -1,7 +1,7 @@
 """The admission gate (ARCHITECTURE §6) and ingress step 9: is a delivery taken, may its run proceed; admit it.
 
 The one vocabulary: :data:`REASONS` holds every code and text of an ignored delivery (step 9,
-:func:`ignore_reason`) and of a skipped run (the gate, :func:`evaluate`). Ingress, replays, the delivery
+:func:`why_ignored`) and of a skipped run (the gate, :func:`evaluate`). Ingress, replays, the delivery
 worker's crash window and the scheduler all decide with these functions over :class:`Facts`, and all but
 ingress (whose run is written by its own batched statement) admit with :func:`admit_many`.
 
@@ -9,6 +9,8 @@ Event filters: the trigger's ``event_filters`` is a JSON array of event names or
 patterns (``*`` any run of characters, dots included; ``?`` one character; ``[abc]`` a set), matched
 case-insensitively against the whole normalised event name (``github.pull_request.*``,
 ``stripe.invoice.*``). An empty array lets every event through; non-string entries are ignored.
+Payload filters: the trigger's ``payload_filter`` (:mod:`autopilot.payload_filter`) is checked after the
+event filters, over the envelope's payload; a delivery it refuses stores the deciding node in words.
 
 A run that cannot proceed is still a run: it is inserted as ``skipped`` with a ``reason_code``, never
 silently dropped. Admission is idempotent by the database: one run per delivery, one per
@@ -29,6 +31,7 @@ from uuid import UUID
 
 import asyncpg
 
+from autopilot import payload_filter as pf
 from hookgate.database import Conn
 from hookgate.errors import HookgateError
 from sql import Q
@@ -40,6 +43,7 @@ REASONS = {
     "autopilot_paused": "the autopilot is paused",
     "autopilot_archived": "the autopilot is archived",
     "event_filtered": "the event does not match the trigger's event filters",
+    "payload_filter": "the body does not match the trigger's payload filter",
     # The gate: the run is skipped.
     "assignee_missing": "the assignee (agent or squad leader) does not exist",
     "agent_archived": "the assigned agent is archived",
@@ -67,6 +71,8 @@ class Facts:
     trigger_deleted: bool | None
     event_filters: tuple[str, ...]
     """The trigger's filters; non-string entries (and a non-array value) are ignored."""
+    payload_filter: pf.Filter | None
+    """The trigger's payload filter, compiled (None: every body)."""
     rule_version_id: UUID | None
     agent_id: UUID | None
     agent_archived: bool | None
@@ -84,6 +90,8 @@ class Facts:
         filters = row["event_filters"]
         values = {name: row[name] for name in _FACT_COLUMNS}
         values["event_filters"] = tuple(f for f in filters if isinstance(f, str)) if isinstance(filters, list) else ()
+        source = row["payload_filter"]
+        values["payload_filter"] = None if source is None else pf.load(source)
         return cls(**values)
 
 
@@ -142,19 +150,36 @@ def event_allowed(filters: Sequence[str], event: str) -> bool:
     return not filters or any(fnmatch.fnmatchcase(name, f.lower()) for f in filters)
 
 
-def ignore_reason(facts: Facts, event: str) -> str | None:
-    """Step 9: why a delivery of ``event`` is not taken, or None.
+@dataclass(frozen=True)
+class Ignored:
+    """Why step 9 does not take a delivery: its reason code and the text stored with it."""
 
-    A deleted or disabled trigger, a paused or archived autopilot, an event its filters leave out.
+    code: str
+    reason: str
+
+    @classmethod
+    def of(cls, code: str) -> Ignored:
+        """A reason with its usual text."""
+        return cls(code, REASONS[code])
+
+
+def why_ignored(facts: Facts, event: str, payload: object) -> Ignored | None:
+    """Step 9: why a delivery of ``event`` with ``payload`` (the envelope's) is not taken, or None.
+
+    A deleted or disabled trigger, a paused or archived autopilot, an event its event filters leave out,
+    a body its payload filter refuses (the reason then names the deciding node in words).
     """
     if facts.trigger_id is None or facts.trigger_deleted:
-        return "trigger_deleted"
+        return Ignored.of("trigger_deleted")
     if not facts.trigger_enabled:
-        return "trigger_disabled"
+        return Ignored.of("trigger_disabled")
     if facts.autopilot_status in ("paused", "archived"):
-        return f"autopilot_{facts.autopilot_status}"
+        return Ignored.of(f"autopilot_{facts.autopilot_status}")
     if not event_allowed(facts.event_filters, event):
-        return "event_filtered"
+        return Ignored.of("event_filtered")
+    if facts.payload_filter is not None and not facts.payload_filter.matches(payload):
+        # The words are made for a refused body only: an accepted one pays for the tests alone.
+        return Ignored("payload_filter", pf.describe(pf.evaluate(facts.payload_filter, payload)))
     return None
 
 

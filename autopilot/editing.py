@@ -94,12 +94,12 @@ async def edit_webhook_trigger(
     conn: Conn, trigger_id: UUID, changes: dict[str, Any], publisher: Publisher, *,
     verify_token: VerifyTokenChange | None = None,
 ) -> tuple[asyncpg.Record, asyncpg.Record | None]:
-    """Edit enabled/provider/event filters/rate limit/scheme/sources/handshake/reply, and maybe the verify token.
+    """Edit a webhook trigger's fields (scheme, sources, handshake, reply, filters, …), and maybe the verify token.
 
     A real change re-stamps and publishes (a new verify token always is one).
     """
     keys = ("enabled", "provider", "event_filters", "rate_limit_per_minute", "signature_scheme", "dedupe_key_source",
-            "event_source", "handshake", "reply")
+            "event_source", "handshake", "reply", "payload_filter")
     async with conn.transaction():
         current, merged = await _lock_and_merge(conn, trigger_id, changes, keys)
         if merged is None and verify_token is None:

@@ -74,12 +74,13 @@ async def replay_many(conn: Conn, rows: Sequence[asyncpg.Record], *, heartbeat_t
     async with conn.transaction():
         await _hold_triggers(conn, {o.trigger_id for o in originals})
         facts = await _facts(conn, originals, heartbeat_timeout_s)
-        codes = [admission.ignore_reason(f, o.event) for o, f in zip(originals, facts, strict=True)]
-        copies = await _insert_copies(conn, originals, codes)
-        taken = [(c, f) for c, f, code in zip(copies, facts, codes, strict=True) if code is None]
+        why = [admission.why_ignored(f, o.event, (o.envelope or {}).get("payload"))
+               for o, f in zip(originals, facts, strict=True)]
+        copies = await _insert_copies(conn, originals, why)
+        taken = [(c, f) for c, f, ignored in zip(copies, facts, why, strict=True) if ignored is None]
         admitted = await _admit(conn, taken, heartbeat_timeout_s)
-    return [admitted.get(copy.id) or Replay(copy.id, "ignored", None, code)
-            for copy, code in zip(copies, codes, strict=True)]
+    return [admitted.get(copy.id) or Replay(copy.id, "ignored", None, ignored.code if ignored else None)
+            for copy, ignored in zip(copies, why, strict=True)]
 
 
 async def _hold_triggers(conn: Conn, trigger_ids: set[UUID]) -> None:
@@ -97,11 +98,13 @@ async def _facts(conn: Conn, originals: Sequence[Delivery], heartbeat_timeout_s:
     return [admission.require_autopilot(found[o.autopilot_id, o.trigger_id], o.autopilot_id) for o in originals]
 
 
-async def _insert_copies(conn: Conn, originals: Sequence[Delivery], codes: Sequence[str | None]) -> list[Delivery]:
+async def _insert_copies(conn: Conn, originals: Sequence[Delivery],
+                         why: Sequence[admission.Ignored | None]) -> list[Delivery]:
     """The copies (``queued``, or ``ignored`` with the reason), in the originals' order."""
+    codes = [ignored.code if ignored else None for ignored in why]
     rows = await conn.fetch(Q.delivery_insert_replays, [o.id for o in originals],
-                            ["ignored" if code else "queued" for code in codes], list(codes),
-                            [admission.REASONS.get(code) if code else None for code in codes])
+                            ["ignored" if code else "queued" for code in codes], codes,
+                            [ignored.reason if ignored else None for ignored in why])
     made = {row["replayed_from_delivery_id"]: row["id"] for row in rows}
     return [replace(o, id=made[o.id], run_id=None, status="ignored" if code else "queued", lease_token=None,
                     dispatch_attempts=0)

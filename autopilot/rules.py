@@ -107,6 +107,7 @@ async def create_webhook_trigger(
     signature_scheme: dict[str, object] | None = None, dedupe_key_source: str | None = None,
     event_source: str | None = None, handshake: dict[str, object] | None = None,
     reply: dict[str, object] | None = None, verify_token: str | None = None,
+    payload_filter: dict[str, object] | None = None,
 ) -> tuple[asyncpg.Record, str]:
     """Create a webhook trigger with a fresh ``awt_`` token; returns ``(trigger, token)``.
 
@@ -119,7 +120,7 @@ async def create_webhook_trigger(
             Q.trigger_insert_webhook, autopilot["workspace_id"], autopilot["id"], token_digest,
             keyring.encrypt(token, token_context(token_digest)), crypto.hint(token), provider,
             event_filters or [], rate_limit_per_minute, publisher.type, publisher.id, signature_scheme,
-            dedupe_key_source, event_source, handshake, reply,
+            dedupe_key_source, event_source, handshake, reply, payload_filter,
         ))
         if verify_token is not None:
             row = await set_verify_token(conn, keyring, row["id"], verify_token)

@@ -18,6 +18,8 @@ answer is JSON. ``--only runtime`` skips the admin API (a run of about two minut
 
 First, ``--hostile-ingress N`` requests (default 3,000) go to ``POST /hooks/{token}`` of triggers of every
 signature scheme family and every data preset (``bench/fuzz_ingress.py``); ``--only ingress`` runs that alone.
+Then ``--hostile-filters N`` requests (default 1,000) carry hostile payload filters to trigger create, edit and
+filter-test (``bench/fuzz_filters.py``); ``--only filters`` runs that alone.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.fuzz_filters import hostile_filters  # noqa: E402
 from bench.fuzz_ingress import hostile_ingress, make_triggers  # noqa: E402
 from tests.chaos import world  # noqa: E402
 from tests.chaos.cluster import Cluster  # noqa: E402
@@ -189,6 +192,19 @@ def _ingress(base: str, key: str, n: int, seed: int) -> int:
     return found.requests
 
 
+def _filters(base: str, key: str, n: int, seed: int) -> int:
+    """The hostile payload-filter phase (bench/fuzz_filters.py); the number of requests sent."""
+    with httpx.Client(base_url=base, headers={"authorization": f"Bearer {key}"}, timeout=30) as client:
+        autopilot = client.get("/v1/autopilots").json()["items"][0]["id"]
+    started = time.monotonic()
+    found = hostile_filters(base, key, autopilot, n, seed)
+    print(f"hostile filters: {found.requests} requests in {time.monotonic() - started:.0f} s, "
+          f"statuses {dict(sorted(found.statuses.items()))}", flush=True)
+    if found.failures:
+        raise SystemExit("hostile filter requests failed:\n" + "\n".join(found.failures[:20]))
+    return found.requests
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", type=int, default=300, help="schemathesis --max-examples per operation")
@@ -197,7 +213,9 @@ def main() -> int:
     parser.add_argument("--hostile", type=int, default=3000, help="hostile runtime API requests after schemathesis")
     parser.add_argument("--hostile-ingress", type=int, default=3000,
                         help="hostile webhook requests to triggers of every signature scheme family")
-    parser.add_argument("--only", choices=["admin", "runtime", "ingress"], help="fuzz only this API")
+    parser.add_argument("--hostile-filters", type=int, default=1000,
+                        help="hostile payload filters sent to trigger create, edit and filter-test")
+    parser.add_argument("--only", choices=["admin", "runtime", "ingress", "filters"], help="fuzz only this API")
     args = parser.parse_args()
     # A claim long-polls up to this: keep it under the 20 s request timeout (wait_s is generated up to 1e308).
     os.environ.setdefault("HOOKGATE_RUNTIME_CLAIM_MAX_WAIT_S", "5")
@@ -211,6 +229,8 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix="hookgate-fuzz-"))
         if args.only in (None, "ingress"):
             ingress = _ingress(base, key, args.hostile_ingress, args.seed)
+        if args.only in (None, "filters"):
+            admin += _filters(base, key, args.hostile_filters, args.seed)
         if args.only in (None, "runtime"):
             runtime = schemathesis(f"{base}/openapi.json", base, made.runtime_token, args.examples * 4,
                                    args.seed, work, "runtime", "--include-tag", "runtime")

@@ -2,7 +2,8 @@
 
 Triggers: a custom trigger of each family (HMAC with a timestamp header, HMAC in a structured header with
 several signatures, Ed25519, ECDSA P-256, RSA, a shared secret in a header and in the query, HTTP Basic),
-each data preset, and sources (JSON pointer, form field, query parameter, header). Requests: what a schema
+each data preset, sources (JSON pointer, form field, query parameter, header), and payload filters (on a
+bearer-only trigger, which every request reaches the filter of, and on the shared-secret ones). Requests: what a schema
 does not generate: signature headers holding garbage, huge or negative timestamps, repeated and empty parts,
 base64 and hex that do not decode, non-ASCII bytes; bodies that are binary, text, XML, deep, over the cap, a
 NUL, a form; odd content types and query strings. Handshakes and replies: triggers with each handshake kind
@@ -32,14 +33,19 @@ VERIFY_TOKEN = "a-fuzzing-verify-token"
 TEXT_ANSWERS = {"reply-twiml", "reply-204", "reply-202", "echo", "meta-token", "meta", "dropbox"}
 """Triggers whose 2xx may be text: a handshake's echo, or their own reply."""
 
+FILTER = {"or": [{"and": [{"path": "/a/0/b", "in": ["x", 1, None]}, {"not": {"path": "/type", "prefix": "t"}}]},
+                 {"path": "/kind", "gte": 0}, {"path": "", "prefix": "<?xml"}, {"path": "/id", "lt": 0.5},
+                 {"path": "/0/event", "eq": "delivered"}, {"path": "/data/name", "exists": False}]}
+"""Every operator, over the shapes the hostile bodies take (JSON, forms, text, lists)."""
+
 
 def _pem(key: Any) -> str:
     return key.public_key().public_bytes(serialization.Encoding.PEM,
                                          serialization.PublicFormat.SubjectPublicKeyInfo).decode()
 
 
-def _families() -> list[tuple[dict[str, Any], dict[str, Any], str]]:
-    """(trigger fields, signing-secret body, label) of each family, with sources on some."""
+def _families() -> list[tuple[dict[str, Any], dict[str, Any] | None, str]]:
+    """(trigger fields, signing-secret body or None, label) of each family, with sources and filters on some."""
     stamped = {"kind": "hmac", "header": "X-Sig", "signed": "{timestamp}.{body}", "timestamp_header": "X-Ts",
                "encoding": "base64", "algorithm": "sha512"}
     parts = {"kind": "hmac", "header": "Sig", "signature_part": "v1", "timestamp_part": "t",
@@ -47,15 +53,17 @@ def _families() -> list[tuple[dict[str, Any], dict[str, Any], str]]:
     keyed = [("ed25519", ed25519.Ed25519PrivateKey.generate()),
              ("ecdsa_p256_sha256", ec.generate_private_key(ec.SECP256R1())),
              ("rsa_pkcs1_sha256", rsa.generate_private_key(public_exponent=65537, key_size=2048))]
-    found: list[tuple[dict[str, Any], dict[str, Any], str]] = [
+    found: list[tuple[dict[str, Any], dict[str, Any] | None, str]] = [
+        ({"provider": "generic", "payload_filter": FILTER, "event_source": "form:kind"}, None, "filter"),
         ({"provider": "custom", "signature": stamped, "event_source": "json:/a/0/b",
           "dedupe_key_source": "header:X-Id"}, {"secret": SECRET}, "hmac"),
         ({"provider": "custom", "signature": parts, "event_source": "form:kind", "dedupe_key_source": "query:id"},
          {"secret": SECRET}, "hmac-parts"),
         ({"provider": "custom", "signature": {"kind": "shared_secret", "header": "Authorization",
-                                              "prefix": "Bearer "}}, {"secret": SECRET}, "bearer"),
-        ({"provider": "custom", "signature": {"kind": "shared_secret", "query": "api_key"}}, {"secret": SECRET},
-         "query"),
+                                              "prefix": "Bearer "}, "payload_filter": FILTER}, {"secret": SECRET},
+         "bearer"),
+        ({"provider": "custom", "signature": {"kind": "shared_secret", "query": "api_key"},
+          "payload_filter": {"not": FILTER}}, {"secret": SECRET}, "query"),
         ({"provider": "custom", "signature": {"kind": "basic_auth"}}, {"secret": "user:" + SECRET}, "basic"),
     ]
     for algorithm, key in keyed:
@@ -97,7 +105,8 @@ def make_triggers(base: str, key: str, autopilot_id: str) -> list[tuple[str, str
                                  json={"kind": "webhook", "rate_limit_per_minute": 1_000_000, **fields})
             answer.raise_for_status()
             trigger = answer.json()
-            client.put(f"/v1/triggers/{trigger['id']}/signing-secret", json=secret).raise_for_status()
+            if secret is not None:
+                client.put(f"/v1/triggers/{trigger['id']}/signing-secret", json=secret).raise_for_status()
             made.append((trigger["token"], label))
     return made
 

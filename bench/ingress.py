@@ -5,7 +5,7 @@ One command, from the repository root:
     python bench/ingress.py                 # 2 alternating rounds of 10 s per server, 64 connections
     python bench/ingress.py --duration 20 --profile      # also py-spy the gateway (pip install py-spy)
     python bench/ingress.py --workers 2     # also ``gateway --workers 2``: the scaling over one process
-    python bench/ingress.py --schemes       # also a custom HMAC trigger and an Ed25519 one, same gateway
+    python bench/ingress.py --schemes       # also a custom HMAC trigger (with a payload filter) and an Ed25519 one
     python bench/ingress.py --loop asyncio  # both servers on the standard library's event loop
 
 It uses ``HOOKGATE_DATABASE_URL`` as the server (default ``postgresql://postgres@127.0.0.1:5432/postgres``),
@@ -16,7 +16,8 @@ uvicorn settings (httptools, no access log) and the same event loop (``--loop``,
 - the real ``hookgate gateway`` CLI with one webhook trigger (provider ``github``, a signing secret, an
   autopilot assigned to an HTTP agent, so every delivery is queued with a ``pending`` run);
 - with ``--schemes``, the same one-process gateway also on a ``custom`` trigger of a timestamped HMAC scheme
-  with its own event and dedupe sources (``hmac``) and on one of an Ed25519 scheme as Discord signs
+  with its own event and dedupe sources and a payload filter of five tests that every request passes, so
+  each is evaluated in full (``hmac``), and on one of an Ed25519 scheme as Discord signs
   (``ed25519``): each printed with its rate over the GitHub trigger's of the same round;
 - with ``--workers N`` (N > 1), also ``hookgate gateway --workers N`` over the same trigger, labelled
   ``gatewayN``: its figures are printed beside the one-process gateway's of the same run, with the
@@ -103,6 +104,11 @@ def serve_baseline(dsn: str, port: int, pool_max: int, loop: str) -> None:
 #: The custom HMAC subject's scheme (--schemes): Stripe-like, timestamped, with its own sources.
 CUSTOM_HMAC = {"kind": "hmac", "header": "X-Signature", "prefix": "sha256=", "signed": "{timestamp}.{body}",
                "timestamp_header": "X-Timestamp"}
+#: The custom HMAC subject's payload filter (--schemes): every test runs on every request (all of them match).
+PAYLOAD_FILTER = {"and": [{"path": "/action", "in": ["opened", "edited", "reopened"]},
+                          {"path": "/issue/number", "gte": 1}, {"path": "/issue/title", "prefix": "Found"},
+                          {"not": {"path": "/issue/user/login", "in": ["dependabot[bot]", "renovate[bot]"]}},
+                          {"path": "/issue/user/id", "exists": True}]}
 #: The Ed25519 subject's scheme (--schemes): Discord's.
 ED25519 = {"kind": "public_key", "algorithm": "ed25519", "header": "X-Signature-Ed25519", "encoding": "hex",
            "timestamp_header": "X-Signature-Timestamp", "signed": "{timestamp}{body}"}
@@ -144,7 +150,7 @@ async def prepare(server: str, name: str) -> Prepared:
         await rules.set_signing_secret(c, ctx.keyring, trigger["id"], SECRET)
         custom, custom_token = await rules.create_webhook_trigger(
             c, ctx.keyring, autopilot=ap, publisher=publisher, provider="custom", signature_scheme=CUSTOM_HMAC,
-            dedupe_key_source="header:x-request-id", event_source="json:/action")
+            dedupe_key_source="header:x-request-id", event_source="json:/action", payload_filter=PAYLOAD_FILTER)
         await rules.set_signing_secret(c, ctx.keyring, custom["id"], SECRET)
         key = ed25519.Ed25519PrivateKey.generate()
         public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
@@ -596,7 +602,8 @@ def main() -> None:
     parser.add_argument("--profile", nargs="?", const="gateway", choices=["gateway", "baseline"],
                         help="py-spy one server (default the gateway) in round 1 and print where its time goes")
     parser.add_argument("--schemes", action="store_true",
-                        help="also measure the gateway on a custom HMAC trigger and on an Ed25519 one")
+                        help="also measure the gateway on a custom HMAC trigger with a payload filter and on an "
+                        "Ed25519 one")
     parser.add_argument("--workers", type=int, default=1,
                         help="also measure `hookgate gateway --workers N` (N > 1) beside the one-process gateway")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",

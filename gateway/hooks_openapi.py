@@ -47,11 +47,11 @@ class Skipped(BaseModel):
 
 
 class Ignored(BaseModel):
-    """Stored, no run: the trigger is disabled, the autopilot paused or archived, or the event filtered out."""
+    """Stored, no run: the trigger is disabled, the autopilot paused or archived, the event or the body filtered out."""
 
     status: Literal["ignored"]
     delivery_id: UUID
-    reason: Literal["trigger_disabled", "autopilot_paused", "autopilot_archived", "event_filtered"]
+    reason: Literal["trigger_disabled", "autopilot_paused", "autopilot_archived", "event_filtered", "payload_filter"]
 
 
 class SlackChallenge(BaseModel):

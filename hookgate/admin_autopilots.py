@@ -10,7 +10,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hookgate.admin_client import Client, json_file, json_value, list_verb, noun, page, request, resource_id, verb
+from hookgate.admin_client import (
+    Client,
+    json_file,
+    json_value,
+    list_verb,
+    noun,
+    page,
+    request,
+    resource_id,
+    verb,
+)
 from hookgate.preset_data import PRESET_DATA
 
 #: The provider presets a webhook trigger may use (gateway/providers.py).
@@ -44,7 +54,10 @@ async def triggers_create(c: Client, a: argparse.Namespace) -> Any:
 
 
 def _webhook_fields(a: argparse.Namespace) -> dict[str, Any]:
-    """The scheme-as-data fields given (`--signature-file none` sends null: the preset's own check again)."""
+    """The scheme-as-data fields given (`--signature-file none` sends null: the preset's own check again).
+
+    `--no-payload-filter` sends null: every body is admitted again.
+    """
     fields = {"dedupe_key_source": a.dedupe_source, "event_source": a.event_source}
     given = {k: v for k, v in fields.items() if v is not None}
     if a.signature_file is not None:
@@ -55,6 +68,8 @@ def _webhook_fields(a: argparse.Namespace) -> dict[str, Any]:
     if a.verify_token is not None:  # a meta handshake with this token (or the given handshake, with it)
         handshake = given.get("handshake") or {"kind": "meta"}
         given["handshake"] = {**handshake, "verify_token": a.verify_token}
+    if a.payload_filter is not None:
+        given["payload_filter"] = None if a.payload_filter is NO_FILTER else a.payload_filter
     return given
 
 
@@ -65,6 +80,23 @@ def _json_or_file(text: str) -> Any:
     if text.lstrip().startswith("{"):
         return json_value(text)
     return json_file(text.removeprefix("@"))
+
+
+NO_FILTER = object()
+"""What `--no-payload-filter` stores in the namespace: send null."""
+
+
+def json_or_file(text: str) -> Any:
+    """An argparse type: a JSON document given inline, or read from the file after `@` (`@-`: stdin)."""
+    return json_file(text[1:]) if text.startswith("@") else json_value(text)
+
+
+async def triggers_filter_test(c: Client, a: argparse.Namespace) -> Any:
+    """POST /v1/triggers/{id}/filter-test: a stored delivery or a payload, against the trigger's filter or --filter."""
+    body: dict[str, Any] = {"delivery_id": a.delivery} if a.delivery else {"payload": a.payload}
+    if a.filter is not None:
+        body["filter"] = a.filter
+    return await c.call("POST", f"/v1/triggers/{a.trigger}/filter-test", json_body=body)
 
 
 def _scheme_file(path: str) -> Any:
@@ -224,9 +256,19 @@ def _scheme_options(p: Any) -> None:
                    "\"text/xml\", \"body\": \"<Response/>\"} (`none`: the JSON receipt again) (webhook)")
 
 
+def _filter_options(p: Any, *, clearable: bool) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--payload-filter", metavar="JSON", type=json_or_file,
+                       help="admit only the bodies that match this filter, JSON or @FILE (docs/PROVIDERS.md, payload "
+                       "filters) (webhook)")
+    if clearable:
+        group.add_argument("--no-payload-filter", dest="payload_filter", action="store_const", const=NO_FILTER,
+                           help="remove the payload filter: every body is admitted again (webhook)")
+
+
 def _triggers(sub: Any) -> None:
     triggers = noun(sub, "triggers", "create, list, show, change, pause, resume, delete and preview triggers; rotate "
-                    "tokens, set secrets")
+                    "tokens, set secrets, test payload filters")
     trigger_id = resource_id("trigger")
     p = verb(triggers, "create", triggers_create, "create a webhook trigger, or a schedule with --cron",
              "create_trigger")
@@ -238,6 +280,7 @@ def _triggers(sub: Any) -> None:
     p.add_argument("--overlap", choices=("skip", "buffer_one", "allow"), default="skip",
                    help="what an occurrence does while the previous run is active (schedule)")
     _scheme_options(p)
+    _filter_options(p, clearable=False)
     list_verb(triggers, triggers_list, "list an autopilot's live triggers, oldest first",
               "list_triggers").add_argument(
         "--autopilot", required=True, type=resource_id("autopilot"), help="autopilot id")
@@ -257,8 +300,8 @@ def _triggers(sub: Any) -> None:
                    "base64 DER or PEM; @FILE reads it from a file)")
     p.add_argument("--grace", type=int, default=0, help="seconds the previous secret still verifies")
     p.add_argument("--remove", action="store_true", help="remove the secret (bearer-only mode)")
-    p = verb(triggers, "update", triggers_update, "change a trigger: a webhook's provider, event filters and rate "
-             "limit, a schedule's cron, time zone and overlap policy", "edit_trigger")
+    p = verb(triggers, "update", triggers_update, "change a trigger: a webhook's provider, event and payload "
+             "filters, rate limit, a schedule's cron, time zone and overlap policy", "edit_trigger")
     p.add_argument("trigger", type=trigger_id)
     p.add_argument("--provider", choices=PROVIDERS, help="webhook preset (webhook)")
     events = p.add_mutually_exclusive_group()
@@ -271,6 +314,15 @@ def _triggers(sub: Any) -> None:
     p.add_argument("--overlap", choices=("skip", "buffer_one", "allow"),
                    help="what an occurrence does while the previous run is active (schedule)")
     _scheme_options(p)
+    _filter_options(p, clearable=True)
+    p = verb(triggers, "filter-test", triggers_filter_test, "does a stored delivery or a payload match a webhook "
+             "trigger's payload filter, and which node decided", "filter_test")
+    p.add_argument("trigger", type=trigger_id)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--delivery", type=resource_id("delivery"), help="a stored delivery's id: its body")
+    what.add_argument("--payload", type=json_or_file, metavar="JSON", help="a body as JSON, or @FILE")
+    p.add_argument("--filter", type=json_or_file, metavar="JSON", help="try this filter (JSON or @FILE) instead of "
+                   "the trigger's own")
     verb(triggers, "delete", triggers_delete, "delete a trigger: its token stops working at once; past deliveries "
          "and runs stay readable", "delete_trigger").add_argument("trigger", type=trigger_id)
     p = verb(triggers, "preview", triggers_preview, "the next fire times of a schedule trigger, in UTC and in its "

@@ -182,11 +182,13 @@ class DeliveryWorker:
         request = d.admission()
         hb = self.settings.heartbeat_timeout_s
         [facts] = await admission.read_facts(conn, [request], hb)
-        reason = "trigger_deleted" if facts is None else admission.ignore_reason(facts, d.event)
-        if reason is None:
+        payload = (d.envelope or {}).get("payload")
+        ignored = admission.Ignored.of("trigger_deleted") if facts is None else admission.why_ignored(
+            facts, d.event, payload)
+        if ignored is None:
             [admitted] = await admission.admit_many(conn, [request], heartbeat_timeout_s=hb, facts=[facts])
             return admitted
-        if await conn.fetchval(Q.delivery_ignore, d.id, d.lease_token, reason, admission.REASONS[reason]) is None:
+        if await conn.fetchval(Q.delivery_ignore, d.id, d.lease_token, ignored.code, ignored.reason) is None:
             raise LeaseLost
         return None
 

@@ -13,11 +13,24 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from gateway.admin import agents, attempts, audit, autopilots, channels, deliveries, issues, members, runs, triggers
+from gateway.admin import (
+    agents,
+    attempts,
+    audit,
+    autopilots,
+    channels,
+    deliveries,
+    issues,
+    members,
+    payload_filters,
+    runs,
+    triggers,
+)
 from gateway.admin.openapi import Endpoint, document
 
 ENDPOINTS: list[Endpoint] = [
-    *members.api.items, *agents.api.items, *autopilots.api.items, *triggers.api.items, *runs.api.items,
+    *members.api.items, *agents.api.items, *autopilots.api.items, *triggers.api.items, *payload_filters.api.items,
+    *runs.api.items,
     *deliveries.api.items, *issues.api.items, *attempts.api.items, *audit.api.items, *channels.api.items,
 ]
 

@@ -1,4 +1,4 @@
-"""Triggers: webhook (secret per-trigger URL, provider preset, filters, rate limit) and schedule (cron).
+"""Triggers: webhook (secret per-trigger URL, provider preset, event and payload filters, rate limit) and schedule.
 
 Only writers of the autopilot see a webhook trigger's token and URL; everyone else gets the trigger
 without them. Rotation replaces the token's digest, so the old URL answers 404 on every gateway process
@@ -22,6 +22,7 @@ from gateway import handshakes, providers, schemes
 from gateway.admin import auth, pagination
 from gateway.admin.openapi import Call, Endpoints, patch_fields
 from gateway.admin.pagination import Page, PageQuery
+from gateway.admin.payload_filters import PayloadFilter
 from gateway.errors import ApiError
 from gateway.replies import SuccessReply
 from hookgate import notify
@@ -77,6 +78,7 @@ class WebhookTriggerIn(BaseModel):
     """The provider's URL check to answer (docs/PROVIDERS.md, "Handshakes"); absent: the preset's own, if any."""
     reply: SuccessReply | None = None
     """The answer to accepted and duplicate deliveries; absent: the JSON receipt."""
+    payload_filter: PayloadFilter | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -119,6 +121,8 @@ class TriggerPatch(BaseModel):
     """A new handshake; `null` puts the trigger back on its preset's (`{"kind": "none"}`: no handshake)."""
     reply: SuccessReply | None = None
     """A new success reply; `null` puts back the JSON receipt."""
+    payload_filter: PayloadFilter | None = None
+    """A new filter; `null` admits every body again."""
     error_codes: ClassVar[dict[str, str]] = FIELD_CODES
 
     @model_validator(mode="before")
@@ -144,6 +148,7 @@ class TriggerOut(BaseModel):
     """The last four characters of a Meta handshake's verify token, when one is set."""
     reply: dict[str, Any] | None = None
     event_filters: list[str] | None = None
+    payload_filter: dict[str, Any] | None = None
     rate_limit_per_minute: int | None = None
     token_hint: str | None = None
     signing_secret_hint: str | None = None
@@ -271,7 +276,8 @@ async def create_trigger(call: Call) -> dict[str, Any]:
             event_filters=spec.event_filters, rate_limit_per_minute=spec.rate_limit_per_minute,
             signature_scheme=_scheme_needed(spec.provider, spec.signature), dedupe_key_source=spec.dedupe_key_source,
             event_source=spec.event_source, handshake=_handshake_stored(spec.handshake, None),
-            reply=_reply_stored(spec.reply), verify_token=_verify_token(spec.handshake))
+            reply=_reply_stored(spec.reply), verify_token=_verify_token(spec.handshake),
+            payload_filter=spec.payload_filter)
         return trigger_out(call, row, True, token)
     schedule = _schedule(spec.cron, spec.timezone)
     async with call.conn.transaction():
@@ -305,7 +311,8 @@ async def edit_trigger(call: Call) -> dict[str, Any]:
     """Writers only. A real change publishes a version and makes the editor this trigger's publisher."""
     body: TriggerPatch = call.body  # every field has a value or is left out: null is 422
     row, _ = await _writable_trigger(call)
-    changes = patch_fields(body, nullable=("signature", "dedupe_key_source", "event_source", "handshake", "reply"))
+    changes = patch_fields(body, nullable=("signature", "dedupe_key_source", "event_source", "handshake", "reply",
+                                         "payload_filter"))
     if "signature" in changes:  # the model, not its dump: a scheme's defaults were not "sent" but are stored
         del changes["signature"]
         changes["signature_scheme"] = body.signature
@@ -324,7 +331,7 @@ async def edit_trigger(call: Call) -> dict[str, Any]:
                                                         verify_token=token_change)
         return trigger_out(call, updated, True)
     _refuse(changes, ("provider", "event_filters", "rate_limit_per_minute", "signature_scheme", "dedupe_key_source",
-                      "event_source", "handshake", "reply"), "schedule")
+                      "event_source", "handshake", "reply", "payload_filter"), "schedule")
     next_fire_at = None
     # A new cron or zone, or re-enabling, plans the next occurrence from now (never a stale one).
     if "cron" in changes or "timezone" in changes or (changes.get("enabled") and not row["enabled"]):

@@ -6,7 +6,8 @@ A request that passed the token, size and body steps becomes exactly one of:
   that would be accepted while its workspace is at ``HOOKGATE_WORKSPACE_MAX_QUEUED`` waiting runs
   (:mod:`gateway.ingress.quota`), ``workspace_queue_full``: a row that holds no dedupe key (the provider's retry
   is a new delivery), no debt, 429 with ``Retry-After``;
-- ``ignored`` (step 9, :func:`autopilot.admission.ignore_reason`): a row, 200;
+- ``ignored`` (step 9, :func:`autopilot.admission.why_ignored`: the event and payload filters among others): a
+  row, 200 (a payload filter's deciding node is stored in words, never answered);
 - ``accepted``: a ``queued`` delivery and its ``pending`` run, admitted through the gate of
   :mod:`autopilot.admission` over the facts read with the token; the delivery worker dispatches the run;
 - ``skipped``: the gate said no: the run is inserted ``skipped`` with its reason, and the delivery is
@@ -71,7 +72,8 @@ class Plan:
     run_reason_code: str | None = None
     run_reason: str | None = None
     detail: str | None = None
-    """Stored in place of the reason code's usual text when set (which part of a signature scheme failed)."""
+    """Stored in place of the reason code's usual text when set (which part of a signature scheme failed, which
+    node of a payload filter did not match)."""
 
     @property
     def reason(self) -> str | None:
@@ -109,9 +111,9 @@ def decide(trigger: Trigger, received: Received, *, queue_full: bool = False) ->
         code = REJECTED[received.signature]
         body = {"status": "rejected", "reason": code, "error": code, "message": REJECTED_TEXT[code]}
         return Plan("rejected", code, 401, body, detail=received.signature_detail)
-    ignored = admission.ignore_reason(trigger.facts, received.event)
+    ignored = admission.why_ignored(trigger.facts, received.event, received.envelope["payload"])
     if ignored is not None:
-        return Plan("ignored", ignored, 200, {"status": "ignored", "reason": ignored})
+        return Plan("ignored", ignored.code, 200, {"status": "ignored", "reason": ignored.code}, detail=ignored.reason)
     plan = admitted(trigger)
     if queue_full and plan.run_status == "pending":
         body = {"status": "rejected", "reason": QUEUE_FULL, "error": QUEUE_FULL, "message": REJECTED_TEXT[QUEUE_FULL]}

@@ -1,6 +1,6 @@
 -- name: admission_facts
 -- Everything ingress step 9 and the admission gate (ARCHITECTURE §6) need, for many admissions in one
--- statement: statuses, the trigger's event filters, the resolved agent (a squad resolves to its leader), its
+-- statement: statuses, the trigger's event and payload filters, the resolved agent (a squad resolves to its leader), its
 -- readiness, and who is accountable (autopilot/admission.py Facts). Parallel arrays, one element per
 -- admission: $1 = autopilot ids, $2 = trigger ids (NULL elements: none), $3 = manual clickers (NULL elements:
 -- none). $4 = runtime heartbeat timeout in seconds. One row per admission whose autopilot exists, in array
@@ -8,7 +8,7 @@
 SELECT x.n, a.id AS autopilot_id, a.workspace_id, a.status AS autopilot_status, a.execution_mode,
        a.assignee_type, a.assignee_id, a.created_by,
        t.id AS trigger_id, t.enabled AS trigger_enabled, (t.deleted_at IS NOT NULL) AS trigger_deleted,
-       t.event_filters, t.published_by_id AS trigger_publisher_id,
+       t.event_filters, t.payload_filter, t.published_by_id AS trigger_publisher_id,
        rv.id AS rule_version_id, rv.publisher_id AS rule_publisher_id,
        ag.id AS agent_id, ag.archived_at IS NOT NULL AS agent_archived, ag.runtime_kind,
        ag.visibility AS agent_visibility, ag.owner_id AS agent_owner_id,

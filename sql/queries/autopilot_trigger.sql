@@ -3,11 +3,11 @@
 -- $5 = token hint, $6 = provider preset, $7 = event filters (jsonb array), $8 = rate limit per minute,
 -- $9 = publisher type, $10 = publisher member, $11 = signature scheme (jsonb object), $12 = dedupe key source,
 -- $13 = event source (each null: the preset's), $14 = handshake (jsonb object, null: the preset's),
--- $15 = reply (jsonb object, null: the JSON receipt).
+-- $15 = reply (jsonb object, null: the JSON receipt), $16 = payload filter (jsonb object, null: every body).
 INSERT INTO autopilot_trigger (workspace_id, autopilot_id, kind, token_digest, token_ct, token_hint, provider,
                                event_filters, rate_limit_per_minute, published_by_type, published_by_id,
-                               signature_scheme, dedupe_key_source, event_source, handshake, reply)
-VALUES ($1, $2, 'webhook', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                               signature_scheme, dedupe_key_source, event_source, handshake, reply, payload_filter)
+VALUES ($1, $2, 'webhook', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 RETURNING *;
 
 -- name: trigger_insert_schedule
@@ -213,11 +213,12 @@ SELECT id FROM autopilot_trigger WHERE id = ANY ($1::uuid[]) AND deleted_at IS N
 -- name: trigger_update_webhook
 -- Edit webhook trigger $1 and re-stamp its publisher. $2 = enabled, $3 = provider, $4 = event filters,
 -- $5 = rate limit per minute, $6 = signature scheme, $7 = dedupe key source, $8 = event source, $9 = handshake
--- (each null: the preset's), $10 = reply (null: the JSON receipt), $11 = publisher type, $12 = publisher member.
+-- (each null: the preset's), $10 = reply (null: the JSON receipt), $11 = payload filter (null: every body),
+-- $12 = publisher type, $13 = publisher member.
 UPDATE autopilot_trigger
 SET enabled = $2, provider = $3, event_filters = $4, rate_limit_per_minute = $5, signature_scheme = $6,
-    dedupe_key_source = $7, event_source = $8, handshake = $9, reply = $10, published_by_type = $11,
-    published_by_id = $12, updated_at = now()
+    dedupe_key_source = $7, event_source = $8, handshake = $9, reply = $10, payload_filter = $11,
+    published_by_type = $12, published_by_id = $13, updated_at = now()
 WHERE id = $1 AND kind = 'webhook' AND deleted_at IS NULL
 RETURNING *;
 

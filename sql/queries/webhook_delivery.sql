@@ -60,14 +60,14 @@ SELECT count(*) AS dropped FROM dropped;
 -- persisting statement recomputes it (keep the two expressions identical) to detect a stale read.
 WITH clock AS (SELECT coalesce($3::timestamptz, now()) AS now)
 SELECT t.id AS trigger_id, t.workspace_id, t.autopilot_id, t.provider, t.signature_scheme, t.dedupe_key_source,
-       t.event_source, t.event_filters, t.handshake, t.verify_token_ct, t.reply,
+       t.event_source, t.event_filters, t.handshake, t.verify_token_ct, t.reply, t.payload_filter,
        t.enabled AS trigger_enabled, (t.deleted_at IS NOT NULL) AS trigger_deleted,
        t.signing_secret_ct,
        CASE WHEN t.previous_secret_expires_at > clock.now THEN t.previous_secret_ct END AS previous_secret_ct,
        CASE WHEN t.previous_secret_expires_at > clock.now
             THEN extract(epoch FROM t.previous_secret_expires_at - clock.now)::float8 END AS previous_secret_ttl_s,
        md5(row(t.enabled, t.provider, t.signature_scheme, t.dedupe_key_source, t.event_source, t.event_filters,
-                t.handshake, t.verify_token_ct, t.reply, t.signing_secret_ct, t.previous_secret_ct,
+                t.handshake, t.verify_token_ct, t.reply, t.payload_filter, t.signing_secret_ct, t.previous_secret_ct,
                 t.previous_secret_expires_at > clock.now, a.status, a.execution_mode, a.assignee_type,
                 a.assignee_id, a.workspace_id)::text) AS fingerprint,
        -- Step 4: a trigger must belong to its autopilot's workspace; any disagreement is a 404.
@@ -131,7 +131,8 @@ WITH x AS (
     FROM x JOIN autopilot_trigger t ON t.id = x.trigger_id AND t.token_digest = x.digest AND t.deleted_at IS NULL
     JOIN autopilot a ON a.id = t.autopilot_id
     WHERE md5(row(t.enabled, t.provider, t.signature_scheme, t.dedupe_key_source, t.event_source, t.event_filters,
-                  t.handshake, t.verify_token_ct, t.reply, t.signing_secret_ct, t.previous_secret_ct,
+                  t.handshake, t.verify_token_ct, t.reply, t.payload_filter, t.signing_secret_ct,
+                  t.previous_secret_ct,
                   t.previous_secret_expires_at > now(), a.status, a.execution_mode, a.assignee_type,
                   a.assignee_id, a.workspace_id)::text) = x.fingerprint
 ), delivery AS (

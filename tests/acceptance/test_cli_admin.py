@@ -216,6 +216,8 @@ def test_bash_completion_offers_commands_verbs_options_and_choices():
     assert _bash_complete(script, "hookgate ru") == ["runs"]
     assert set(_bash_complete(script, 'hookgate deliveries ""')) >= {"list", "get", "tail", "replay"}
     assert _bash_complete(script, "hookgate triggers pa") == ["pause"]
+    assert _bash_complete(script, "hookgate triggers fi") == ["filter-test"]
+    assert _bash_complete(script, "hookgate triggers update --no-p") == ["--no-payload-filter"]
     assert _bash_complete(script, "hookgate deliveries tail --in") == ["--interval"]
     assert _bash_complete(script, 'hookgate deliveries list --status ""') == [
         "queued", "dispatched", "rejected", "ignored", "failed"]
@@ -384,3 +386,32 @@ def test_a_custom_trigger_is_made_from_a_scheme_file_and_a_public_key_file(admin
     bad = hookgate("triggers", "create", "--autopilot", admin.autopilot["id"], "--signature-file",
                    str(tmp_path / "absent.json"), env=env)
     assert bad.returncode == 2 and "cannot read" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_payload_filter_is_set_from_json_or_a_file_tested_and_removed(admin: Admin, tmp_path):
+    env = admin.env
+    wanted = {"and": [{"path": "/action", "eq": "opened"}, {"path": "/amount", "gte": 100}]}
+    (tmp_path / "filter.json").write_text(json.dumps(wanted))
+    made = ok_json("triggers", "create", "--autopilot", admin.autopilot["id"], "--payload-filter",
+                   f"@{tmp_path / 'filter.json'}", env=env)
+    assert made["payload_filter"] == wanted
+    small = httpx.post(f"{admin.gateway.url}/hooks/{made['token']}", json={"action": "opened", "amount": 5},
+                       timeout=10)
+    assert small.json()["status"] == "ignored", small.text
+    tested = ok_json("triggers", "filter-test", made["id"], "--delivery", small.json()["delivery_id"], env=env)
+    assert tested == {"matches": False, "node": "/and/1", "reason": "/amount is 5, not at least 100"}
+    table = hookgate("triggers", "filter-test", made["id"], "--payload", '{"action": "opened", "amount": 100}',
+                     env=env)
+    assert table.returncode == 0 and table.stdout.splitlines()[0].split() == ["matches", "True"]
+    candidate = ok_json("triggers", "filter-test", made["id"], "--payload", '{"action": "closed"}', "--filter",
+                        '{"not": {"path": "/action", "eq": "opened"}}', env=env)
+    assert candidate["matches"] is True
+    changed = ok_json("triggers", "update", made["id"], "--payload-filter", '{"path": "/action", "eq": "closed"}',
+                      env=env)
+    assert changed["payload_filter"] == {"path": "/action", "eq": "closed"}
+    cleared = ok_json("triggers", "update", made["id"], "--no-payload-filter", env=env)
+    assert cleared["payload_filter"] is None
+    bad = hookgate("triggers", "update", made["id"], "--payload-filter", '{"or": []}', env=env)
+    assert bad.returncode != 0 and "at /or:" in bad.stderr and "Traceback" not in bad.stderr
+    not_json = hookgate("triggers", "update", made["id"], "--payload-filter", "{oops", env=env)
+    assert not_json.returncode == 2 and "not valid JSON" in not_json.stderr

@@ -1,7 +1,7 @@
 import asyncio
 from dataclasses import replace
 
-from autopilot import admission
+from autopilot import admission, payload_filter
 from tests import factories
 
 
@@ -102,17 +102,24 @@ async def test_admit_many_admits_a_batch_once_and_gives_back_the_runs_already_ad
 
 async def test_each_ignore_reason_comes_first_in_step_9_order_and_has_its_text(ctx, conn):
     _, _, ap, trigger = await _setup(ctx)
+    refusing = payload_filter.parse({"path": "/action", "eq": "closed"})
     [facts] = await admission.read_facts(conn, [admission.Request(ap["id"], "webhook", {}, trigger["id"])], 120.0)
-    assert facts is not None and admission.ignore_reason(facts, "anything") is None
+    assert facts is not None and admission.why_ignored(facts, "anything", {}) is None
     cases = [
         ({"trigger_deleted": True, "trigger_enabled": False, "autopilot_status": "paused"}, "trigger_deleted"),
         ({"trigger_enabled": False, "autopilot_status": "archived"}, "trigger_disabled"),
         ({"autopilot_status": "paused", "event_filters": ("other.*",)}, "autopilot_paused"),
         ({"autopilot_status": "archived"}, "autopilot_archived"),
-        ({"event_filters": ("github.push", "stripe.*")}, "event_filtered"),
+        ({"event_filters": ("github.push", "stripe.*"), "payload_filter": refusing}, "event_filtered"),
+        ({"payload_filter": refusing}, "payload_filter"),
     ]
     for change, code in cases:
-        assert admission.ignore_reason(replace(facts, **change), "github.pull_request.opened") == code
+        ignored = admission.why_ignored(replace(facts, **change), "github.pull_request.opened", {"action": "opened"})
+        assert ignored is not None and ignored.code == code and ignored.reason
         assert admission.REASONS[code]
-    assert admission.ignore_reason(replace(facts, event_filters=("GitHub.Pull_Request.*",)),
-                                   "github.pull_request.opened") is None
+    assert admission.why_ignored(replace(facts, event_filters=("GitHub.Pull_Request.*",)),
+                                 "github.pull_request.opened", {}) is None
+    admitting = payload_filter.parse({"path": "/action", "eq": "opened"})
+    assert admission.why_ignored(replace(facts, payload_filter=admitting), "x", {"action": "opened"}) is None
+    assert admission.why_ignored(replace(facts, payload_filter=refusing), "x", {"action": "opened"}).reason == (
+        'the payload filter does not match: /action is "opened", not equal to "closed"')

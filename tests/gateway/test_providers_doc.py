@@ -234,3 +234,34 @@ async def test_documented_reply_answers_an_accepted_delivery(served: tuple[Conte
     answer = await _run(script, {"PATH": "/usr/bin:/bin", "URL": f"{base}/hooks/{s.token}"})
     assert re.fullmatch(expected, answer), answer
     assert await ctx.pool.fetchval("SELECT status FROM webhook_delivery") == "queued"
+
+FILTER = re.compile(r"<!-- filter: (accepted|ignored) -->\n```json\n(.*?)```\n```sh\n(.*?)```", re.S)
+FILTER_EXAMPLES = FILTER.findall(DOC.read_text())
+
+
+def test_the_payload_filter_examples_cover_both_outcomes_and_every_body_kind() -> None:
+    assert {outcome for outcome, _, _ in FILTER_EXAMPLES} == {"accepted", "ignored"}
+    scripts = " ".join(script for _, _, script in FILTER_EXAMPLES)
+    assert "--data-urlencode" in scripts and "text/plain" in scripts and "application/json" in scripts
+
+
+@pytest.mark.skipif(not shutil.which("curl"), reason="needs curl")
+@pytest.mark.parametrize(("outcome", "node", "script"), FILTER_EXAMPLES,
+                         ids=[f"{n}-{e[0]}" for n, e in enumerate(FILTER_EXAMPLES)])
+async def test_documented_payload_filter_example_gets_its_answer(served: tuple[Context, str], outcome: str, node: str,
+                                                                 script: str) -> None:
+    from gateway.admin.payload_filters import FilterTestIn
+
+    ctx, base = served
+    wanted = FilterTestIn.model_validate({"payload": {}, "filter": json.loads(node)}).filter  # validated as on save
+    s = await factories.small(ctx, provider="generic", payload_filter=wanted)
+    env = {"PATH": "/usr/bin:/bin", "URL": f"{base}/hooks/{s.token}"}
+    done = await asyncio.to_thread(subprocess.run, ["bash", "-euo", "pipefail", "-c", script], env=env,
+                                   capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["status"] == outcome, answer
+    if outcome == "ignored":
+        assert answer["reason"] == "payload_filter"
+        reason = await ctx.pool.fetchval("SELECT reason FROM webhook_delivery WHERE id = $1", answer["delivery_id"])
+        assert reason.startswith("the payload filter does not match: ")

@@ -844,3 +844,19 @@ async def test_the_autopilot_page_shows_a_triggers_handshake_with_a_masked_token
                            small.trigger["id"], echo)
     page = (await client.get(f"/dashboard/autopilots/{small.autopilot['id']}")).text
     assert "<code>echo_query</code> · parameter <code>challenge</code>" in page and "the JSON receipt" in page
+
+async def test_the_payload_filter_is_on_the_autopilot_page_and_an_ignored_delivery_names_the_node(
+        client, ctx: Context, small: Small):
+    wanted = {"or": [{"path": "/action", "eq": "opened"}, {"path": "/amount", "gt": 100}]}
+    async with ctx.pool.acquire() as conn:
+        await conn.execute("UPDATE autopilot_trigger SET payload_filter = $2 WHERE id = $1", small.trigger["id"],
+                           wanted)
+    await log_in(client, small.world.api_key)
+    page = html.unescape((await client.get(f"/dashboard/autopilots/{small.autopilot['id']}")).text)
+    assert '<td class="payload-filter"><code>{"or": [{"eq": "opened", "path": "/action"}' in page
+    answer = await client.post(f"/hooks/{small.token}", json={"action": "closed", "amount": 7})
+    assert answer.json()["status"] == "ignored", answer.text
+    page = html.unescape((await client.get(f"/dashboard/deliveries/{answer.json()['delivery_id']}")).text)
+    assert "<code>payload_filter</code>" in page
+    assert ('<span id="delivery-reason">the payload filter does not match: none of the 2 conditions of /or holds '
+            "(node /or)</span>") in page

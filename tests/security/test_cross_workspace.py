@@ -20,6 +20,7 @@ BODIES = {
     "/v1/autopilots/{autopilot_id}/triggers": {"kind": "webhook"},
     "/v1/triggers/{trigger_id}": {"enabled": False},
     "/v1/triggers/{trigger_id}/signing-secret": {"secret": "a-secret-of-enough-length"},
+    "/v1/triggers/{trigger_id}/filter-test": {"payload": {"action": "opened"}},
     "/v1/issues/{issue_id}": {"status": "done"},
 }
 

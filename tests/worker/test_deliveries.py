@@ -57,6 +57,21 @@ async def test_crash_window_rechecks_the_gate_but_an_admitted_run_survives_a_pau
     assert rows[admitted]["status"] == "dispatched" and run["status"] == "queued"
 
 
+async def test_crash_window_applies_the_payload_filter_and_stores_the_deciding_node(wctx):
+    s = await factories.small(wctx)
+    async with wctx.pool.acquire() as conn:
+        await conn.execute("UPDATE autopilot_trigger SET payload_filter = $2 WHERE id = $1", s.trigger["id"],
+                           {"path": "/amount", "gte": 100})
+        small, _ = await add_delivery(conn, s.autopilot, s.trigger, payload={"amount": 5}, admit=False)
+        large, _ = await add_delivery(conn, s.autopilot, s.trigger, payload={"amount": 500}, admit=False)
+    await DeliveryWorker(wctx, holder="t").run_once()
+    async with wctx.pool.acquire() as conn:
+        rows = {d: await _delivery(conn, d) for d in (small, large)}
+    assert (rows[small]["status"], rows[small]["reason_code"]) == ("ignored", "payload_filter")
+    assert rows[small]["reason"] == "the payload filter does not match: /amount is 5, not at least 100"
+    assert rows[large]["status"] == "dispatched"
+
+
 async def test_pacing_defers_over_budget_deliveries_without_spending_an_attempt(wctx):
     s = await factories.small(wctx, rate_limit_per_minute=2)
     async with wctx.pool.acquire() as conn:

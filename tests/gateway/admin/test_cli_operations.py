@@ -81,6 +81,7 @@ STEPS: list[tuple[str, str | None, str | None]] = [
     ("deliveries list", None, None),
     ("deliveries get {delivery}", None, None),
     ("deliveries replay {delivery}", None, None),
+    ("triggers filter-test {trigger} --delivery {delivery}", None, None),
     ("deliveries replay-bulk --trigger {trigger} --dry-run", None, None),
     ("audit list", None, None),
     ("channels create --name ops --endpoint http://127.0.0.1:9/alerts --event run.failed", "channel", "id"),
