@@ -149,12 +149,16 @@ class WebhookLoad:
             while not await self._send(client, key):
                 await asyncio.sleep(0.5)
 
+    def _request(self, key: str) -> tuple[str, bytes, dict[str, str]]:
+        """Where and what one event is sent: its URL, body and headers."""
+        body = json.dumps({"event": "order.paid", "key": key}).encode()
+        return self.url, body, {"content-type": "application/json", "idempotency-key": key}
+
     async def _send(self, client: httpx.AsyncClient, key: str) -> bool:
         sent = time.monotonic()
-        body = json.dumps({"event": "order.paid", "key": key}).encode()
+        url, body, headers = self._request(key)
         try:
-            answer = await client.post(self.url, content=body, headers={
-                "content-type": "application/json", "idempotency-key": key})
+            answer = await client.post(url, content=body, headers=headers)
         except httpx.HTTPError as exc:
             self.statuses[type(exc).__name__] += 1
             return False
