@@ -53,7 +53,7 @@ from tests.processes import free_port, stop_all, wait_listeners  # noqa: E402
 KEY = base64.b64encode(b"b" * 32).decode()
 #: The bench agent is a local process: loopback is allowed explicitly, as an operator would.
 AGENT_ALLOW = {"HOOKGATE_AGENT_ALLOW_CIDRS": "127.0.0.0/8,::1/128"}
-DB = "hookgate_bench_dispatch"
+DB = f"hookgate_bench_dispatch_{os.getpid()}"  # its own scratch database: two benches can run side by side
 
 
 async def world(conn: Any, agent_url: str) -> tuple[Any, Any, str]:

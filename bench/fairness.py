@@ -46,7 +46,7 @@ from tests import databases
 from tests.fairness.scenarios import Config, Phase, Report, run, targets
 
 KEY = base64.b64encode(b"f" * 32).decode()
-DB = "hookgate_bench_fairness"
+DB = f"hookgate_bench_fairness_{os.getpid()}"  # its own scratch database: two benches can run side by side
 
 
 def _bench_line(subject: str, loaded: Phase, base: Phase) -> str:

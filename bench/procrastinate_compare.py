@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # the project, and bench/'s helpers
 
-DB = "hookgate_bench_procrastinate"
+DB = f"hookgate_bench_procrastinate_{os.getpid()}"  # its own scratch database: two benches can run side by side
 TOKEN = "awt_bench_procrastinate_token"
 SECRET = "bench-signing-secret"
 AGENT_SECRET = b"bench-agent-secret"
