@@ -128,6 +128,6 @@ async def _admit(
     await conn.fetchval(Q.delivery_set_runs, [r.delivery_id for r in made], [r.run_id for r in made],
                         [r.status for r in made], [r.reason_code for r in made])
     queued = [r for r in made if r.status == "queued"]
-    if queued:  # a hint only (the worker also polls): one for the lot; it names the first copy
-        await conn.execute(Q.notify_send, notify.DELIVERIES, str(queued[0].delivery_id))
+    if queued:  # a hint only (the worker also polls): one for the lot, naming them
+        await conn.execute(Q.notify_send, notify.DELIVERIES, notify.name_deliveries([r.delivery_id for r in queued]))
     return {r.delivery_id: r for r in made}

@@ -17,8 +17,9 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+from uuid import UUID
 
 import asyncpg
 
@@ -40,6 +41,12 @@ CANCELS = "hookgate_cancels"
 TRIGGERS = "hookgate_triggers"
 #: A notification was queued for a channel (an alert was raised, a channel's test): the alert sender sends it.
 ALERTS = "hookgate_alerts"
+#: A ``hookgate_deliveries`` payload names the deliveries it announces, comma-separated, up to NAMED_MAX of them
+#: (a worker takes named deliveries by key while nothing waits behind them); past that, or from a sender that
+#: names none, it is ANY (or any other text): look at the queue.
+NAMED_MAX = 64
+ANY = "*"
+
 #: What the worker role listens to.
 WORKER_CHANNELS = (DELIVERIES, RUNS, TASKS, ALERTS, CANCELS)
 
@@ -53,6 +60,19 @@ PING_TIMEOUT_S = 3.0
 #: First and longest pause between reconnect attempts while the database stays out of reach (it doubles).
 RECONNECT_MIN_S = 0.1
 RECONNECT_MAX_S = 1.0
+
+
+def name_deliveries(ids: Sequence[object]) -> str:
+    """The ``hookgate_deliveries`` payload announcing queued deliveries: their ids, or ANY past NAMED_MAX."""
+    return ",".join(str(i) for i in ids) if 0 < len(ids) <= NAMED_MAX else ANY
+
+
+def named_deliveries(payload: str) -> list[UUID] | None:
+    """The deliveries a ``hookgate_deliveries`` payload names; None when it names none (look at the queue)."""
+    try:
+        return [UUID(part) for part in payload.split(",")]
+    except ValueError:
+        return None
 
 
 class NotifyListener:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import OrderedDict
 from datetime import datetime
 from typing import Any
@@ -77,15 +78,24 @@ class DeliveryWorker:
         self._busy = 0
         self._cursor: UUID | None = None  # the workspace the last walk stopped at
         self._trigger_cursors: OrderedDict[UUID, UUID] = OrderedDict()  # per workspace, the trigger it stopped at
+        #: Deliveries ingress announced by id since the last take (``notify.named_deliveries``), and whether the
+        #: next take must walk the queue instead (a notice named none or too many, or the last take was full).
+        self._named: list[UUID] = []
+        self._look = True
+        self._walked = 0.0  # when the claimer last walked the queue (monotonic)
+        if wake is not None:
+            wake.subscribe(notify.DELIVERIES, self._on_notice)
 
-    async def take_batch(self, limit: int | None = None, now: datetime | None = None) -> take.Taken:
+    async def take_batch(self, limit: int | None = None, now: datetime | None = None,
+                         ids: list[UUID] | None = None) -> take.Taken:
         """Claim up to ``limit`` due deliveries and dispatch the plain ones in one round trip; push what it claimed.
 
-        ``leased`` of the result: the deliveries left for the one-by-one path (crash window, create_issue, ...).
+        ``ids``: take only these (by key) instead of walking the queue. ``leased`` of the result: the deliveries
+        left for the one-by-one path (crash window, create_issue, ...).
         """
         # The shares the take claims within hold until its claims are pushes the shares count (Pusher.claiming).
         async with contextlib.nullcontext() if self.pusher is None else self.pusher.claiming:
-            taken = await self._take(limit, now)
+            taken = await self._take(limit, now, ids)
             if self.pusher is not None:
                 for claimed in taken.claimed:
                     self.pusher.submit(claimed)
@@ -95,7 +105,7 @@ class DeliveryWorker:
         metrics.count_outcomes("deliveries", ["dispatched"] * taken.dispatched)
         return taken
 
-    async def _take(self, limit: int | None, now: datetime | None) -> take.Taken:
+    async def _take(self, limit: int | None, now: datetime | None, ids: list[UUID] | None) -> take.Taken:
         s = self.settings
         options = options_for(self.ctx, self.holder, self.pusher)
         capacity = self.pusher.capacity() if self.pusher is not None else 0
@@ -104,7 +114,7 @@ class DeliveryWorker:
             return await take.take_batch(conn, limit=limit or s.delivery_batch, lease_s=s.delivery_lease_s,
                                          cursor=self._cursor, fanout=TRIGGER_FANOUT, options=options,
                                          capacity=capacity, now=now, trigger_cursors=self._trigger_cursors,
-                                         rooms=rooms)
+                                         rooms=rooms, ids=ids)
 
     def _advance(self, taken: take.Taken) -> None:
         """Move the round-robin cursors past what this take visited, so the next one starts after it."""
@@ -231,16 +241,44 @@ class DeliveryWorker:
                 self._taken.clear()
                 await self._pause(self._taken.wait(), self.settings.worker_poll_s)
                 continue
+            named = self._named_take(room)
             try:
-                taken = await self.take_batch(room)
+                taken = await self.take_batch(room, ids=named)
             except database.DATABASE_ERRORS as exc:
                 # The take is one statement: it wrote nothing. Its deliveries are taken again on the next pass.
                 log.warning("delivery take failed; trying again next pass", extra={"error": str(exc)})
-                taken = take.Taken()
+                taken, self._look = take.Taken(), True
             for row in taken.leased:
                 self._queue.put_nowait(row)
             if taken.dispatched + len(taken.leased) < room:
                 await self._pause(self._wake(), self.settings.worker_poll_s)
+            else:
+                self._look = True  # a full take: more may wait behind it, and the fair walk shares them out
+
+    def _on_notice(self, payload: str) -> None:
+        """A ``hookgate_deliveries`` notice: remember the deliveries it names, or that the queue must be walked."""
+        named = notify.named_deliveries(payload)
+        if named is None or len(self._named) + len(named) > self._buffer:
+            self._look = True
+            self._named.clear()  # the walk finds them
+        else:
+            self._named.extend(named)
+
+    def _named_take(self, room: int) -> list[UUID] | None:
+        """The deliveries the next take reads by key, or None to walk the queue.
+
+        By key only while every delivery announced since the last take fits in it and nothing is known to wait
+        behind them: then the walk's fairness has nothing to share out, and its index probes (which step over
+        every entry that left the queue since the last vacuum) cost most of a webhook's way to its agent. The
+        queue is still walked at least every ``worker_poll_s``: for paced, retried and unannounced deliveries.
+        """
+        named, self._named = self._named, []
+        look, self._look = self._look, False
+        clock = time.monotonic()
+        if look or not named or len(named) > room or clock - self._walked >= self.settings.worker_poll_s:
+            self._walked = clock
+            return None
+        return named
 
     async def _wake(self) -> None:
         if self.wake is not None:

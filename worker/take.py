@@ -13,7 +13,7 @@ the task a slot, so however many agents of one workspace the take meets, new or 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
@@ -55,7 +55,7 @@ def next_cursor(old: UUID | None, visited: Iterable[UUID]) -> UUID | None:
 async def take_batch(
     conn: Conn, *, limit: int, lease_s: float, cursor: UUID | None, fanout: int, options: dispatch.Options,
     capacity: int, now: datetime | None = None, trigger_cursors: Mapping[UUID, UUID] | None = None,
-    rooms: Budget | None = None,
+    rooms: Budget | None = None, ids: Sequence[UUID] | None = None,
 ) -> Taken:
     """Claim up to ``limit`` due deliveries, dispatch the plain-pending ones and claim up to ``capacity`` pushes.
 
@@ -63,6 +63,7 @@ async def take_batch(
     trigger its walk stopped at; ``fanout``: triggers visited per workspace at most. One round trip: the claim,
     its pacing and the dispatch of what ingress stores; the rest comes back leased. ``rooms``: at most this many
     pushes per agent and per workspace (None = no bound), the task's workspace read before it gets a slot.
+    ``ids``: take only these deliveries (those still queued and due), read by key instead of walking the queue.
     """
     claim = options.claim or dispatch.ClaimFor("")
     rows = await conn.fetch(
@@ -70,7 +71,7 @@ async def take_batch(
         claim.holder, capacity if options.claim is not None else 0, claim.push_timeout_cap_s,
         claim.push_lease_margin_s, {str(w): str(t) for w, t in (trigger_cursors or {}).items()},
         *(rooms or Budget({}, {})).take_args(),
-        claim.agent_cap,
+        claim.agent_cap, None if ids is None else list(ids),
     )
     taken = Taken(triggers={r["trigger_id"] for r in rows})
     for r in rows:

@@ -5,11 +5,12 @@ that issued a NOTIFY on one database-wide lock held across its WAL flush, so gro
 and the ingress throughput halved in ``bench/ingress.py``. The notification is a hint only (workers
 poll the queue index every second), so it is sent after the commit instead, coalesced per process: the
 first queued delivery after a quiet spell is announced at once, later ones at most once per
-``interval`` (1 ms) with the newest delivery id as payload. The window is short on purpose: at a steady
-200 req/s deliveries come 5 ms apart, and a 5 ms window held back about half of their wake-ups, which was
-most of the POST -> agent p50 in ``bench/dispatch.py`` (6-8 ms with it, 3.3-4.0 ms without). Under load a
-batch commits many deliveries at once and they share one notification, so the rate stays bounded (at
-most one per millisecond, one in flight). A hint lost to a crash in that instant costs poll latency,
+``interval`` (1 ms), the payload naming every delivery since the last one (``notify.name_deliveries``: up to
+64 ids, past that "look at the queue"), so that a worker can take exactly those by key. The window is short
+on purpose: at a steady 200 req/s deliveries come 5 ms apart, and a 5 ms window held back about half of
+their wake-ups, which was most of the POST -> agent p50 in ``bench/dispatch.py`` (6-8 ms with it, 3.3-4.0 ms
+without). Under load a batch commits many deliveries at once and they share one notification, so the rate
+stays bounded (at most one per millisecond, one in flight). A hint lost to a crash in that instant costs poll latency,
 never a delivery.
 """
 
@@ -35,14 +36,15 @@ class DeliveryNotifier:
 
     def __init__(self, pool: asyncpg.Pool, acquire_timeout: float, interval: float = INTERVAL_S) -> None:
         self.pool, self.acquire_timeout, self.interval = pool, acquire_timeout, interval
-        self._pending: str | None = None
+        self._pending: list[str] = []
         self._task: asyncio.Task[None] | None = None
         self._last = 0.0
         self.sent = 0
 
     def announce(self, delivery_id: str) -> None:
         """Announce a queued delivery (soon, coalesced with others)."""
-        self._pending = delivery_id
+        if len(self._pending) <= notify.NAMED_MAX:  # one more than can be named: the payload says "look" then
+            self._pending.append(delivery_id)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._flush())
 
@@ -55,11 +57,11 @@ class DeliveryNotifier:
         delay = self._last + self.interval - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        while self._pending is not None:
-            payload, self._pending = self._pending, None
-            await self._send(payload)
+        while self._pending:
+            named, self._pending = self._pending, []
+            await self._send(notify.name_deliveries(named))
             self._last = time.monotonic()
-            if self._pending is not None:
+            if self._pending:
                 await asyncio.sleep(self.interval)
 
     async def _send(self, payload: str) -> None:

@@ -35,7 +35,8 @@
 -- 0020_fair_deliveries. A task records its run's autopilot (the claim's fair share) and a slot who it served
 -- (since 0021_fair_claims). p_cap: no agent gets more slots than this (HOOKGATE_AGENT_MAX_CONCURRENCY, an
 -- argument since 0023_agent_cap_argument; NULL = no bound). The workspaces' rooms are arguments since
--- 0030_workspace_rooms.
+-- 0030_workspace_rooms. p_ids (since 0033_take_named): take only these deliveries, by key, instead of walking
+-- the queue (NULL = walk); the rest (pacing, dispatch, slots, leases) is the same.
 --
 -- Live definition: `hookgate migrate` re-applies this file (CREATE OR REPLACE) whenever it changes. A change of
 -- the arguments or of the result type cannot be replaced in place: it needs a migration that drops the old
@@ -46,7 +47,7 @@ CREATE OR REPLACE FUNCTION hookgate_delivery_take(
     p_max_attempts integer, p_heartbeat_s double precision, p_holder text, p_claims integer,
     p_lease_cap_s double precision, p_lease_margin_s double precision, p_trigger_cursors jsonb,
     p_room_agents uuid[], p_rooms integer[], p_room_other integer, p_room_spaces uuid[], p_space_rooms integer[],
-    p_space_other integer, p_cap integer)
+    p_space_other integer, p_cap integer, p_ids uuid[])
 RETURNS TABLE (kind text, id uuid, lease_token uuid, workspace_id uuid, trigger_id uuid, autopilot_id uuid,
                event text, envelope jsonb, run_id uuid, dispatch_attempts integer, received_at timestamptz,
                rate_limit_per_minute integer, claimed boolean, task_id uuid, agent_id uuid, payload jsonb,
@@ -101,11 +102,14 @@ BEGIN
     -- 0024_partitions). No clock is assumed: a row queued after these reads (outside the range) waits for
     -- the next take. `dispatch_attempts >= 0` (always true) is the predicate of webhook_delivery_queued_idx,
     -- which only these two reads can use.
-    SELECT (SELECT q.id FROM webhook_delivery q WHERE q.status = 'queued' AND q.dispatch_attempts >= 0 ORDER BY q.id LIMIT 1),
-           (SELECT q.id FROM webhook_delivery q WHERE q.status = 'queued' AND q.dispatch_attempts >= 0 ORDER BY q.id DESC LIMIT 1)
-    INTO v_qlo, v_qhi;
-    IF v_qlo IS NULL THEN
-        RETURN;
+    -- Not for a take of named deliveries (p_ids), which reads them by key and walks nothing.
+    IF p_ids IS NULL THEN
+        SELECT (SELECT q.id FROM webhook_delivery q WHERE q.status = 'queued' AND q.dispatch_attempts >= 0 ORDER BY q.id LIMIT 1),
+               (SELECT q.id FROM webhook_delivery q WHERE q.status = 'queued' AND q.dispatch_attempts >= 0 ORDER BY q.id DESC LIMIT 1)
+        INTO v_qlo, v_qhi;
+        IF v_qlo IS NULL THEN
+            RETURN;
+        END IF;
     END IF;
 
     WITH RECURSIVE spaces AS (
@@ -188,6 +192,17 @@ BEGIN
             LIMIT w.take_n
             FOR UPDATE SKIP LOCKED
         ) x
+        WHERE p_ids IS NULL
+        UNION ALL
+        -- A take of named deliveries (p_ids: the ones ingress just announced, while nothing waits behind them):
+        -- each is read by key, oldest first, and none of the walk above runs (its probes step over every
+        -- index entry that left the queue since the last vacuum; a few dozen by key cost a fraction of that).
+        SELECT x.id, x.trigger_id, x.available_at, x.workspace_id, 1, 1, row_number() OVER (ORDER BY x.id)
+        FROM (SELECT d.id, d.trigger_id, d.available_at, d.workspace_id FROM webhook_delivery d
+              WHERE p_ids IS NOT NULL AND d.id = ANY (p_ids) AND d.status = 'queued' AND d.available_at <= v_at
+              ORDER BY d.id
+              LIMIT p_limit
+              FOR UPDATE SKIP LOCKED) x
     ), ranked AS (
         -- Within a workspace its triggers interleaved: the 1st of each, then the 2nd, ... (ws_rank).
         SELECT l.*, row_number() OVER (PARTITION BY l.workspace_id ORDER BY l.rn, l.trigger_ord) AS ws_rank

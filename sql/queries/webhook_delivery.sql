@@ -260,6 +260,7 @@ LIMIT $9;
 -- timeout) and claim up to $9 of their HTTP agents' tasks for holder $8 (leased least(agent timeout, $10) + $11
 -- s), at most $14[i] of agent $13[i] and $15 of any other agent, and at most $17[i] of workspace $16[i] and $18 of
 -- any other workspace (the pusher's fair shares), no agent above $19 (HOOKGATE_AGENT_MAX_CONCURRENCY; NULL = no
--- bound). Rows: kind 'dispatched' (task columns) or 'leased' (for the one-by-one path).
+-- bound). $20: take only these deliveries, by key, instead of walking the queue (NULL = walk). Rows: kind
+-- 'dispatched' (task columns) or 'leased' (for the one-by-one path).
 SELECT * FROM hookgate_delivery_take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                                     $19);
+                                     $19, $20);

@@ -214,6 +214,7 @@ WITH d AS (
 INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, webhook_delivery_id, source, rule_version_id,
                            payload, accountable_id)
 SELECT $1, $3, $2, d.id, 'webhook', $6, d.envelope, $7 FROM d
+RETURNING webhook_delivery_id
 """
 # A data-modifying CTE's rows are invisible to its own statement: link runs to deliveries in a second one.
 _LINK_RUNS = """
@@ -231,10 +232,11 @@ async def insert_backlog(conn: Any, autopilot: asyncpg.Record, trigger: asyncpg.
     version = await conn.fetchval("SELECT id FROM autopilot_rule_version WHERE autopilot_id = $1 "
                                   "ORDER BY version DESC LIMIT 1", autopilot["id"])
     async with conn.transaction():
-        await conn.execute(_INSERT_DELIVERIES, autopilot["workspace_id"], trigger["id"], autopilot["id"], count, t0,
-                           version, trigger["published_by_id"])
+        made = await conn.fetch(_INSERT_DELIVERIES, autopilot["workspace_id"], trigger["id"], autopilot["id"], count,
+                                t0, version, trigger["published_by_id"])
         await conn.execute(_LINK_RUNS)
-        await conn.execute(Q.notify_send, notify.DELIVERIES, "backlog")
+        # As ingress announces them: by id, or "look at the queue" for more than one notice names.
+        await conn.execute(Q.notify_send, notify.DELIVERIES, notify.name_deliveries([r[0] for r in made]))
 
 
 class AgentStats:

@@ -2,11 +2,12 @@
 
 import asyncio
 import time
+import uuid
 
 import pytest
 
 from gateway.ingress.notifier import CHANNEL, INTERVAL_S, DeliveryNotifier
-from hookgate import database
+from hookgate import database, notify
 
 pytestmark = pytest.mark.asyncio
 
@@ -41,20 +42,39 @@ async def test_wakes_spaced_wider_than_the_window_each_go_out_at_once(ctx, heard
     assert notifier.sent == 4
 
 
-async def test_a_burst_within_the_window_is_coalesced_into_one_more_with_the_newest_payload(ctx, heard):
+async def test_a_burst_within_the_window_is_coalesced_into_one_more_naming_every_delivery(ctx, heard):
     notifier = DeliveryNotifier(ctx.pool, 5.0, interval=0.2)
     notifier.announce("d0")
     first, oldest = await _next(heard)  # the first after a quiet spell: at once
     assert oldest == "d0"
+    for n in range(1, 6):
+        notifier.announce(f"d{n}")
+    second, named = await _next(heard)
+    await notifier.settled()
+    assert named == "d1,d2,d3,d4,d5" and heard.empty() and notifier.sent == 2
+    assert second - first >= 0.15  # held back until the window passed
+
+
+async def test_a_burst_of_more_than_a_notice_can_name_says_look_at_the_queue(ctx, heard):
+    notifier = DeliveryNotifier(ctx.pool, 5.0, interval=0.2)
+    notifier.announce("d0")
+    await _next(heard)
     for n in range(1, 200):
         notifier.announce(f"d{n}")
         if n % 20 == 0:
             await asyncio.sleep(0.001)
-    second, newest = await _next(heard)
+    _, payload = await _next(heard)
     await asyncio.sleep(0.3)
     await notifier.settled()
-    assert newest == "d199" and heard.empty() and notifier.sent == 2
-    assert second - first >= 0.15  # held back until the window passed
+    assert payload == notify.ANY and notify.named_deliveries(payload) is None
+    assert heard.empty() and notifier.sent == 2
+
+
+async def test_a_payload_names_deliveries_by_id_up_to_the_cap():
+    ids = [uuid.uuid4() for _ in range(notify.NAMED_MAX + 1)]
+    assert notify.named_deliveries(notify.name_deliveries(ids[:3])) == ids[:3]
+    assert notify.name_deliveries(ids) == notify.ANY and notify.name_deliveries([]) == notify.ANY
+    assert notify.named_deliveries("backlog") is None and notify.named_deliveries("") is None
 
 
 async def test_the_default_window_is_well_below_the_gap_between_arrivals_at_200_per_second():

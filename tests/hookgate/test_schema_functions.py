@@ -60,8 +60,8 @@ CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
     # a lowered concurrency cap stays strict; an unhealthy agent gets probe slots only; HOOKGATE_AGENT_MAX_CONCURRENCY;
     # 0023_agent_cap_argument made it with a placeholder body
     "hookgate_slots_take",
-    # 0020_fair_deliveries, 0023_agent_cap_argument and 0030_workspace_rooms made it with a placeholder body: its
-    # definition is the file's
+    # 0020_fair_deliveries, 0023_agent_cap_argument, 0030_workspace_rooms and 0033_take_named made it with a
+    # placeholder body: its definition is the file's
     "hookgate_delivery_take",
     # no JIT, as every function that pins its plans
     "hookgate_slots_settle",
@@ -167,7 +167,7 @@ async def test_a_stale_function_is_brought_back_by_the_migrator_when_its_checksu
 async def test_a_function_file_missing_from_the_records_is_applied(conn):
     await conn.execute("ALTER FUNCTION hookgate_delivery_take(integer, double precision, uuid, integer, timestamptz,"
                        " integer, double precision, text, integer, double precision, double precision, jsonb,"
-                       " uuid[], integer[], integer, uuid[], integer[], integer, integer) RESET ALL")
+                       " uuid[], integer[], integer, uuid[], integer[], integer, integer, uuid[]) RESET ALL")
     await conn.execute("DELETE FROM hookgate_functions WHERE name = 'hookgate_delivery_take'")
     assert await migrations.migrate(conn) == ["functions/hookgate_delivery_take.sql"]
     config = await conn.fetchval("SELECT proconfig FROM pg_proc WHERE proname = 'hookgate_delivery_take'")

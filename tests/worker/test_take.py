@@ -2,15 +2,20 @@
 
 import asyncio
 import logging
+import time
+import uuid
 from datetime import timedelta
 
 from starlette.responses import JSONResponse
 
 from autopilot import dispatch
-from hookgate import database
+from hookgate import database, notify
 from hookgate.context import open_context
+from hookgate.notify import NotifyListener
+from sql import Q
 from tests import factories
-from tests.worker.conftest import UNPACED, add_delivery, agent_world, bulk_deliveries, wait_for
+from tests.conftest import make_settings
+from tests.worker.conftest import FAST, UNPACED, add_delivery, agent_world, bulk_deliveries, wait_for
 from worker import take, watchdog
 from worker.deliveries import DeliveryWorker, options_for
 from worker.push import Pusher
@@ -300,3 +305,66 @@ async def test_within_a_workspace_every_busy_trigger_gets_its_turn_across_batche
     per_trigger = await _dispatched_by(wctx, "trigger_id")
     assert set(per_trigger) == {t["id"] for t in triggers}
     assert sorted(per_trigger.values()) == [1] * 32 + [2] * 8
+
+
+async def test_a_take_of_named_deliveries_reads_only_those_still_queued_and_keeps_the_one_by_one_path(
+        wctx, agent_server):
+    _, _, ap, trigger = await _setup(wctx, agent_server)
+    async with wctx.pool.acquire() as conn:
+        await bulk_deliveries(conn, ap, trigger, 3)  # queued before, not named: left for a walk
+        named, named_run = await add_delivery(conn, ap, trigger)
+        crash, _ = await add_delivery(conn, ap, trigger, admit=False)
+        done, _ = await add_delivery(conn, ap, trigger)
+        await conn.execute("UPDATE webhook_delivery SET status = 'dispatched' WHERE id = $1", done)
+        worker = DeliveryWorker(wctx, holder="t")
+        taken = await worker.take_batch(limit=16, ids=[named, crash, done, uuid.uuid4()])
+        statuses = dict(await conn.fetch("SELECT status, count(*) FROM webhook_delivery GROUP BY status"))
+        run = await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", named_run)
+    assert taken.dispatched == 1 and [d.id for d in taken.leased] == [crash]
+    assert run == "queued"  # no pusher here: its task waits queued, as from a walk
+    assert statuses == {"queued": 4, "dispatched": 2}  # the three not named, and the leased one
+    walked = await worker.take_batch(limit=16)
+    assert walked.dispatched == 3
+
+
+async def test_announced_deliveries_are_taken_by_name_and_the_queue_still_walked_while_they_keep_coming(
+        db_url, agent_server):
+    # A steady stream of announced deliveries must not keep the worker from walking the queue: a delivery
+    # nobody announced (its notice lost, a retry come due) is taken within about worker_poll_s (0.5 s here).
+    async with open_context(make_settings(db_url, **(FAST | {"worker_poll_s": 0.5})), migrate=False) as ctx:
+        _, _, ap, trigger = await _setup(ctx, agent_server)
+        wake = NotifyListener(ctx.dsn)
+        pusher = Pusher(ctx, holder="t", wake=wake)
+        worker = DeliveryWorker(ctx, holder="t", pusher=pusher, wake=wake)
+        by_name: list[int] = []
+        real_take = worker.take_batch
+
+        async def counting(limit=None, now=None, ids=None):
+            taken = await real_take(limit, now, ids)
+            if ids is not None:
+                by_name.append(taken.dispatched)
+            return taken
+
+        worker.take_batch = counting
+        await wake.ensure()
+        runner = asyncio.create_task(worker.run())
+        try:
+            async with ctx.pool.acquire() as conn:
+                silent, started = None, 0.0
+                for _ in range(120):  # up to 3 s of announcements, 25 ms apart
+                    announced, _ = await add_delivery(conn, ap, trigger)
+                    await conn.execute(Q.notify_send, notify.DELIVERIES, notify.name_deliveries([announced]))
+                    await asyncio.sleep(0.025)
+                    if silent is None and sum(by_name):  # the stream is taken by name: now one nobody announces
+                        silent, started = (await add_delivery(conn, ap, trigger))[0], time.monotonic()
+                    elif silent is not None and await conn.fetchval(
+                            "SELECT status FROM webhook_delivery WHERE id = $1", silent) == "dispatched":
+                        break
+                waited = time.monotonic() - started
+                seen = await conn.fetchval("SELECT status FROM webhook_delivery WHERE id = $1", silent)
+        finally:
+            await worker.stop()
+            await asyncio.wait_for(runner, 5)
+            await pusher.stop(deadline=5)
+            await wake.close()
+    assert seen == "dispatched" and waited < 1.5
