@@ -271,7 +271,15 @@ def main() -> None:
     elif args.role == "receiver":
         run_receiver(args.dsn, args.port)
     else:
-        print(json.dumps(asyncio.run(bench(args)), indent=2))
+        result = asyncio.run(bench(args))
+        print(json.dumps(result, indent=2))
+        # bench/run_all's peer column, beside bench/dispatch.py's rows of the same subject.
+        peer = "Starlette + Procrastinate"
+        print("PEER " + json.dumps({"subject": "drain, default settings",
+                                    "peer": f"{peer}: {result['drain_jobs_per_s']} jobs/s"}))
+        print("PEER " + json.dumps({"subject": f"POST -> agent at {args.rate:.0f}/s",
+                                    "peer": f"{peer}: p50 {result['e2e_p50_ms']:.2f} / p99 "
+                                            f"{result['e2e_p99_ms']:.2f} ms"}))
 
 
 if __name__ == "__main__":

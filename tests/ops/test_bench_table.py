@@ -29,7 +29,8 @@ def test_bench_json_lines_take_precedence(tmp_path):
     line = {"subject": "claims", "value": 812.5, "unit": "runs/s", "p50_ms": 4.0, "p99_ms": 9.5,
             "baseline": "1016 jobs/s (bare loop)", "ratio": 0.8}
     rows = table("dispatch", f"noise 12 things\nBENCH {json.dumps(line)}\n", tmp_path)
-    assert rows == [["dispatch", "claims", "812", "runs/s", "4.00", "9.50", "1016 jobs/s (bare loop)", "0.80", ""]]
+    assert rows == [["dispatch", "claims", "812", "runs/s", "4.00", "9.50", "1016 jobs/s (bare loop)", "0.80", "",
+                     ""]]
 
 
 def test_total_lines_summarise_rounds_and_the_summary_ratio_wins(tmp_path):
@@ -48,5 +49,22 @@ def test_lag_lines_in_seconds_and_the_duplicate_count_become_rows(tmp_path):
     output = ("setup 0.2 s; first occurrence 11:05:00 UTC\nduplicates=0 missed=0\n"
               "fire lag created_at-planned_at (s): p50=0.077 p99=0.181 max=0.181\n")
     rows = table("scheduler", output, tmp_path)
-    assert rows == [["scheduler", "duplicates / missed", "0 / 0", "count", "", "", "", "", ""],
-                    ["scheduler", "fire lag created_at-planned_at", "0.181", "s max", "77.0", "181.0", "", "", ""]]
+    assert rows == [["scheduler", "duplicates / missed", "0 / 0", "count", "", "", "", "", "", ""],
+                    ["scheduler", "fire lag created_at-planned_at", "0.181", "s max", "77.0", "181.0", "", "", "", ""]]
+
+
+def test_the_peers_figures_join_the_rows_of_the_same_subject(tmp_path):
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("run_all", str(ROOT / "bench" / "run_all"))
+    spec = importlib.util.spec_from_loader("run_all", loader)
+    assert spec is not None
+    run_all = importlib.util.module_from_spec(spec)
+    sys.modules["run_all"] = run_all  # its dataclasses look their module up
+    try:
+        loader.exec_module(run_all)
+    finally:
+        del sys.modules["run_all"]
+    found = run_all.peers('noise\nPEER {"subject": "drain, default settings", "peer": "P: 900 jobs/s"}\n')
+    assert found == {"drain, default settings": "P: 900 jobs/s"}
