@@ -2,7 +2,7 @@
 
 One command (PostgreSQL server URL in ``HOOKGATE_BENCH_SERVER_URL``, default the local trust-auth server)::
 
-    python bench/dispatch.py [--runs 20000] [--workers 2] [--rate 200] [--seconds 10] [--pooler]
+    python bench/dispatch.py [--runs 20000] [--workers 2] [--rate 200] [--seconds 10] [--pooler] [--drain-only]
 
 1. **baseline**: a bare ``FOR UPDATE SKIP LOCKED`` claim + complete loop over a one-table queue (jobs/s).
 2. **drain**: ``--runs`` queued deliveries with admitted runs (what ingress stores) are drained by
@@ -223,6 +223,20 @@ async def main(args: argparse.Namespace) -> None:
         bouncer_cpu = cpu_seconds(bouncer_pids) - bouncer0
         # Sessions opened during the drain started from zero.
         db_cpu = sum(cpu_seconds([pid]) - db0.get(pid, 0.0) for pid in await backends(conn))
+        drained = {
+            "pooler": "pgbouncer transaction mode" if bouncer is not None else "none",
+            "server_autovacuum": server_settings["autovacuum"], "server_jit": server_settings["jit"],
+            "baseline_skip_locked_jobs_per_s": round(base_rate),
+            "drain_runs_per_s": round(drain), "drain_runs": args.runs, "workers": args.workers,
+            "drain_over_baseline": round(drain / base_rate, 3),
+            "drain_worker_cpu_ms_per_run": round(drain_cpu * 1000 / args.runs, 3),
+            "drain_postgres_cpu_ms_per_run": round(db_cpu * 1000 / args.runs, 3),
+            "drain_pgbouncer_cpu_ms_per_run": round(bouncer_cpu * 1000 / args.runs, 3),
+        }
+        if args.drain_only:
+            await conn.close()
+            print(json.dumps(drained, indent=2))
+            return
         async with httpx.AsyncClient() as http:
             await http.delete(f"http://127.0.0.1:{port}/stats")
             await latency(conn, ap, trigger, args.rate, args.seconds, args.runs)
@@ -235,13 +249,7 @@ async def main(args: argparse.Namespace) -> None:
         lat = stats["latencies_ms"]
         await conn.close()
         print(json.dumps({
-            "pooler": "pgbouncer transaction mode" if bouncer is not None else "none",
-            "server_autovacuum": server_settings["autovacuum"], "server_jit": server_settings["jit"],
-            "baseline_skip_locked_jobs_per_s": round(base_rate),
-            "drain_runs_per_s": round(drain), "drain_runs": args.runs, "workers": args.workers,
-            "drain_worker_cpu_ms_per_run": round(drain_cpu * 1000 / args.runs, 3),
-            "drain_postgres_cpu_ms_per_run": round(db_cpu * 1000 / args.runs, 3),
-            "drain_pgbouncer_cpu_ms_per_run": round(bouncer_cpu * 1000 / args.runs, 3),
+            **drained,
             "latency_rate_per_s": args.rate, "latency_samples": len(lat),
             "latency_p50_ms": round(statistics.median(lat), 2), "latency_p99_ms": round(percentile(lat, 0.99), 2),
             "latency_max_ms": round(max(lat), 2),
@@ -280,6 +288,8 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency phase")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",
                         help="event loop of the gateway, the workers and the bare chain")
+    parser.add_argument("--drain-only", action="store_true",
+                        help="phases 1 and 2 only: the bare loop and the drain beside it")
     parser.add_argument("--pooler", action="store_true",
                         help="the workers' and the gateway's pools through a real PgBouncer in transaction mode")
     parsed = parser.parse_args()

@@ -357,7 +357,10 @@ BEGIN
     JOIN autopilot ap ON ap.id = r.autopilot_id
     ORDER BY x.n;
 
-    -- The rest is leased for the one-by-one path.
+    -- The rest is leased for the one-by-one path (nothing, most times: the statement costs ~0.2 ms even then).
+    IF cardinality(v_granted) = coalesce(cardinality(v_done), 0) THEN
+        RETURN;
+    END IF;
     RETURN QUERY
     WITH leased AS (
         UPDATE webhook_delivery w

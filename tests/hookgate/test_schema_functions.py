@@ -69,6 +69,8 @@ CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
     # plans with key lookups only and no sorts an index spares, expects a few rows, locks its candidates by key;
     # 0023_agent_cap_argument made it with a placeholder body
     "hookgate_task_claim",
+    # locks its row and writes it once per take (it was an upsert and an update)
+    "hookgate_pace_take",
 })
 
 
