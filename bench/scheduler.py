@@ -341,6 +341,7 @@ async def top_statements(conn: asyncpg.Connection, limit: int) -> list[asyncpg.R
     """The statements of this database by total execution time (nested ones, in functions and triggers, too)."""
     return await conn.fetch(
         r"""SELECT toplevel, calls, rows, total_exec_time / 1000 AS seconds, total_plan_time / 1000 AS plan_seconds,
+                  shared_blks_hit + shared_blks_read AS blocks,
                   regexp_replace(query, '\s+', ' ', 'g') AS query
            FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
            ORDER BY total_exec_time DESC LIMIT $1""", limit)
@@ -417,7 +418,8 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
               "their caller's time):")
         for row in seen["statements"]:
             print(f"  {row['seconds']:7.2f} s exec {row['plan_seconds']:5.2f} s plan {row['calls']:7d} calls "
-                  f"{row['rows']:8d} rows {'top ' if row['toplevel'] else 'nest'} {row['query'][:150]}")
+                  f"{row['rows']:8d} rows {row['blocks']:9d} blocks {'top ' if row['toplevel'] else 'nest'} "
+                  f"{row['query'][:120]}")
     print("claims per runner: " + ", ".join(f"{r['runner_id']}={r['count']}" for r in runners))
     for boundary in boundaries:
         one = [(r["created_at"] - r["planned_at"]).total_seconds() for r in runs if r["planned_at"] == boundary]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 from uuid import UUID
@@ -26,7 +26,7 @@ from hookgate import metrics
 from hookgate.database import Conn
 from scheduler.cron import InvalidSchedule, Schedule, latest_only
 from scheduler.execution import hold, succeed_in
-from scheduler.spec import Batch, CustomPlans, JobRun, JobSpec, Plan, SchedulerError
+from scheduler.spec import Batch, CustomPlans, JobRun, JobSpec, Plan, Scan, SchedulerError
 from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
@@ -35,6 +35,8 @@ SCHEDULE_JOB = "autopilot_schedule_dispatch"
 LATE_AFTER = timedelta(minutes=5)
 WINDOW = timedelta(hours=24)
 _TICK = timedelta(seconds=1)
+#: The planner's cursor before the first trigger: ``(next_fire_at, id)`` sorts after it for every trigger.
+_BEFORE_ALL = (datetime(1, 1, 1, tzinfo=UTC), UUID(int=0))
 #: Unfinished runs of a trigger at which a newly admitted run is skipped, per overlap policy ('allow': never).
 _ACTIVE_LIMIT = {"skip": 1, "buffer_one": 2}
 
@@ -108,13 +110,18 @@ class DuePlan(Plan):
     row: asyncpg.Record = field(compare=False, repr=False)
 
 
-async def plan_due(conn: Conn, now: datetime, limit: int) -> list[Plan]:
-    """The custom planner: lock up to ``limit`` due triggers and plan them.
+async def plan_due(conn: Conn, now: datetime, limit: int, scan: Scan) -> list[Plan]:
+    """The custom planner: lock up to ``limit`` due triggers after ``scan``'s cursor and plan them.
 
     Each trigger's next evaluation (``next_fire_at``) moves so that it is not due again until something
-    can change (its occurrence finished, its retry is due, or the next occurrence comes).
+    can change (its occurrence finished, its retry is due, or the next occurrence comes). The cursor is the
+    ``(next_fire_at, id)`` of the last trigger the tick read: what was skipped below it (locked by another
+    scheduler, who may yet roll back) is due at the next tick, which starts from the beginning.
     """
-    rows = await conn.fetch(Q.trigger_due_schedules, now, limit, SCHEDULE_JOB)
+    after: tuple[datetime, UUID] = scan.after or _BEFORE_ALL
+    rows = await conn.fetch(Q.trigger_due_schedules, now, limit, SCHEDULE_JOB, *after)
+    if rows:  # the tick's workers share the cursor: keep the furthest
+        scan.after = max(after, (rows[-1]["next_fire_at"], rows[-1]["id"]))
     decided = [plan_trigger(row, now) for row in rows]
     if rows:
         await conn.execute(Q.trigger_defer, [row["id"] for row in rows], [again for _, again in decided],

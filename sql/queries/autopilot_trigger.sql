@@ -46,7 +46,9 @@ RETURNING *;
 -- name: trigger_due_schedules
 -- The schedule triggers due at $1 (now), at most $2, locked (SKIP LOCKED: two schedulers split the due
 -- set instead of both planning it), read in index order from autopilot_trigger_due_idx without a sort,
--- so a tick costs the number of due triggers, not all triggers. For each: the newest plan claimed by job
+-- so a tick costs the number of due triggers, not all triggers; only those after the cursor
+-- ($4 next_fire_at, $5 id: the last trigger this tick's planners read; year 1 and the nil id at first), so that a
+-- herd's later batches do not walk again over the entries of the triggers fired or locked before them. For each: the newest plan claimed by job
 -- $3 and its flight slot (a RUNNING execution, or a FAILED one waiting for its retry), if taken; and what
 -- the handler re-checks at fire time, with the columns of trigger_schedule_state (the trigger is locked, so
 -- only its autopilot can change before the fire statement, which checks that again).
@@ -55,7 +57,8 @@ WITH due AS (
            t.overlap_policy, t.published_by_id, t.next_fire_at, t.last_fired_at, t.created_at
     FROM autopilot_trigger t
     WHERE t.kind = 'schedule' AND t.enabled AND t.deleted_at IS NULL AND t.next_fire_at <= $1
-    ORDER BY t.next_fire_at
+      AND (t.next_fire_at, t.id) > ($4::timestamptz, $5::uuid)
+    ORDER BY t.next_fire_at, t.id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
