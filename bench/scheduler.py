@@ -3,12 +3,15 @@
 Prints fire lag (run ``created_at`` − ``planned_at``, and the moment the run's NOTIFY reached a listener,
 i.e. when it was committed and visible), how many occurrences fired exactly once, duplicates, missed
 occurrences, each scheduler's CPU and peak RSS, the CPU of the database backends, and the same-run
-baselines: a raw INSERT rate and the herd's own writes done by bare set-based statements.
+floor: the bare loop a team would write instead (as many processes and connections as the herd, each
+claiming a batch of due triggers ``FOR UPDATE SKIP LOCKED`` and firing it in one statement), with the
+herd's p99 lag ÷ the loop's; also that loop on plain tables, the herd's writes as set-based statements and
+a raw INSERT rate.
 
     python bench/scheduler.py --server postgresql://postgres@127.0.0.1:5432/postgres
     python bench/scheduler.py --triggers 100000
 
-It creates (and drops) its own database on that server, and a clone of it for the baseline (the clone
+It creates (and drops) its own database on that server, and a clone of it for the baselines (the clone
 is dropped before the schedulers start). Runtime: until the ``--minutes``-th minute boundary after a
 warm-up of at least ``--warmup`` seconds (about 1.5 to 3 minutes with the defaults).
 """

@@ -133,6 +133,11 @@ async def test_an_autopilot_paused_while_its_batch_fires_is_not_fired(setup, ctx
     for scope in (trigger["id"], other["id"]):
         (execution,) = await setup.executions(scope)
         assert (execution["status"], execution["result"]) == ("SUCCESS", {"noop": True, "reason": "autopilot_paused"})
+        # Claimed the ordinary way (the attempt rolled back with its trigger writes): the handler moved the
+        # trigger on, so it is not due again before its next occurrence.
+        row = await setup.trigger_row(scope)
+        assert (row["last_fired_at"], row["next_fire_at"]) == (DAY0, DAY0 + timedelta(days=1))
+    assert (await _scheduler(ctx).run_once(DAY0 + 30 * SEC)).claimed[SCHEDULE_JOB] == 0
 
 
 async def test_a_trigger_deleted_between_its_claim_and_its_retry_is_not_fired(setup, ctx):
