@@ -3,12 +3,15 @@
 Prints fire lag (run ``created_at`` − ``planned_at``, and the moment the run's NOTIFY reached a listener,
 i.e. when it was committed and visible), how many occurrences fired exactly once, duplicates, missed
 occurrences, each scheduler's CPU and peak RSS, the CPU of the database backends, and the same-run
-baselines: a raw INSERT rate and the herd's own writes done by bare set-based statements.
+floor: the bare loop a team would write instead (as many processes and connections as the herd, each
+claiming a batch of due triggers ``FOR UPDATE SKIP LOCKED`` and firing it in one statement), with the
+herd's p99 lag ÷ the loop's; also that loop on plain tables, the herd's writes as set-based statements and
+a raw INSERT rate.
 
     python bench/scheduler.py --server postgresql://postgres@127.0.0.1:5432/postgres
     python bench/scheduler.py --triggers 100000
 
-It creates (and drops) its own database on that server, and a clone of it for the baseline (the clone
+It creates (and drops) its own database on that server, and a clone of it for the baselines (the clone
 is dropped before the schedulers start). Runtime: until the ``--minutes``-th minute boundary after a
 warm-up of at least ``--warmup`` seconds (about 1.5 to 3 minutes with the defaults).
 """
@@ -40,6 +43,7 @@ from figures import percentile  # noqa: E402  (bench/, this script's folder)
 from autopilot import agents, rules, workspaces  # noqa: E402
 from hookgate import crypto, database, migrations, notify  # noqa: E402
 from hookgate.context import with_database  # noqa: E402
+from hookgate.settings import Settings  # noqa: E402
 from tests import databases  # noqa: E402
 from tests.processes import stop_all  # noqa: E402
 
@@ -71,29 +75,133 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-async def baseline(server: str, name: str, triggers: int) -> dict[str, float]:
-    """Seconds the bare database takes for the herd's writes, on a clone of the bench database.
+async def baseline(server: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The same-run floors, on a clone of the bench database (dropped before the schedulers start).
 
-    ``raw``: ``triggers`` narrow rows into a temporary table (the machine's speed today). ``runs``,
-    ``executions``, ``triggers``: one run, one SUCCESS execution row and one trigger update per trigger, each
-    as ONE set-based statement on one connection (the least PostgreSQL can do for a herd of this size: every
-    index, foreign key and trigger of the real tables, no round trips). Each is rolled back.
+    ``loop``: the bare loop a team would write instead, run by as many processes as the herd has schedulers,
+    each with as many connections as a scheduler has batches in flight: claim a batch of due triggers
+    ``FOR UPDATE SKIP LOCKED`` and fire it in one statement (a run, a ``SUCCESS`` execution row and the
+    trigger's next time, each row of the real tables), one commit per batch; its p99 lag is when 99 % of the
+    occurrences were committed, from the moment the processes start. ``plain``: the same loop on two plain
+    tables (no foreign key, one index each). ``set``: the herd's writes as set-based statements on one
+    connection, rolled back; ``raw``: narrow rows into a temporary table (the machine's speed today).
     """
     clone = f"{name}_floor"
     admin = await asyncpg.connect(server)
     try:
         await admin.execute(f'CREATE DATABASE "{clone}" TEMPLATE "{name}" STRATEGY FILE_COPY')
-        conn = await asyncpg.connect(with_database(server, clone))
+        dsn = with_database(server, clone)
+        conn = await asyncpg.connect(dsn)
         try:
-            return await _floor(conn, triggers)
+            found: dict[str, Any] = await _set_based(conn, args.triggers)
+            await conn.execute(PLAIN_SETUP)
+            await conn.execute("VACUUM ANALYZE")
         finally:
             await conn.close()
+        for variant in ("plain", "loop"):
+            found[variant] = loop_floor(dsn, variant, args)
+        return found
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{clone}" WITH (FORCE)')
         await admin.close()
 
 
-async def _floor(conn: asyncpg.Connection, triggers: int) -> dict[str, float]:
+#: The plain tables of the ``plain`` floor: due rows and fired rows, nothing else.
+PLAIN_SETUP = """
+    CREATE TABLE floor_trigger (id uuid PRIMARY KEY, next_fire_at timestamptz NOT NULL);
+    CREATE INDEX ON floor_trigger (next_fire_at);
+    INSERT INTO floor_trigger SELECT id, next_fire_at FROM autopilot_trigger;
+    CREATE TABLE floor_run (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), trigger_id uuid NOT NULL,
+                            planned_at timestamptz NOT NULL, created_at timestamptz NOT NULL DEFAULT now(),
+                            payload jsonb NOT NULL);
+"""
+
+#: One batch of a floor loop: $1 = the due instant (fired triggers are next due a minute after it), $2 = batch
+#: size; its status says how many occurrences it fired.
+FIRE = {
+    "plain": """WITH due AS (SELECT id, next_fire_at FROM floor_trigger WHERE next_fire_at <= $1
+                              ORDER BY next_fire_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+                     fired AS (INSERT INTO floor_run (trigger_id, planned_at, payload)
+                               SELECT id, next_fire_at, jsonb_build_object('trigger_id', id) FROM due)
+                UPDATE floor_trigger t SET next_fire_at = $1 + interval '1 minute'
+                FROM due WHERE t.id = due.id""",
+    "loop": """WITH due AS (SELECT t.id, t.workspace_id, t.autopilot_id, t.next_fire_at, t.published_by_id
+                             FROM autopilot_trigger t
+                             WHERE t.kind = 'schedule' AND t.enabled AND t.deleted_at IS NULL AND t.next_fire_at <= $1
+                             ORDER BY t.next_fire_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+                    runs AS (INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, source, status,
+                                                        rule_version_id, planned_at, payload, accountable_id)
+                             SELECT due.workspace_id, due.autopilot_id, due.id, 'schedule', 'pending', v.id,
+                                    due.next_fire_at,
+                                    jsonb_build_object('event', 'schedule.fired',
+                                                       'payload', jsonb_build_object('trigger_id', due.id)),
+                                    due.published_by_id
+                             FROM due JOIN autopilot_rule_version v ON v.autopilot_id = due.autopilot_id),
+                    executions AS (INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time,
+                                       status, attempt, max_attempts, runner_id, lease_token, heartbeat_at,
+                                       stale_after, started_at, single_flight, runner_lock, finished_at,
+                                       duration_ms, result)
+                                   SELECT 'autopilot_schedule_dispatch', 'trigger', due.id::text, due.next_fire_at,
+                                          'SUCCESS', 1, 3, 'floor', gen_random_uuid(), now(), now(), now(), true, 1,
+                                          now(), 0, jsonb_build_object('run_id', due.id)
+                                   FROM due ON CONFLICT DO NOTHING)
+               UPDATE autopilot_trigger t SET last_fired_at = due.next_fire_at,
+                                              next_fire_at = $1 + interval '1 minute'
+               FROM due WHERE t.id = due.id""",
+}
+
+
+def loop_floor(dsn: str, variant: str, args: argparse.Namespace) -> tuple[float, float]:
+    """The bare loop ``variant`` run by ``--schedulers`` processes started together, as the herd's.
+
+    Returns its p99 lag (s) and the CPU seconds of its database backends (same host only).
+    """
+    start = time.time() + 3  # every process started, connected and waiting (checked)
+    batch = args.batch or Settings.model_fields["scheduler_claim_batch"].default
+    procs = [subprocess.Popen([sys.executable, __file__, "--floor-worker", dsn, variant, str(batch),
+                               str(args.concurrency), repr(start)], stdout=subprocess.PIPE)
+             for _ in range(args.schedulers)]
+    lags: list[float] = []
+    pg_cpu = 0.0
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"floor worker exited {proc.returncode}"
+        found = json.loads(out)
+        pg_cpu += found["pg_cpu"]
+        for lag, count in found["done"]:
+            lags += [lag] * count
+    assert len(lags) == args.triggers, f"the {variant} floor fired {len(lags)} of {args.triggers}"
+    return percentile(lags, .99), pg_cpu
+
+
+async def floor_worker(dsn: str, variant: str, batch: int, concurrency: int, start: float) -> None:
+    """One process of a floor loop: ``concurrency`` connections firing due batches from ``start`` on."""
+    conns = [await asyncpg.connect(dsn) for _ in range(concurrency)]
+    statement = FIRE[variant]
+    due = datetime.fromtimestamp(start, UTC)
+    done: list[tuple[float, int]] = []
+
+    async def fire(conn: asyncpg.Connection) -> None:
+        while True:
+            async with conn.transaction():
+                status = await conn.execute(statement, due, batch)
+            fired = int(status.split()[-1])
+            if not fired:
+                return
+            done.append((time.time() - start, fired))
+
+    if time.time() > start:  # its lag would count its own start-up: not a floor
+        sys.exit("floor worker: connected after the start instant")
+    await asyncio.sleep(start - time.time())
+    await asyncio.gather(*(fire(c) for c in conns))
+    backends = [psutil.Process(await c.fetchval("SELECT pg_backend_pid()")).cpu_times() for c in conns]
+    for conn in conns:
+        await conn.close()
+    print(json.dumps({"done": done, "pg_cpu": sum(t.user + t.system for t in backends)}))
+
+
+async def _set_based(conn: asyncpg.Connection, triggers: int) -> dict[str, float]:
+    """The herd's writes as set-based statements on one connection, each rolled back (seconds)."""
     statements = {
         "raw": ("CREATE TEMPORARY TABLE floor_raw (a uuid, b timestamptz, c text)",
                 "INSERT INTO floor_raw SELECT gen_random_uuid(), now(), 'x' FROM generate_series(1, $1::int)",
@@ -236,6 +344,7 @@ async def top_statements(conn: asyncpg.Connection, limit: int) -> list[asyncpg.R
     """The statements of this database by total execution time (nested ones, in functions and triggers, too)."""
     return await conn.fetch(
         r"""SELECT toplevel, calls, rows, total_exec_time / 1000 AS seconds, total_plan_time / 1000 AS plan_seconds,
+                  shared_blks_hit + shared_blks_read AS blocks,
                   regexp_replace(query, '\s+', ' ', 'g') AS query
            FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
            ORDER BY total_exec_time DESC LIMIT $1""", limit)
@@ -289,23 +398,31 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
     print("scheduler peak RSS (VmHWM): " + ", ".join(f"{mb:.1f} MB" for mb in seen["rss"]))
     floor = seen["floor"]
     herd = floor["runs"] + floor["executions"] + floor["triggers"]
-    print(f"baseline (same run, one connection, rolled back): raw INSERT of {args.triggers} narrow rows "
-          f"{floor['raw']:.3f} s ({args.triggers / floor['raw']:,.0f} rows/s); the herd's writes as 3 bare set-based "
-          f"statements {herd:.3f} s (runs {floor['runs']:.3f} + executions {floor['executions']:.3f} + "
-          f"trigger updates {floor['triggers']:.3f}; {args.triggers / herd:,.0f} occurrences/s)")
+    print(f"baselines (same run, on a clone, before the schedulers start): raw INSERT of {args.triggers} narrow rows "
+          f"{floor['raw']:.3f} s ({args.triggers / floor['raw']:,.0f} rows/s); the herd's writes as 3 set-based "
+          f"statements on one connection {herd:.3f} s (runs {floor['runs']:.3f} + executions {floor['executions']:.3f} "
+          f"+ trigger updates {floor['triggers']:.3f})")
+    (loop99, loop_cpu), (plain99, plain_cpu) = floor["loop"], floor["plain"]
+    print(f"floor: bare SKIP LOCKED loop, {args.schedulers} processes x {args.concurrency} connections, one statement "
+          f"per batch of {args.batch or 'default'}: p99 lag {loop99:.3f} s writing the herd's rows (run, SUCCESS "
+          f"execution, trigger; backends {loop_cpu / args.triggers * 1e3:.3f} ms CPU per occurrence), "
+          f"{plain99:.3f} s on two plain tables ({plain_cpu / args.triggers * 1e3:.3f} ms)")
     lag99 = percentile(visible or lag, .99)
-    print(f"summary  p99 lag ÷ floor {lag99 / herd:.2f} (p99 {'committed ' if visible else ''}lag {lag99:.3f} s "
-          f"against the herd's bare writes {herd:.3f} s, same run)")
+    print(f"summary  p99 lag ÷ floor {lag99 / loop99:.2f} (p99 {'committed ' if visible else ''}lag "
+          f"{lag99:.3f} s against the bare loop's {loop99:.3f} s, same run; ÷ the plain-table loop "
+          f"{lag99 / plain99:.2f}; ÷ the set-based writes {lag99 / herd:.2f})")
     print("BENCH " + json.dumps({"subject": f"cron herd, {args.triggers:,} triggers", "value": once,
                                  "unit": f"of {expected} once", "p50_ms": round(percentile(visible or lag, .5) * 1e3),
-                                 "p99_ms": round(lag99 * 1e3), "baseline": f"floor {herd:.3f} s (bare writes)",
-                                 "ratio": round(lag99 / herd, 2)}))
+                                 "p99_ms": round(lag99 * 1e3),
+                                 "baseline": f"bare SKIP LOCKED loop p99 {loop99:.3f} s",
+                                 "ratio": round(lag99 / loop99, 2)}))
     if seen["statements"]:
         print("statements by execution time over the window (pg_stat_statements; nested ones are also inside "
               "their caller's time):")
         for row in seen["statements"]:
             print(f"  {row['seconds']:7.2f} s exec {row['plan_seconds']:5.2f} s plan {row['calls']:7d} calls "
-                  f"{row['rows']:8d} rows {'top ' if row['toplevel'] else 'nest'} {row['query'][:150]}")
+                  f"{row['rows']:8d} rows {row['blocks']:9d} blocks {'top ' if row['toplevel'] else 'nest'} "
+                  f"{row['query'][:120]}")
     print("claims per runner: " + ", ".join(f"{r['runner_id']}={r['count']}" for r in runners))
     for boundary in boundaries:
         one = [(r["created_at"] - r["planned_at"]).total_seconds() for r in runs if r["planned_at"] == boundary]
@@ -326,7 +443,7 @@ async def main() -> None:
     try:
         setup_started = time.monotonic()
         await create_world(dsn, args.triggers, datetime(2000, 1, 1, tzinfo=UTC))
-        floor = await baseline(args.server, name, args.triggers)
+        floor = await baseline(args.server, name, args)
         now = datetime.now(UTC)
         first = (now + timedelta(seconds=args.warmup + 60)).replace(second=0, microsecond=0)
         boundaries = [first + timedelta(minutes=i) for i in range(args.minutes)]
@@ -340,4 +457,8 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if sys.argv[1:2] == ["--floor-worker"]:
+        dsn_, variant_, batch_, concurrency_, start_ = sys.argv[2:]
+        asyncio.run(floor_worker(dsn_, variant_, int(batch_), int(concurrency_), float(start_)))
+    else:
+        asyncio.run(main())

@@ -20,7 +20,7 @@ from hookgate.database import Conn
 from scheduler.clock import Clock
 from scheduler.execution import Executor
 from scheduler.liveness import LOCK_SPACE
-from scheduler.spec import CustomPlans, EveryPlan, JobRun, JobSpec, LatestOnly, Plan
+from scheduler.spec import CustomPlans, EveryPlan, JobRun, JobSpec, LatestOnly, Plan, Scan
 from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
@@ -65,10 +65,10 @@ def cadence_plans(spec: JobSpec, last: datetime | None, until: datetime) -> list
     return [newest]
 
 
-async def plan(conn: Conn, spec: JobSpec, now: datetime, limit: int) -> list[Plan]:
-    """Up to ``limit`` new plans of a job: its custom planner's, or its cadence's per scope."""
+async def plan(conn: Conn, spec: JobSpec, now: datetime, limit: int, scan: Scan | None = None) -> list[Plan]:
+    """Up to ``limit`` new plans of a job: its custom planner's (resuming after ``scan``), or its cadence's."""
     if isinstance(spec.catch_up, CustomPlans):
-        return await spec.catch_up.plans(conn, now, limit)
+        return await spec.catch_up.plans(conn, now, limit, Scan() if scan is None else scan)
     scopes = await spec.scopes(conn, now) if spec.scopes else ["-"]
     until = now - spec.schedule_delay
     plans: list[Plan] = []
@@ -102,10 +102,10 @@ class Claimer:
 
     async def claim_fresh(self, spec: JobSpec, at: datetime) -> int:
         """Plan and claim new occurrences, ``claim_batch`` per transaction, starting each batch's handlers."""
-        total = 0
+        total, scan = 0, Scan()
         while not self.stopping.is_set():
             async with self.pool.acquire() as conn, conn.transaction():
-                plans = await plan(conn, spec, at, self.claim_batch)
+                plans = await plan(conn, spec, at, self.claim_batch, scan)
                 rows = await self.claim(conn, spec, plans, at) if plans else []
             total += self.start(spec, rows, at)
             if len(plans) < self.claim_batch or not rows or spec.cadence is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 from uuid import UUID
@@ -26,7 +26,7 @@ from hookgate import metrics
 from hookgate.database import Conn
 from scheduler.cron import InvalidSchedule, Schedule, latest_only
 from scheduler.execution import hold, succeed_in
-from scheduler.spec import Batch, CustomPlans, JobRun, JobSpec, Plan, SchedulerError
+from scheduler.spec import Batch, CustomPlans, JobRun, JobSpec, Plan, Scan, SchedulerError
 from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
@@ -35,6 +35,8 @@ SCHEDULE_JOB = "autopilot_schedule_dispatch"
 LATE_AFTER = timedelta(minutes=5)
 WINDOW = timedelta(hours=24)
 _TICK = timedelta(seconds=1)
+#: The planner's cursor before the first trigger: ``(next_fire_at, id)`` sorts after it for every trigger.
+_BEFORE_ALL = (datetime(1, 1, 1, tzinfo=UTC), UUID(int=0))
 #: Unfinished runs of a trigger at which a newly admitted run is skipped, per overlap policy ('allow': never).
 _ACTIVE_LIMIT = {"skip": 1, "buffer_one": 2}
 
@@ -103,24 +105,37 @@ def plan_trigger(row: asyncpg.Record, now: datetime) -> tuple[datetime | None, d
 
 @dataclass(frozen=True)
 class DuePlan(Plan):
-    """A plan of a due trigger, with the trigger as the planner read it (locked): the fresh path fires from it."""
+    """A plan of a due trigger, with the trigger as the planner read it (locked): the fresh path fires from it.
+
+    ``again`` is the trigger's next evaluation once this plan is claimed (its next occurrence): the fire
+    statement moves it there, and so does the planner's own write when the plan is claimed another way.
+    """
 
     row: asyncpg.Record = field(compare=False, repr=False)
+    again: datetime = field(compare=False)
 
 
-async def plan_due(conn: Conn, now: datetime, limit: int) -> list[Plan]:
-    """The custom planner: lock up to ``limit`` due triggers and plan them.
+async def plan_due(conn: Conn, now: datetime, limit: int, scan: Scan) -> list[Plan]:
+    """The custom planner: lock up to ``limit`` due triggers after ``scan``'s cursor and plan them.
 
     Each trigger's next evaluation (``next_fire_at``) moves so that it is not due again until something
-    can change (its occurrence finished, its retry is due, or the next occurrence comes).
+    can change (its occurrence finished, its retry is due, or the next occurrence comes): here for the
+    triggers it does not plan, and for the planned ones in the statement that fires them (``trigger_fire``), or,
+    if they are claimed the ordinary way, by the handler (``trigger_mark_fired``); until then a planned trigger
+    is still due, and a planner that finds its occurrence in flight defers it. The cursor is the
+    ``(next_fire_at, id)`` of the last trigger the tick read: what was skipped below it (locked by another
+    scheduler, who may yet roll back) is due at the next tick, which starts from the beginning.
     """
-    rows = await conn.fetch(Q.trigger_due_schedules, now, limit, SCHEDULE_JOB)
+    after: tuple[datetime, UUID] = scan.after or _BEFORE_ALL
+    rows = await conn.fetch(Q.trigger_due_schedules, now, limit, SCHEDULE_JOB, *after)
+    if rows:  # the tick's workers share the cursor: keep the furthest
+        scan.after = max(after, (rows[-1]["next_fire_at"], rows[-1]["id"]))
     decided = [plan_trigger(row, now) for row in rows]
-    if rows:
-        await conn.execute(Q.trigger_defer, [row["id"] for row in rows], [again for _, again in decided],
-                           [plan for plan, _ in decided])
-    return [DuePlan(str(row["id"]), plan, row) for row, (plan, _) in zip(rows, decided, strict=True)
-            if plan is not None]
+    held = [(row["id"], again) for row, (plan, again) in zip(rows, decided, strict=True) if plan is None]
+    if held:
+        await conn.execute(Q.trigger_defer, [i for i, _ in held], [again for _, again in held], [None] * len(held))
+    return [DuePlan(str(row["id"]), plan, row, again) for row, (plan, again) in zip(rows, decided, strict=True)
+            if plan is not None and again is not None]
 
 
 async def next_due(conn: Conn, now: datetime) -> datetime | None:
@@ -244,7 +259,7 @@ async def dispatch_fresh(
     if batch.claim is None or len(due) != len(batch.runs):
         await _handle(conn, batch.runs, heartbeat_timeout_s, mark_fired=False)
         return None
-    return await _fire(conn, batch, [p.row for p in due], heartbeat_timeout_s)
+    return await _fire(conn, batch, due, heartbeat_timeout_s)
 
 
 #: A verdict of trigger_fire: the autopilot status seen, a no-op's result (JSON text) or the run's status, reason
@@ -252,16 +267,15 @@ async def dispatch_fresh(
 Outcome = tuple[str, str | None, str | None, str | None, str | None, UUID | None, UUID | None, UUID | None]
 
 
-async def _fire(
-    conn: Conn, batch: Batch, states: list[asyncpg.Record], heartbeat_timeout_s: float
-) -> list[asyncpg.Record]:
+async def _fire(conn: Conn, batch: Batch, due: list[DuePlan], heartbeat_timeout_s: float) -> list[asyncpg.Record]:
     """Decide every occurrence of the batch (a no-op, or its run's status), then fire them in one statement.
 
     The occurrences of one autopilot and publisher share one gate decision, so the work per occurrence is
-    its plan, its overlap check and its elements of three arrays; the database does the rest, set-based.
+    its plan, its overlap check and its elements of four arrays; the database does the rest, set-based,
+    including each trigger's move to its next occurrence.
     """
     assert batch.claim is not None
-    runs = batch.runs
+    runs, states = batch.runs, [p.row for p in due]
     todo: Todo = []
     for run, state in zip(runs, states, strict=True):
         reason = _noop_reason(state, run)
@@ -287,7 +301,8 @@ async def _fire(
         Q.trigger_fire, spec.name, batch.claim.runner_id, batch.now, spec.stale_timeout.total_seconds(),
         batch.claim.lock_key, await batch.clock.now(), spec.max_attempts,
         [UUID(r.scope_id) for r in runs], [r.plan_time for r in runs], index,
-        *(list(column) for column in zip(*outcomes, strict=True)), plans, [p.isoformat() for p in plans])
+        *(list(column) for column in zip(*outcomes, strict=True)), plans, [p.isoformat() for p in plans],
+        [p.again for p in due])
     made, wanted, changed = (rows[0]["made"], rows[0]["wanted"], rows[0]["changed"]) if rows else (0, len(todo), 0)
     if len(rows) != len(runs) or made != wanted or changed:
         raise FireRefused(f"of {len(runs)} occurrence(s), {len(rows)} claimed, {made} of {wanted} run(s) inserted, "

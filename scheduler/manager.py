@@ -37,6 +37,10 @@ log = logging.getLogger("hookgate.scheduler")
 #: Longest pause between two failed ticks (the database out of reach): a scheduler is back at work at most
 #: this long after the database (a promoted standby, after a failover) accepts connections again.
 FAILED_TICK_RETRY_MAX_S = 2.0
+#: Pause after a tick that claimed nothing although something is due: what is due is then held by another
+#: scheduler's batches in flight (locked, not yet committed), so ticking again at once would only spin, sweeping
+#: and reading locked rows until they commit; if they roll back instead, they are claimed this much later.
+BUSY_DUE_PAUSE_S = 0.2
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -116,6 +120,8 @@ class Scheduler:
                     delay = await self._sleep_for(await self.now())
                     if not report.live:  # try to take the lock again soon: until then nothing is claimed
                         delay = min(delay, self.liveness_poll.total_seconds())
+                    elif delay == 0 and not any(report.claimed.values()):
+                        delay = min(BUSY_DUE_PAUSE_S, self.max_tick)
                     log.debug("tick", extra={"claimed": report.claimed, "sleep_s": delay})
                     failures = 0
                 except database.DATABASE_ERRORS as exc:

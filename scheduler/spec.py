@@ -102,10 +102,21 @@ class EveryPlan:
     max_per_tick: int
 
 
-#: A custom planner: ``(conn, now, limit) -> plans`` (new plans only; due retries are generic). It runs in
-#: the claiming transaction, so row locks it takes last until its plans are claimed (for a transactional job:
-#: until they are handled and recorded; a single-flight transactional job's planner must lock its scopes).
-Planner = Callable[[Conn, datetime, int], Awaitable[list[Plan]]]
+@dataclass
+class Scan:
+    """How far one tick's planners of a job have read, shared by the tick's workers; a new tick starts afresh.
+
+    ``after`` is the custom planner's own cursor (None: nothing read yet). A planner that resumes after it
+    need not read again, batch after batch, what the tick's earlier batches read.
+    """
+
+    after: Any = None
+
+
+#: A custom planner: ``(conn, now, limit, scan) -> plans`` (new plans only; due retries are generic). It runs
+#: in the claiming transaction, so row locks it takes last until its plans are claimed (for a transactional
+#: job: until they are handled and recorded; a single-flight transactional job's planner must lock its scopes).
+Planner = Callable[[Conn, datetime, int, Scan], Awaitable[list[Plan]]]
 #: When a custom planner will next have something due: ``(conn, now) -> time or None``.
 NextDue = Callable[[Conn, datetime], Awaitable[datetime | None]]
 #: The scopes of a cadence job (default: one global scope ``"-"``).

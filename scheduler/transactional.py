@@ -20,7 +20,7 @@ from hookgate import metrics
 from hookgate.database import Conn
 from scheduler.claims import Claimer, plan
 from scheduler.execution import ms, results_json
-from scheduler.spec import Batch, Claim, CustomPlans, JobRun, JobSpec, Plan, SchedulerError
+from scheduler.spec import Batch, Claim, CustomPlans, JobRun, JobSpec, Plan, Scan, SchedulerError
 from sql import Q
 
 log = logging.getLogger("hookgate.scheduler")
@@ -43,22 +43,25 @@ async def claim_fresh_in_transactions(claimer: Claimer, spec: JobSpec, at: datet
 
     A custom planner locks what it plans (the autopilot planner: its triggers, SKIP LOCKED), so
     ``concurrency`` workers split the due plans; a cadence job's planner locks nothing, so one worker.
+    The workers share one :class:`Scan`: each batch's planner resumes after what the tick has read so far.
     Waits for them, so that the next tick does not find their scopes still due.
     """
     count = concurrency if isinstance(spec.catch_up, CustomPlans) else 1
-    outcomes = await asyncio.gather(*[_batches(claimer, spec, at) for _ in range(count)], return_exceptions=True)
+    scan = Scan()
+    outcomes = await asyncio.gather(*[_batches(claimer, spec, at, scan) for _ in range(count)],
+                                    return_exceptions=True)
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
     return sum(o for o in outcomes if isinstance(o, int))
 
 
-async def _batches(claimer: Claimer, spec: JobSpec, at: datetime) -> int:
+async def _batches(claimer: Claimer, spec: JobSpec, at: datetime, scan: Scan) -> int:
     """One worker: batch after batch until the planner has fewer than a batch left, or nothing was claimed."""
     total = 0
     while not claimer.stopping.is_set():
         async with claimer.executor.slots:
-            planned, finished, rows = await _plan_and_attempt(claimer, spec, at)
+            planned, finished, rows = await _plan_and_attempt(claimer, spec, at, scan)
         metrics.scheduler_started(spec.name, [(r.plan_time, r.now) for r in finished])
         total += len(finished) + claimer.start(spec, rows, at)
         if planned < spec.batch_size or not (finished or rows):  # as claim_fresh: nothing claimed, stop
@@ -68,7 +71,7 @@ async def _batches(claimer: Claimer, spec: JobSpec, at: datetime) -> int:
 
 
 async def _plan_and_attempt(
-    claimer: Claimer, spec: JobSpec, at: datetime
+    claimer: Claimer, spec: JobSpec, at: datetime, scan: Scan
 ) -> tuple[int, list[JobRun], list[asyncpg.Record]]:
     """One transaction: plan up to ``batch_size``, then handle and record them, or claim them RUNNING.
 
@@ -79,7 +82,7 @@ async def _plan_and_attempt(
         # A frozen holder must not keep its scopes locked (and unclaimed) for long: within run_timeout
         # its session ends, the transaction rolls back and the plans are due again, on time.
         await conn.execute(Q.cron_hold_guard, ms(spec.run_timeout))
-        plans = await plan(conn, spec, at, spec.batch_size)
+        plans = await plan(conn, spec, at, spec.batch_size, scan)
         if not plans:
             return 0, [], []
         plans.sort(key=lambda p: (p.scope_id, p.plan_time))

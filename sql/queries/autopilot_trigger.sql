@@ -46,7 +46,9 @@ RETURNING *;
 -- name: trigger_due_schedules
 -- The schedule triggers due at $1 (now), at most $2, locked (SKIP LOCKED: two schedulers split the due
 -- set instead of both planning it), read in index order from autopilot_trigger_due_idx without a sort,
--- so a tick costs the number of due triggers, not all triggers. For each: the newest plan claimed by job
+-- so a tick costs the number of due triggers, not all triggers; only those after the cursor
+-- ($4 next_fire_at, $5 id: the last trigger this tick's planners read; year 1 and the nil id at first), so that a
+-- herd's later batches do not walk again over the entries of the triggers fired or locked before them. For each: the newest plan claimed by job
 -- $3 and its flight slot (a RUNNING execution, or a FAILED one waiting for its retry), if taken; and what
 -- the handler re-checks at fire time, with the columns of trigger_schedule_state (the trigger is locked, so
 -- only its autopilot can change before the fire statement, which checks that again).
@@ -55,7 +57,8 @@ WITH due AS (
            t.overlap_policy, t.published_by_id, t.next_fire_at, t.last_fired_at, t.created_at
     FROM autopilot_trigger t
     WHERE t.kind = 'schedule' AND t.enabled AND t.deleted_at IS NULL AND t.next_fire_at <= $1
-    ORDER BY t.next_fire_at
+      AND (t.next_fire_at, t.id) > ($4::timestamptz, $5::uuid)
+    ORDER BY t.next_fire_at, t.id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
@@ -90,6 +93,8 @@ LEFT JOIN LATERAL (SELECT e.status, e.next_retry_at, e.stale_after FROM sys_cron
 -- the caller rolls back), $12 = a no-op's result (JSON text; NULL: insert a run), $13 = run status
 -- ('pending' or 'skipped'), $14 = reason code, $15 = reason, $16 = workspace, $17 = rule version,
 -- $18 = accountable member. $19/$20 = each distinct plan time and its text in the run's payload (ISO 8601).
+-- $21 = per occurrence, its trigger's next evaluation (the next occurrence): the trigger moves there and its
+-- last_fired_at to the plan (never back), in this statement (the planner left it due; see trigger_defer).
 -- The claim: $1 = job, $2 = runner id, $3 = claim time, $4 = stale timeout (s), $5 = liveness key,
 -- $6 = finish time, $7 = max attempts. Returns one row per occurrence claimed (id, scope_id, plan_time,
 -- lease_token), each with how many runs were inserted (made) and wanted, and how many occurrences found their
@@ -101,11 +106,12 @@ WITH o AS (
         WITH ORDINALITY AS o(seen_status, noop, status, reason_code, reason, workspace_id, rule_version_id,
                              accountable_id, k)
 ), x AS MATERIALIZED (
-    SELECT p.n, p.trigger_id, p.plan_time, o.noop, o.status, o.reason_code, o.reason, o.workspace_id,
+    SELECT p.n, p.trigger_id, p.plan_time, p.again, o.noop, o.status, o.reason_code, o.reason, o.workspace_id,
            o.rule_version_id, o.accountable_id, iso.text AS planned_iso, t.autopilot_id, t.cron, t.timezone,
            CASE WHEN o.noop IS NULL THEN hookgate_uuid7() END AS run_id,
            a.status IS DISTINCT FROM o.seen_status AS changed
-    FROM unnest($8::uuid[], $9::timestamptz[], $10::integer[]) WITH ORDINALITY AS p(trigger_id, plan_time, k, n)
+    FROM unnest($8::uuid[], $9::timestamptz[], $10::integer[], $21::timestamptz[])
+        WITH ORDINALITY AS p(trigger_id, plan_time, k, again, n)
     JOIN o ON o.k = p.k
     JOIN unnest($19::timestamptz[], $20::text[]) AS iso(plan_time, text) ON iso.plan_time = p.plan_time
     JOIN autopilot_trigger t ON t.id = p.trigger_id
@@ -138,6 +144,12 @@ WITH o AS (
                           ORDER BY x.n) FROM x)) c
 ), woken AS (
     SELECT pg_notify('hookgate_runs', made.id::text) FROM made WHERE made.status = 'pending'
+), advanced AS (
+    UPDATE autopilot_trigger t
+    SET next_fire_at = x.again, last_fired_at = greatest(coalesce(t.last_fired_at, x.plan_time), x.plan_time)
+    FROM x
+    WHERE t.id = x.trigger_id AND t.kind = 'schedule'
+    RETURNING t.id
 )
 SELECT c.id, c.scope_id, c.plan_time, c.lease_token,
        (SELECT count(*) FROM made) AS made,
@@ -147,10 +159,11 @@ SELECT c.id, c.scope_id, c.plan_time, c.lease_token,
 FROM claimed c;
 
 -- name: trigger_defer
--- Move the next evaluation of schedule triggers $1 to times $2 (the occurrence after the one claimed now,
--- the next occurrence, a pending retry, or when an in-flight lease would go stale), so a blocked trigger
--- does not stay due and spin the tick. $3[i], when not NULL, is the occurrence just claimed: it becomes
--- last_fired_at (never moving back), so the common case writes each trigger row once per occurrence.
+-- Move the next evaluation of schedule triggers $1 to times $2 (the next occurrence, a pending retry, or when
+-- an in-flight lease would go stale), so a blocked trigger does not stay due and spin the tick: the planner's
+-- triggers that it does not plan, and a failed attempt's (due now). $3[i], when not NULL, is an occurrence
+-- claimed: it becomes last_fired_at (never moving back). A planned trigger is moved by trigger_fire, which
+-- claims its occurrence, so the common case writes each trigger row once per occurrence.
 UPDATE autopilot_trigger t
 SET next_fire_at = d.at,
     last_fired_at = CASE WHEN d.fired IS NULL THEN t.last_fired_at

@@ -5,8 +5,9 @@ import logging
 import signal
 from datetime import timedelta
 
-from scheduler.jobs import SCHEDULE_JOB, autopilot_schedule_job
+from scheduler.jobs import SCHEDULE_JOB, autopilot_schedule_job, plan_due
 from scheduler.manager import Scheduler, SchedulerConfig
+from scheduler.spec import Scan
 from tests import factories
 from tests.scheduler.conftest import break_run_inserts, repair_run_inserts, run_inserts_held, utc, waiting_run_insert
 
@@ -132,6 +133,11 @@ async def test_an_autopilot_paused_while_its_batch_fires_is_not_fired(setup, ctx
     for scope in (trigger["id"], other["id"]):
         (execution,) = await setup.executions(scope)
         assert (execution["status"], execution["result"]) == ("SUCCESS", {"noop": True, "reason": "autopilot_paused"})
+        # Claimed the ordinary way (the attempt rolled back with its trigger writes): the handler moved the
+        # trigger on, so it is not due again before its next occurrence.
+        row = await setup.trigger_row(scope)
+        assert (row["last_fired_at"], row["next_fire_at"]) == (DAY0, DAY0 + timedelta(days=1))
+    assert (await _scheduler(ctx).run_once(DAY0 + 30 * SEC)).claimed[SCHEDULE_JOB] == 0
 
 
 async def test_a_trigger_deleted_between_its_claim_and_its_retry_is_not_fired(setup, ctx):
@@ -179,3 +185,32 @@ async def test_scheduler_processes_share_a_herd_batch_by_batch_and_fire_it_once(
     assert len({e["tx"] for e in executions}) <= HERD // BATCH + 4
     for proc in procs:
         assert "Traceback" not in proc.output() and "rolled back" not in proc.output(), proc.output()
+
+
+async def _planned(ctx, scan, limit):
+    """The planner's plans in a transaction rolled back afterwards (as an attempt that failed)."""
+    async with ctx.pool.acquire() as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            return [p.scope_id for p in await plan_due(conn, DAY0 + SEC, limit, scan)]
+        finally:
+            await transaction.rollback()
+
+
+async def test_a_ticks_planners_resume_after_their_cursor_and_what_they_skipped_fires_at_the_next_tick(setup, ctx):
+    triggers = sorted(row["id"] for row in await _herd(setup, ctx, 6, "* * * * *", DAY0))
+    scan = Scan()
+    assert await _planned(ctx, scan, 2) == [str(t) for t in triggers[:2]]
+    assert scan.after == (DAY0, triggers[1])
+    # The fourth is locked elsewhere while the tick reads on: it is skipped, and stays behind the cursor.
+    async with ctx.pool.acquire() as holder, holder.transaction():
+        await holder.execute("SELECT 1 FROM autopilot_trigger WHERE id = $1 FOR UPDATE", triggers[3])
+        # Not the first two again, although they are still due (their transaction rolled back): the cursor.
+        assert await _planned(ctx, scan, 10) == [str(t) for t in (triggers[2], triggers[4], triggers[5])]
+    assert await _planned(ctx, scan, 10) == []
+    # A new tick starts from the beginning: every trigger fires, once.
+    report = await _scheduler(ctx).run_once(DAY0 + 2 * SEC)
+    assert report.claimed[SCHEDULE_JOB] == 6
+    runs, _ = await _fired(ctx, DAY0)
+    assert sorted(r["trigger_id"] for r in runs) == triggers

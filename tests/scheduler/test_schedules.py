@@ -3,13 +3,14 @@
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import asyncpg
 
 from autopilot import lifecycle
 from scheduler.cron import Schedule
-from scheduler.jobs import SCHEDULE_JOB, newest_due
+from scheduler.jobs import SCHEDULE_JOB, autopilot_schedule_job, newest_due
+from scheduler.manager import BUSY_DUE_PAUSE_S, Scheduler, SchedulerConfig, TickReport
 from sql import Q
 from tests.scheduler.conftest import break_run_inserts, repair_run_inserts, run_inserts_held, utc, waiting_run_insert
 from worker.runs import RunWorker
@@ -361,3 +362,43 @@ async def test_buffer_one_runs_start_one_at_a_time_in_order_even_when_two_wait(s
     _, second, third = await setup.runs(trigger["id"])
     assert (second["status"], second["reason_code"]) == ("queued", None)
     assert (third["status"], third["reason_code"], third["task_id"]) == ("pending", "buffered", None)
+
+
+async def test_a_service_whose_due_trigger_is_held_elsewhere_pauses_between_ticks_then_fires_it(setup, ctx):
+    trigger = await setup.trigger("* * * * *", utc(2030, 1, 1))
+    ticks = []
+
+    class Counted(Scheduler):
+        async def tick(self, now: datetime | None = None) -> TickReport:
+            ticks.append(asyncio.get_running_loop().time())
+            return await super().tick(now)
+
+    scheduler = Counted(ctx.pool, [autopilot_schedule_job(heartbeat_timeout_s=120.0)], SchedulerConfig(max_tick=30))
+    async with ctx.pool.acquire() as holder:
+        holding = holder.transaction()
+        await holding.start()
+        # Due now, but locked by another scheduler's batch in flight (here: a transaction that holds the row).
+        await holder.execute(
+            """UPDATE autopilot_trigger SET next_fire_at = date_trunc('minute', clock_timestamp()),
+                      last_fired_at = date_trunc('minute', clock_timestamp()) - interval '1 minute'
+               WHERE id = $1""", trigger["id"])
+        await holding.commit()
+        holding = holder.transaction()
+        await holding.start()
+        await holder.execute("SELECT 1 FROM autopilot_trigger WHERE id = $1 FOR UPDATE", trigger["id"])
+        service = asyncio.create_task(scheduler.run())
+        try:
+            try:
+                await asyncio.sleep(1.0)
+                # Paused between ticks (BUSY_DUE_PAUSE_S), not ticking back to back on a row it cannot take.
+                assert 2 <= len(ticks) <= 1.0 / BUSY_DUE_PAUSE_S + 2
+                assert await setup.runs(trigger["id"]) == []
+            finally:
+                await holding.rollback()  # the other batch rolled back: the trigger is claimed within a pause
+            started = asyncio.get_running_loop().time()
+            while not await setup.runs(trigger["id"]):
+                assert asyncio.get_running_loop().time() - started < 2, "the released trigger did not fire"
+                await asyncio.sleep(0.02)
+        finally:
+            await scheduler.stop(deadline=5)
+            await asyncio.wait_for(service, 5)

@@ -15,7 +15,7 @@ async def _noop(batch):
     return None
 
 
-async def _plans(conn, now, limit):
+async def _plans(conn, now, limit, scan):
     return []
 
 

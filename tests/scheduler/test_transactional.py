@@ -156,7 +156,7 @@ async def test_a_transactional_attempt_that_waits_on_a_lock_falls_back_to_a_dura
 async def test_a_transactional_plan_is_refused_while_its_scope_has_an_occurrence_in_flight(ctx, work):
     from scheduler.spec import CustomPlans, Plan
 
-    async def careless(conn, now, limit):  # a planner that forgets single flight: the database must not
+    async def careless(conn, now, limit, scan):  # a planner that forgets single flight: the database must not
         return [Plan("a", PLAN + MIN)]
 
     async def never(conn, now):
