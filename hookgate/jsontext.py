@@ -95,15 +95,25 @@ def refuse_constant(name: str) -> Any:
 _ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
 _HUGE_NUMBER = re.compile(rb"[0-9](?:[eE][+-]?[0-9]{3}|[0-9]{299})")
 _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
+_DIGIT_FOLD = bytes.maketrans(b"0123456789E", b"0000000000e")
+_DIGIT_RUN = b"0" * 300
 
 
 def _suspect(raw: bytes) -> bool:
-    # Substring tests first: one alternation regex over every byte cost ~4x as much (a hot path).
+    # Substring tests first: one alternation regex over every byte cost ~4x as much (a hot path). The rare
+    # byte of each test is looked for alone first, so a plain body costs a few memchr-speed scans.
     # %5C: a form field's percent-encoded backslash, which may start a \u0000 escape once decoded.
-    if b"\x00" in raw or b"%00" in raw or (b"\\u" in raw and _ESCAPE.search(raw) is not None):
+    if b"\x00" in raw:
         return True
-    if b"%5C" in raw or b"%5c" in raw:
+    if b"%" in raw and (b"%00" in raw or b"%5C" in raw or b"%5c" in raw):
         return True
+    if b"\\" in raw and _ESCAPE.search(raw) is not None:
+        return True
+    # _HUGE_NUMBER needs a digit, an exponent of three digits or more, or 300 digits in a row; with the digits
+    # folded to "0" these are plain substring tests, so its regex (half of this function's time) runs only then.
+    folded = raw.translate(_DIGIT_FOLD)
+    if b"0e000" not in folded and b"0e+000" not in folded and b"0e-000" not in folded and _DIGIT_RUN not in folded:
+        return False
     return _HUGE_NUMBER.search(raw) is not None
 
 

@@ -69,12 +69,13 @@ class IngestRow:
     @classmethod
     def of(cls, trigger: Trigger, r: Received, p: Plan) -> IngestRow:
         """The row of a decided request, with new UUIDv7 ids by the database clock (so ids sort like received_at)."""
-        ts = r.received_at.timestamp()
+        ms = int(r.received_at.timestamp() * 1000)
+        rand = int.from_bytes(os.urandom(20), "big")  # both ids' random bits in one system call
         return cls(trigger.id, trigger.digest, trigger.fingerprint, r.received_at, r.raw, r.content_type,
                    r.headers, r.envelope, trigger.provider, r.event, r.dedupe_key, r.dedupe_source, r.signature,
                    p.status, p.reason_code, p.response_status, p.response, p.run_status, p.rule_version_id,
-                   p.accountable_id, p.run_reason_code, p.run_reason, uuid7(ts),
-                   None if p.run_status is None else uuid7(ts), p.reason)
+                   p.accountable_id, p.run_reason_code, p.run_reason, _uuid7(ms, rand),
+                   None if p.run_status is None else _uuid7(ms, rand >> 80), p.reason)
 
     @staticmethod
     def arguments(rows: Sequence[IngestRow]) -> list[list[Any]]:
@@ -88,8 +89,12 @@ _Pending = tuple[IngestRow, "asyncio.Future[asyncpg.Record]"]
 
 def uuid7(unix_s: float) -> UUID:
     """A UUIDv7 (48-bit millisecond time, version 7, RFC 4122 variant, random rest), like hookgate_uuid7()."""
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (int(unix_s * 1000) & (1 << 48) - 1) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64
+    return _uuid7(int(unix_s * 1000), int.from_bytes(os.urandom(10), "big"))
+
+
+def _uuid7(ms: int, rand: int) -> UUID:
+    """The UUIDv7 of millisecond ``ms`` with the low 74 bits of ``rand`` as its random bits."""
+    value = (ms & (1 << 48) - 1) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64
     return UUID(int=value | 0b10 << 62 | rand & (1 << 62) - 1)
 
 
