@@ -249,7 +249,7 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
     return _UNAVAILABLE
 
 
-async def _answer(scope: Scope, receive: Receive) -> Reply:
+async def answer(scope: Scope, receive: Receive) -> Reply:
     """The twelve steps for one request; see the module docstring for their order."""
     state = ingress_state(scope["app"])
     client = scope.get("client")
@@ -287,7 +287,7 @@ class HookEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one ``POST`` (or handshake ``GET``) ``/hooks/{token}``."""
-        await (await _answer(scope, receive))(send)
+        await (await answer(scope, receive))(send)
 
 
 routes = [Route("/hooks/{token:path}", HookEndpoint(), methods=["POST", "GET"])]
