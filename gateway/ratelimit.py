@@ -132,6 +132,7 @@ def networks(cidrs: tuple[str, ...]) -> tuple[IPNetwork, ...]:
     return parse_networks(cidrs)
 
 
+@functools.lru_cache(maxsize=4096)  # every request parses its peer; ipaddress takes microseconds to do it
 def parse_address(text: str | None) -> IPAddress | None:
     """``text`` as an IP address without its zone id (an IPv4-mapped IPv6 address as IPv4), else None."""
     if not text:

@@ -11,6 +11,7 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -85,12 +86,12 @@ def new_token(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(secrets.token_bytes(TOKEN_BYTES)).rstrip(b"=").decode()
 
 
+_TOKEN_BODY = re.compile(r"[A-Za-z0-9_-]{43}")  # base64url of TOKEN_BYTES, unpadded
+
+
 def token_shape_ok(token: str, prefix: str) -> bool:
     """Cheap syntactic check before any database work: right prefix, length and alphabet."""
-    body = token[len(prefix) :]
-    if not token.startswith(prefix) or len(body) != 43:
-        return False
-    return all(c.isascii() and (c.isalnum() or c in "-_") for c in body)
+    return token.startswith(prefix) and _TOKEN_BODY.fullmatch(token, len(prefix)) is not None
 
 
 def digest(token: str) -> bytes:

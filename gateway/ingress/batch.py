@@ -38,58 +38,69 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class IngestRow:
-    """One request's elements of ``delivery_ingest``'s parallel arrays: the fields are ``$1..$25`` in order."""
+    """One request's write: its trigger and plan, and its own fields (``delivery_ingest``'s ``$16..$26``, in order).
 
-    trigger_id: UUID
-    digest: bytes
-    fingerprint: str
+    The trigger's and plan's fields are ``$1..$14``, sent once per plan of a batch.
+    """
+
+    trigger: Trigger
+    plan: Plan
     received_at: datetime
     raw: bytes
     content_type: str | None
     headers: dict[str, Any]
     envelope: dict[str, Any]
-    provider: str
     event: str
     dedupe_key: str | None
     dedupe_source: str | None
     signature: str
-    status: str
-    reason_code: str | None
-    response_status: int
-    response: dict[str, Any]
-    run_status: str | None
-    rule_version_id: UUID | None
-    accountable_id: UUID | None
-    run_reason_code: str | None
-    run_reason: str | None
     delivery_id: UUID
     run_id: UUID | None
-    reason: str | None
 
     @classmethod
     def of(cls, trigger: Trigger, r: Received, p: Plan) -> IngestRow:
         """The row of a decided request, with new UUIDv7 ids by the database clock (so ids sort like received_at)."""
-        ts = r.received_at.timestamp()
-        return cls(trigger.id, trigger.digest, trigger.fingerprint, r.received_at, r.raw, r.content_type,
-                   r.headers, r.envelope, trigger.provider, r.event, r.dedupe_key, r.dedupe_source, r.signature,
-                   p.status, p.reason_code, p.response_status, p.response, p.run_status, p.rule_version_id,
-                   p.accountable_id, p.run_reason_code, p.run_reason, uuid7(ts),
-                   None if p.run_status is None else uuid7(ts), p.reason)
+        ms = int(r.received_at.timestamp() * 1000)
+        rand = int.from_bytes(os.urandom(20), "big")  # both ids' random bits in one system call
+        return cls(trigger, p, r.received_at, r.raw, r.content_type, r.headers, r.envelope, r.event, r.dedupe_key,
+                   r.dedupe_source, r.signature, _uuid7(ms, rand),
+                   None if p.run_status is None else _uuid7(ms, rand >> 80))
 
     @staticmethod
     def arguments(rows: Sequence[IngestRow]) -> list[list[Any]]:
-        """``delivery_ingest``'s arguments for ``rows``: one array per field, in ``$n`` order."""
-        return [list(column) for column in zip(*map(_FIELDS, rows), strict=True)]
+        """``delivery_ingest``'s arguments for ``rows``: one array per field, in ``$n`` order.
+
+        Rows that share a plan object (:func:`gateway.ingress.decision.admitted` hands one per trigger lookup)
+        share its elements of ``$1..$14``; the plan's position is each row's ``$15``.
+        """
+        plans: dict[int, int] = {}
+        fixed: list[tuple[Any, ...]] = []
+        positions = []
+        for row in rows:
+            position = plans.get(id(row.plan))  # every plan of the batch is alive, so no id is reused
+            if position is None:
+                position = plans[id(row.plan)] = len(plans) + 1
+                t, p = row.trigger, row.plan
+                fixed.append((t.id, t.digest, t.fingerprint, t.provider, p.status, p.reason_code, p.response_status,
+                              p.response, p.run_status, p.rule_version_id, p.accountable_id, p.run_reason_code,
+                              p.run_reason, p.reason))
+            positions.append(position)
+        return [*map(list, zip(*fixed, strict=True)), positions,
+                *map(list, zip(*map(_OWN_FIELDS, rows), strict=True))]
 
 
-_FIELDS = attrgetter(*(f.name for f in fields(IngestRow)))
+_OWN_FIELDS = attrgetter(*[f.name for f in fields(IngestRow)][2:])
 _Pending = tuple[IngestRow, "asyncio.Future[asyncpg.Record]"]
 
 
 def uuid7(unix_s: float) -> UUID:
     """A UUIDv7 (48-bit millisecond time, version 7, RFC 4122 variant, random rest), like hookgate_uuid7()."""
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (int(unix_s * 1000) & (1 << 48) - 1) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64
+    return _uuid7(int(unix_s * 1000), int.from_bytes(os.urandom(10), "big"))
+
+
+def _uuid7(ms: int, rand: int) -> UUID:
+    """The UUIDv7 of millisecond ``ms`` with the low 74 bits of ``rand`` as its random bits."""
+    value = (ms & (1 << 48) - 1) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64
     return UUID(int=value | 0b10 << 62 | rand & (1 << 62) - 1)
 
 

@@ -122,7 +122,18 @@ def decide(trigger: Trigger, received: Received, *, queue_full: bool = False) ->
 
 
 def admitted(trigger: Trigger) -> Plan:
-    """Step 10 through the admission gate: a pending run, or a skipped one with its reason."""
+    """Step 10 through the admission gate: a pending run, or a skipped one with its reason.
+
+    One plan per trigger lookup (the gate is pure over the facts read with it), so the requests of a batch that
+    share it share its fields in the ingest statement (:mod:`gateway.ingress.batch`).
+    """
+    plan: Plan | None = trigger.memo.get("admitted")
+    if plan is None:
+        plan = trigger.memo["admitted"] = _admitted(trigger)
+    return plan
+
+
+def _admitted(trigger: Trigger) -> Plan:
     d = admission.Decision.of(trigger.facts, "webhook")
     if d.reason_code is None:
         body = {"status": "accepted", "autopilot_id": str(trigger.autopilot_id), "trigger_id": str(trigger.id)}

@@ -21,7 +21,6 @@ is unreachable, a connection cannot be had in ``pool_acquire_timeout`` or the wr
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 
@@ -96,7 +95,7 @@ class Reply:
     @classmethod
     def json(cls, status: int, content: object, headers: tuple[tuple[bytes, bytes], ...] = ()) -> Reply:
         """``content`` rendered as Starlette's ``JSONResponse`` renders it (compact UTF-8)."""
-        return cls(status, _ENCODER.encode(content).encode(), headers)
+        return cls(status, _encode(content).encode(), headers)
 
     async def __call__(self, send: Send) -> None:
         """Send the answer."""
@@ -105,7 +104,7 @@ class Reply:
         await send({"type": "http.response.body", "body": self.body})
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # made once, not per call
+_encode = jsontext.compact_encoder(allow_nan=False)
 _RETRY_AFTER = ((b"retry-after", str(RETRY_AFTER_UNAVAILABLE_S).encode()),)
 _RETRY_AFTER_QUEUE_FULL = ((b"retry-after", str(decision.RETRY_AFTER_QUEUE_FULL_S).encode()),)
 _NOSNIFF = ((b"x-content-type-options", b"nosniff"),)
@@ -250,7 +249,7 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
     return _UNAVAILABLE
 
 
-async def _answer(scope: Scope, receive: Receive) -> Reply:
+async def answer(scope: Scope, receive: Receive) -> Reply:
     """The twelve steps for one request; see the module docstring for their order."""
     state = ingress_state(scope["app"])
     client = scope.get("client")
@@ -288,7 +287,7 @@ class HookEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one ``POST`` (or handshake ``GET``) ``/hooks/{token}``."""
-        await (await _answer(scope, receive))(send)
+        await (await answer(scope, receive))(send)
 
 
 routes = [Route("/hooks/{token:path}", HookEndpoint(), methods=["POST", "GET"])]

@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -63,6 +63,8 @@ class Trigger:
     """A Meta handshake's verify token, decrypted."""
     reply: SuccessReply | None = None
     """What accepted and duplicate deliveries are answered, when not the JSON receipt."""
+    memo: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
+    """What the ingress's decisions computed from this lookup alone, kept as long as it is (its admitted plan)."""
 
     def now(self) -> float:
         """Unix seconds by the database clock (as of the lookup's offset)."""

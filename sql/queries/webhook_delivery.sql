@@ -97,44 +97,57 @@ WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 -- name: delivery_ingest
 -- Ingress steps 7-10 for one or many requests in one statement, so one atomic commit: the ingress's group
 -- commit (gateway/ingress/batch.py) has concurrent requests share one round trip and one commit; a request
--- written alone passes one-element arrays. Per request: re-check that its trigger still has the token digest
--- and the fingerprint of ingress_trigger_lookup (a rotated token, a new secret, an edited trigger or
--- autopilot persists nothing: live = 0 and the caller looks up again), insert the delivery with its final
--- status and the run if one is admitted. A dedupe-key collision inserts nothing (delivery_id NULL with
+-- written alone passes one-element arrays. Per plan (so per trigger lookup): re-check that its trigger still
+-- has the token digest and the fingerprint of ingress_trigger_lookup (a rotated token, a new signing secret, an
+-- edited trigger or autopilot persists nothing: live = 0 and the caller looks up again); per request: insert
+-- the delivery with its final status and the run if one is admitted. A dedupe-key collision inserts nothing (delivery_id NULL with
 -- live = 1: the caller takes the duplicate path): the insert trigger webhook_delivery_dedupe_claim skips a
 -- row whose key is held (webhook_delivery_dedupe); requests of one batch that share a key are inserted in
--- array order, so the first wins. Rejected rows claim no key, so a forged request never collides. No NOTIFY here: a NOTIFY in a transaction takes a database-wide lock at commit that serialises
--- every notifying commit (and its WAL flush), which cut ingress throughput by about half; the caller wakes
--- the worker right after the commit instead (gateway/ingress/notifier.py), and the worker's poll covers a lost
--- hint. Parallel arrays, one element per request: $1 = trigger ids, $2 = token digests, $3 = fingerprints,
--- $4 = received_at, $5 = raw bodies, $6 = content types, $7 = selected headers, $8 = envelopes (also the
--- run payloads), $9 = providers, $10 = events, $11 = dedupe keys, $12 = dedupe sources, $13 = signature
--- statuses, $14 = delivery statuses, $15 = delivery reason codes, $16 = response statuses, $17 = response
--- bodies without ids (delivery_id, and run_id when a run is made, are added here), $18 = run statuses
--- ('pending', 'skipped', or NULL for no run), $19 = rule versions, $20 = accountable members, $21 = run
--- reason codes, $22 = run reasons, $23 = the new deliveries' ids, $24 = the new runs' ids (NULL: no run),
--- both UUIDv7 made by the caller (hookgate_uuid7() in SQL cost more than all the rest of the statement's
--- expressions together), $25 = the deliveries' reasons (text). Returns one row per request: n (its 1-based
--- position), live, delivery_id, status, run_id.
-WITH x AS (
-    SELECT * FROM unnest($1::uuid[], $2::bytea[], $3::text[], $4::timestamptz[], $5::bytea[], $6::text[],
-                         $7::jsonb[], $8::jsonb[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
-                         $14::text[], $15::text[], $16::integer[], $17::jsonb[], $18::text[], $19::uuid[],
-                         $20::uuid[], $21::text[], $22::text[], $23::uuid[], $24::uuid[], $25::text[])
-        WITH ORDINALITY AS x(trigger_id, digest, fingerprint, received_at, body, content_type, headers, envelope,
-                             provider, event, dedupe_key, dedupe_source, signature_status, status, reason_code,
-                             response_status, response, run_status, rule_version_id, accountable_id,
-                             run_reason_code, run_reason, delivery_id, run_id, reason, n)
-), live AS (
-    -- Per request: a batch may span triggers, and one may change between two requests' lookups.
-    SELECT x.n, t.workspace_id, t.autopilot_id
-    FROM x JOIN autopilot_trigger t ON t.id = x.trigger_id AND t.token_digest = x.digest AND t.deleted_at IS NULL
+-- array order, so the first wins. Rejected rows claim no key, so a forged request never collides. No NOTIFY
+-- here: a NOTIFY in a transaction takes a database-wide lock at commit that serialises every notifying commit
+-- (and its WAL flush), which cut ingress throughput by about half; the caller wakes the worker right after
+-- the commit instead (gateway/ingress/notifier.py), and the worker's poll covers a lost hint.
+-- Two sets of parallel arrays. What the trigger and the decision fix, once per distinct plan of the batch
+-- (usually one: every accepted request of a trigger shares its plan): $1 = trigger ids, $2 = token digests,
+-- $3 = fingerprints, $4 = providers, $5 = delivery statuses, $6 = delivery reason codes, $7 = response
+-- statuses, $8 = response bodies without ids (delivery_id, and run_id when a run is made, are added here),
+-- $9 = run statuses ('pending', 'skipped', or NULL for no run), $10 = rule versions, $11 = accountable
+-- members, $12 = run reason codes, $13 = run reasons, $14 = the deliveries' reasons (text). Then one element
+-- per request: $15 = its plan (1-based position in $1..$14), $16 = received_at, $17 = raw bodies, $18 =
+-- content types, $19 = selected headers, $20 = envelopes (also the run payloads), $21 = events, $22 = dedupe
+-- keys, $23 = dedupe sources, $24 = signature statuses, $25 = the new deliveries' ids, $26 = the new runs'
+-- ids (NULL: no run), both UUIDv7 made by the caller (hookgate_uuid7() in SQL cost more than all the rest of
+-- the statement's expressions together). Sending a plan's fields once rather than per request spares the
+-- caller most of the statement's parameter encoding. Returns one row per request: n (its 1-based position),
+-- live, delivery_id, status, run_id.
+WITH p AS (
+    SELECT * FROM unnest($1::uuid[], $2::bytea[], $3::text[], $4::text[], $5::text[], $6::text[], $7::integer[],
+                         $8::jsonb[], $9::text[], $10::uuid[], $11::uuid[], $12::text[], $13::text[], $14::text[])
+        WITH ORDINALITY AS p(trigger_id, digest, fingerprint, provider, status, reason_code, response_status,
+                             response, run_status, rule_version_id, accountable_id, run_reason_code, run_reason,
+                             reason, plan)
+), x AS (
+    SELECT r.n, plan, r.received_at, r.body, r.content_type, r.headers, r.envelope, r.event, r.dedupe_key,
+           r.dedupe_source, r.signature_status, r.delivery_id, r.run_id, p.trigger_id, p.digest, p.fingerprint,
+           p.provider, p.status, p.reason_code, p.response_status, p.response, p.run_status, p.rule_version_id,
+           p.accountable_id, p.run_reason_code, p.run_reason, p.reason
+    FROM unnest($15::integer[], $16::timestamptz[], $17::bytea[], $18::text[], $19::jsonb[], $20::jsonb[],
+                $21::text[], $22::text[], $23::text[], $24::text[], $25::uuid[], $26::uuid[])
+        WITH ORDINALITY AS r(plan, received_at, body, content_type, headers, envelope, event, dedupe_key,
+                             dedupe_source, signature_status, delivery_id, run_id, n)
+    JOIN p USING (plan)
+), live_plan AS (
+    -- Per plan, so per lookup: a batch may span triggers, and one may change between two requests' lookups.
+    SELECT p.plan, t.workspace_id, t.autopilot_id
+    FROM p JOIN autopilot_trigger t ON t.id = p.trigger_id AND t.token_digest = p.digest AND t.deleted_at IS NULL
     JOIN autopilot a ON a.id = t.autopilot_id
     WHERE md5(row(t.enabled, t.provider, t.signature_scheme, t.dedupe_key_source, t.event_source, t.event_filters,
                   t.handshake, t.verify_token_ct, t.reply, t.payload_filter, t.signing_secret_ct,
                   t.previous_secret_ct,
                   t.previous_secret_expires_at > now(), a.status, a.execution_mode, a.assignee_type,
-                  a.assignee_id, a.workspace_id)::text) = x.fingerprint
+                  a.assignee_id, a.workspace_id)::text) = p.fingerprint
+), live AS (
+    SELECT x.n, live_plan.workspace_id, live_plan.autopilot_id FROM x JOIN live_plan USING (plan)
 ), delivery AS (
     -- The envelope is kept on the delivery too (the run's payload is the same): the worker admits a
     -- queued delivery that has no run yet from it, and a replay copies it.

@@ -38,6 +38,9 @@ def test_tokens_have_the_documented_shape():
     assert not crypto.token_shape_ok(token[:-1], "awt_")
     assert not crypto.token_shape_ok("hgk_" + token[4:], "awt_")
     assert not crypto.token_shape_ok(token[:-1] + "!", "awt_")
+    assert not crypto.token_shape_ok(token[:-1] + "\u00e9", "awt_")  # alphanumeric, but not ASCII
+    assert not crypto.token_shape_ok(token + "\n", "awt_") and not crypto.token_shape_ok(token[:-1] + "\n", "awt_")
+    assert crypto.token_shape_ok("awt_" + "-_" * 21 + "Z", "awt_")
     assert crypto.digest(token) != crypto.digest(crypto.new_token("awt_"))
     assert len(crypto.digest(token)) == 32
 
