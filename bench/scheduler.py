@@ -24,6 +24,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -454,6 +455,7 @@ async def main() -> None:
     finally:
         if not args.keep:
             await databases.drop(args.server, name)
+            shutil.rmtree(log_dir, ignore_errors=True)  # the schedulers' logs (--keep keeps them with the database)
 
 
 if __name__ == "__main__":
