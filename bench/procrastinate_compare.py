@@ -250,6 +250,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         }
     finally:
         stop_all(procs, 15)
+        from tests import databases
+
+        await databases.drop(args.server, DB)  # its own scratch database, named after this process
 
 
 def main() -> None:
