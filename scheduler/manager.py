@@ -42,6 +42,7 @@ FAILED_TICK_RETRY_MAX_S = 2.0
 #: and reading locked rows until they commit; if they roll back instead, they are claimed this much later.
 BUSY_DUE_PAUSE_S = 0.2
 
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """How a scheduler runs; the defaults are the settings' defaults.
