@@ -79,6 +79,9 @@ DECLARE
     v_high     uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
     v_qlo      uuid;
     v_qhi      uuid;
+    v_ids      uuid[];
+    v_triggers uuid[];
+    v_due      timestamptz[];
     v_granted  uuid[];
     v_plain    uuid[];
     v_runs     uuid[];
@@ -110,110 +113,122 @@ BEGIN
         IF v_qlo IS NULL THEN
             RETURN;
         END IF;
-    END IF;
 
-    WITH RECURSIVE spaces AS (
-        -- Loose index scan over the workspaces with due work: the first after p_cursor (or from the start when
-        -- there is none after it), then the next ones, wrapping round to those up to p_cursor; p_limit at most.
-        SELECT a.workspace_id, 1 AS depth, (p_cursor IS NULL OR a.first IS NULL) AS wrapped
-        FROM (SELECT s.first, coalesce(s.first, CASE WHEN p_cursor IS NOT NULL THEN
-                  (SELECT d.workspace_id FROM webhook_delivery d
-                   WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id <= p_cursor
-                   ORDER BY d.workspace_id LIMIT 1) END) AS workspace_id
-              FROM (SELECT (SELECT d.workspace_id FROM webhook_delivery d
-                            WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
-                              AND d.workspace_id > coalesce(p_cursor, v_low)
-                            ORDER BY d.workspace_id LIMIT 1) AS first) s) a
-        WHERE a.workspace_id IS NOT NULL
-        UNION ALL
-        SELECT coalesce(n.next, CASE WHEN NOT s.wrapped THEN
-                   (SELECT d.workspace_id FROM webhook_delivery d
-                    WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id <= p_cursor
-                    ORDER BY d.workspace_id LIMIT 1) END),
-               s.depth + 1, s.wrapped OR n.next IS NULL
-        FROM spaces s CROSS JOIN LATERAL (
-            SELECT (SELECT d.workspace_id FROM webhook_delivery d
-                    WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id > s.workspace_id
-                      AND d.workspace_id <= CASE WHEN s.wrapped THEN coalesce(p_cursor, v_high) ELSE v_high END
-                    ORDER BY d.workspace_id LIMIT 1) AS next) n
-        WHERE s.workspace_id IS NOT NULL AND s.depth < p_limit
-    ), visited AS (
-        -- Each workspace's share of the triggers visited: p_fanout, fewer when many workspaces share the batch.
-        SELECT s.workspace_id, s.depth AS ws_ord,
-               least(p_fanout, ceil(p_limit::numeric / count(*) OVER ())::integer) AS trigger_cap,
-               count(*) OVER () AS spaces_n,
-               (p_trigger_cursors ->> s.workspace_id::text)::uuid AS trigger_cursor
-        FROM spaces s WHERE s.workspace_id IS NOT NULL
-    ), heads AS (
-        -- Within each workspace the same walk over its triggers, after its own cursor (p_trigger_cursors).
-        SELECT v.workspace_id, v.ws_ord, v.trigger_cap, v.trigger_cursor, a.trigger_id, 1 AS depth,
-               (v.trigger_cursor IS NULL OR a.first IS NULL) AS wrapped
-        FROM visited v CROSS JOIN LATERAL (
-            SELECT s.first, coalesce(s.first, CASE WHEN v.trigger_cursor IS NOT NULL THEN
+        WITH RECURSIVE spaces AS (
+            -- Loose index scan over the workspaces with due work: the first after p_cursor (or from the start when
+            -- there is none after it), then the next ones, wrapping round to those up to p_cursor; p_limit at most.
+            SELECT a.workspace_id, 1 AS depth, (p_cursor IS NULL OR a.first IS NULL) AS wrapped
+            FROM (SELECT s.first, coalesce(s.first, CASE WHEN p_cursor IS NOT NULL THEN
+                      (SELECT d.workspace_id FROM webhook_delivery d
+                       WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id <= p_cursor
+                       ORDER BY d.workspace_id LIMIT 1) END) AS workspace_id
+                  FROM (SELECT (SELECT d.workspace_id FROM webhook_delivery d
+                                WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
+                                  AND d.workspace_id > coalesce(p_cursor, v_low)
+                                ORDER BY d.workspace_id LIMIT 1) AS first) s) a
+            WHERE a.workspace_id IS NOT NULL
+            UNION ALL
+            SELECT coalesce(n.next, CASE WHEN NOT s.wrapped THEN
+                       (SELECT d.workspace_id FROM webhook_delivery d
+                        WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id <= p_cursor
+                        ORDER BY d.workspace_id LIMIT 1) END),
+                   s.depth + 1, s.wrapped OR n.next IS NULL
+            FROM spaces s CROSS JOIN LATERAL (
+                SELECT (SELECT d.workspace_id FROM webhook_delivery d
+                        WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id > s.workspace_id
+                          AND d.workspace_id <= CASE WHEN s.wrapped THEN coalesce(p_cursor, v_high) ELSE v_high END
+                        ORDER BY d.workspace_id LIMIT 1) AS next) n
+            WHERE s.workspace_id IS NOT NULL AND s.depth < p_limit
+        ), visited AS (
+            -- Each workspace's share of the triggers visited: p_fanout, fewer when many workspaces share the batch.
+            SELECT s.workspace_id, s.depth AS ws_ord,
+                   least(p_fanout, ceil(p_limit::numeric / count(*) OVER ())::integer) AS trigger_cap,
+                   count(*) OVER () AS spaces_n,
+                   (p_trigger_cursors ->> s.workspace_id::text)::uuid AS trigger_cursor
+            FROM spaces s WHERE s.workspace_id IS NOT NULL
+        ), heads AS (
+            -- Within each workspace the same walk over its triggers, after its own cursor (p_trigger_cursors).
+            SELECT v.workspace_id, v.ws_ord, v.trigger_cap, v.trigger_cursor, a.trigger_id, 1 AS depth,
+                   (v.trigger_cursor IS NULL OR a.first IS NULL) AS wrapped
+            FROM visited v CROSS JOIN LATERAL (
+                SELECT s.first, coalesce(s.first, CASE WHEN v.trigger_cursor IS NOT NULL THEN
+                           (SELECT d.trigger_id FROM webhook_delivery d
+                            WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
+                              AND d.trigger_id <= v.trigger_cursor
+                            ORDER BY d.trigger_id LIMIT 1) END) AS trigger_id
+                FROM (SELECT (SELECT d.trigger_id FROM webhook_delivery d
+                              WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
+                                AND d.trigger_id > coalesce(v.trigger_cursor, v_low)
+                              ORDER BY d.trigger_id LIMIT 1) AS first) s) a
+            UNION ALL
+            SELECT h.workspace_id, h.ws_ord, h.trigger_cap, h.trigger_cursor,
+                   coalesce(n.next, CASE WHEN NOT h.wrapped THEN
                        (SELECT d.trigger_id FROM webhook_delivery d
-                        WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
-                          AND d.trigger_id <= v.trigger_cursor
-                        ORDER BY d.trigger_id LIMIT 1) END) AS trigger_id
-            FROM (SELECT (SELECT d.trigger_id FROM webhook_delivery d
-                          WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
-                            AND d.trigger_id > coalesce(v.trigger_cursor, v_low)
-                          ORDER BY d.trigger_id LIMIT 1) AS first) s) a
-        UNION ALL
-        SELECT h.workspace_id, h.ws_ord, h.trigger_cap, h.trigger_cursor,
-               coalesce(n.next, CASE WHEN NOT h.wrapped THEN
-                   (SELECT d.trigger_id FROM webhook_delivery d
-                    WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
-                      AND d.trigger_id <= h.trigger_cursor
-                    ORDER BY d.trigger_id LIMIT 1) END),
-               h.depth + 1, h.wrapped OR n.next IS NULL
-        FROM heads h CROSS JOIN LATERAL (
-            SELECT (SELECT d.trigger_id FROM webhook_delivery d
-                    WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
-                      AND d.trigger_id > h.trigger_id
-                      AND d.trigger_id <= CASE WHEN h.wrapped THEN coalesce(h.trigger_cursor, v_high) ELSE v_high END
-                    ORDER BY d.trigger_id LIMIT 1) AS next) n
-        WHERE h.trigger_id IS NOT NULL AND h.depth < h.trigger_cap
-    ), walked AS (
-        -- A trigger can get no more than the batch less one row per other workspace and per other trigger of
-        -- its own (those come first), so that is all it locks.
-        SELECT h.workspace_id, h.ws_ord, h.trigger_id, h.depth AS trigger_ord,
-               greatest(1, p_limit - (v.spaces_n - 1) - (count(*) OVER (PARTITION BY h.workspace_id) - 1))::integer
-                   AS take_n
-        FROM heads h JOIN visited v ON v.workspace_id = h.workspace_id
-        WHERE h.trigger_id IS NOT NULL
-    ), locked AS (
-        -- Ordered by the (trigger_id, available_at) index, so each trigger's head is read, not its backlog.
-        SELECT x.id, x.trigger_id, x.available_at, w.workspace_id, w.ws_ord, w.trigger_ord,
-               row_number() OVER (PARTITION BY x.trigger_id ORDER BY x.available_at) AS rn
-        FROM walked w CROSS JOIN LATERAL (
-            SELECT d.id, d.trigger_id, d.available_at FROM webhook_delivery d
-            WHERE d.trigger_id = w.trigger_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
-            ORDER BY d.available_at
-            LIMIT w.take_n
-            FOR UPDATE SKIP LOCKED
-        ) x
-        WHERE p_ids IS NULL
-        UNION ALL
-        -- A take of named deliveries (p_ids: the ones ingress just announced, while nothing waits behind them):
-        -- each is read by key, oldest first, and none of the walk above runs (its probes step over every
-        -- index entry that left the queue since the last vacuum; a few dozen by key cost a fraction of that).
-        SELECT x.id, x.trigger_id, x.available_at, x.workspace_id, 1, 1, row_number() OVER (ORDER BY x.id)
-        FROM (SELECT d.id, d.trigger_id, d.available_at, d.workspace_id FROM webhook_delivery d
-              WHERE p_ids IS NOT NULL AND d.id = ANY (p_ids) AND d.status = 'queued' AND d.available_at <= v_at
+                        WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
+                          AND d.trigger_id <= h.trigger_cursor
+                        ORDER BY d.trigger_id LIMIT 1) END),
+                   h.depth + 1, h.wrapped OR n.next IS NULL
+            FROM heads h CROSS JOIN LATERAL (
+                SELECT (SELECT d.trigger_id FROM webhook_delivery d
+                        WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
+                          AND d.trigger_id > h.trigger_id
+                          AND d.trigger_id <= CASE WHEN h.wrapped THEN coalesce(h.trigger_cursor, v_high) ELSE v_high END
+                        ORDER BY d.trigger_id LIMIT 1) AS next) n
+            WHERE h.trigger_id IS NOT NULL AND h.depth < h.trigger_cap
+        ), walked AS (
+            -- A trigger can get no more than the batch less one row per other workspace and per other trigger of
+            -- its own (those come first), so that is all it locks.
+            SELECT h.workspace_id, h.ws_ord, h.trigger_id, h.depth AS trigger_ord,
+                   greatest(1, p_limit - (v.spaces_n - 1) - (count(*) OVER (PARTITION BY h.workspace_id) - 1))::integer
+                       AS take_n
+            FROM heads h JOIN visited v ON v.workspace_id = h.workspace_id
+            WHERE h.trigger_id IS NOT NULL
+        ), locked AS (
+            -- Ordered by the (trigger_id, available_at) index, so each trigger's head is read, not its backlog.
+            SELECT x.id, x.trigger_id, x.available_at, w.workspace_id, w.ws_ord, w.trigger_ord,
+                   row_number() OVER (PARTITION BY x.trigger_id ORDER BY x.available_at) AS rn
+            FROM walked w CROSS JOIN LATERAL (
+                SELECT d.id, d.trigger_id, d.available_at FROM webhook_delivery d
+                WHERE d.trigger_id = w.trigger_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
+                ORDER BY d.available_at
+                LIMIT w.take_n
+                FOR UPDATE SKIP LOCKED
+            ) x
+        ), ranked AS (
+            -- Within a workspace its triggers interleaved: the 1st of each, then the 2nd, ... (ws_rank).
+            SELECT l.*, row_number() OVER (PARTITION BY l.workspace_id ORDER BY l.rn, l.trigger_ord) AS ws_rank
+            FROM locked l
+        )
+        -- Then the workspaces interleaved the same way: each gets an equal share of the batch while it has
+        -- work (the arrays keep that order).
+        SELECT array_agg(l.id ORDER BY l.ord), array_agg(l.trigger_id ORDER BY l.ord),
+               array_agg(l.available_at ORDER BY l.ord)
+        INTO v_ids, v_triggers, v_due
+        FROM (SELECT id, trigger_id, available_at, row_number() OVER (ORDER BY ws_rank, ws_ord) AS ord
+              FROM ranked ORDER BY ws_rank, ws_ord LIMIT p_limit) l;
+    ELSE
+        -- A take of named deliveries (the ones ingress just announced, while nothing waits behind them): each
+        -- is read by key, oldest first, and none of the walk above runs. Its own statement, so that not even the
+        -- walk's plan is started (its probes step over every index entry that left the queue since the last
+        -- vacuum; a few dozen reads by key cost a fraction of that).
+        SELECT array_agg(d.id ORDER BY d.id), array_agg(d.trigger_id ORDER BY d.id), array_agg(d.available_at ORDER BY d.id)
+        INTO v_ids, v_triggers, v_due
+        FROM (SELECT d.id, d.trigger_id, d.available_at FROM webhook_delivery d
+              WHERE d.id = ANY (p_ids) AND d.status = 'queued' AND d.available_at <= v_at
               ORDER BY d.id
               LIMIT p_limit
-              FOR UPDATE SKIP LOCKED) x
-    ), ranked AS (
-        -- Within a workspace its triggers interleaved: the 1st of each, then the 2nd, ... (ws_rank).
-        SELECT l.*, row_number() OVER (PARTITION BY l.workspace_id ORDER BY l.rn, l.trigger_ord) AS ws_rank
-        FROM locked l
-    ), picked AS (
-        -- Then the workspaces interleaved the same way: each gets an equal share of the batch while it has
-        -- work (ord keeps that order for the result).
-        SELECT l.id, l.trigger_id, l.ord,
-               row_number() OVER (PARTITION BY l.trigger_id ORDER BY l.available_at, l.id) AS nth
-        FROM (SELECT id, trigger_id, available_at, row_number() OVER (ORDER BY ws_rank, ws_ord) AS ord
-              FROM ranked ORDER BY ws_rank, ws_ord LIMIT p_limit) l
+              FOR UPDATE SKIP LOCKED) d;
+    END IF;
+
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- The claimed deliveries in batch order, each with its rank within its trigger (nth) for the pacing below.
+    WITH picked AS (
+        SELECT p.id, p.trigger_id, p.ord,
+               row_number() OVER (PARTITION BY p.trigger_id ORDER BY p.due, p.id) AS nth
+        FROM unnest(v_ids, v_triggers, v_due) WITH ORDINALITY AS p(id, trigger_id, due, ord)
     ), paced AS (
         -- One pacing take per trigger of the batch (volatile: run once, before the update below reads it).
         SELECT p.trigger_id, g.granted, g.window_end
