@@ -2,7 +2,8 @@
 
 Steps 7-10 are one statement (``delivery_ingest``), hence one atomic commit, and the 2xx is sent only
 after it; concurrent requests share that statement and commit (see :mod:`gateway.ingress.batch`);
-step 11 (the worker's wake-up) follows the commit (see :mod:`gateway.ingress.notifier`). What the
+step 11 (the worker's wake-up) follows the commit (see :mod:`gateway.ingress.notifier`), or is part of it
+for a request written alone (see :mod:`gateway.ingress.batch`). What the
 delivery becomes is decided before, without I/O (:mod:`gateway.ingress.decision`).
 
 ``duplicate`` (a correctly signed request whose dedupe key is held) is found by the write: nothing new,
@@ -41,7 +42,10 @@ class Stale(Exception):
 
 @dataclass(frozen=True)
 class Answer:
-    """The HTTP answer: status code and JSON body; ``charge`` adds bad-credential debt; ``wake`` a queued id."""
+    """The HTTP answer: status code and JSON body; ``charge`` adds bad-credential debt; ``wake`` a queued id.
+
+    ``wake`` is None when there is nothing to announce or the write's own commit announced it.
+    """
 
     status: int
     body: dict[str, Any]
@@ -65,12 +69,12 @@ async def _ingest(writer: IngestBatcher, trigger: Trigger, r: Received, p: Plan)
     return row
 
 
-def _answer(p: Plan, delivery_id: UUID, run_id: UUID | None) -> Answer:
+def _answer(p: Plan, delivery_id: UUID, run_id: UUID | None, woken: bool = False) -> Answer:
     body: dict[str, Any] = {"status": p.response["status"], "delivery_id": str(delivery_id)}
     if p.run_status is not None or "run_id" in p.response:
         body["run_id"] = None if run_id is None else str(run_id)
     body.update((k, v) for k, v in p.response.items() if k not in body)
-    wake = body["delivery_id"] if p.status == "queued" else None
+    wake = body["delivery_id"] if p.status == "queued" and not woken else None  # woken: announced in the commit
     # Bad-credential debt for a bad signature only, not for a refusal of the workspace's queue.
     return Answer(p.response_status, body, charge=p.status == "rejected" and p.response_status == 401, wake=wake)
 
@@ -112,7 +116,7 @@ async def persist_delivery(writer: IngestBatcher, trigger: Trigger, r: Received,
             p = decision.left_for_worker(trigger)
             row = await _ingest(writer, trigger, r, p)
         if row["delivery_id"] is not None:
-            return _answer(p, row["delivery_id"], row["run_id"])
+            return _answer(p, row["delivery_id"], row["run_id"], bool(row["woken"]))
         duplicate = await _duplicate(writer, trigger, r)
         if duplicate is not None:
             return duplicate

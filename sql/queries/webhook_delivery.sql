@@ -103,10 +103,13 @@ WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 -- the delivery with its final status and the run if one is admitted. A dedupe-key collision inserts nothing (delivery_id NULL with
 -- live = 1: the caller takes the duplicate path): the insert trigger webhook_delivery_dedupe_claim skips a
 -- row whose key is held (webhook_delivery_dedupe); requests of one batch that share a key are inserted in
--- array order, so the first wins. Rejected rows claim no key, so a forged request never collides. No NOTIFY
--- here: a NOTIFY in a transaction takes a database-wide lock at commit that serialises every notifying commit
--- (and its WAL flush), which cut ingress throughput by about half; the caller wakes the worker right after
--- the commit instead (gateway/ingress/notifier.py), and the worker's poll covers a lost hint.
+-- array order, so the first wins. Rejected rows claim no key, so a forged request never collides. The
+-- worker's wake-up (step 11): $27 = the channel to announce the queued deliveries it inserted on, by id, in
+-- this commit, or NULL to leave it to the caller, who sends it right after the commit
+-- (gateway/ingress/notifier.py). A NOTIFY in a transaction takes a database-wide lock at commit that
+-- serialises every notifying commit (and its WAL flush), which cut ingress throughput by about half; so the
+-- caller passes a channel only for a request written alone, with no other batch in flight
+-- (gateway/ingress/batch.py), where it saves the wake-up its own round trip.
 -- Two sets of parallel arrays. What the trigger and the decision fix, once per distinct plan of the batch
 -- (usually one: every accepted request of a trigger shares its plan): $1 = trigger ids, $2 = token digests,
 -- $3 = fingerprints, $4 = providers, $5 = delivery statuses, $6 = delivery reason codes, $7 = response
@@ -119,7 +122,7 @@ WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 -- ids (NULL: no run), both UUIDv7 made by the caller (hookgate_uuid7() in SQL cost more than all the rest of
 -- the statement's expressions together). Sending a plan's fields once rather than per request spares the
 -- caller most of the statement's parameter encoding. Returns one row per request: n (its 1-based position),
--- live, delivery_id, status, run_id.
+-- live, delivery_id, status, run_id, woken (1 when this statement announced the batch's queued deliveries).
 WITH p AS (
     SELECT * FROM unnest($1::uuid[], $2::bytea[], $3::text[], $4::text[], $5::text[], $6::text[], $7::integer[],
                          $8::jsonb[], $9::text[], $10::uuid[], $11::uuid[], $12::text[], $13::text[], $14::text[])
@@ -173,8 +176,14 @@ WITH p AS (
     FROM delivery d JOIN x ON x.delivery_id = d.id JOIN live USING (n)
     WHERE d.run_id IS NOT NULL
     RETURNING id
+), woke AS (
+    -- The payload names the ids as notify.name_deliveries does (the caller passes $27 for one request only).
+    SELECT pg_notify($27::text, string_agg(d.id::text, ',' ORDER BY d.id))
+    FROM delivery d WHERE $27::text IS NOT NULL AND d.status = 'queued'
+    HAVING count(*) > 0
 )
-SELECT x.n, (live.n IS NOT NULL)::integer AS live, d.id AS delivery_id, d.status, r.id AS run_id
+SELECT x.n, (live.n IS NOT NULL)::integer AS live, d.id AS delivery_id, d.status, r.id AS run_id,
+       (SELECT count(*) FROM woke)::integer AS woken
 FROM x LEFT JOIN live USING (n) LEFT JOIN delivery d ON d.id = x.delivery_id LEFT JOIN run r ON r.id = d.run_id
 ORDER BY x.n;
 

@@ -2,6 +2,7 @@
 
 import asyncio
 
+import asyncpg
 import pytest
 
 from gateway.ingress.endpoint import NOT_FOUND
@@ -130,3 +131,59 @@ async def test_no_request_is_stranded_when_writers_finish_as_others_queue(ctx, c
                                      60)
     assert {s for statuses in answers for s in statuses} == {200}
     assert await conn.fetchval("SELECT count(*) FROM webhook_delivery") == 64 * 40
+
+
+async def _listening(db_url):
+    heard: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
+    listener = await asyncpg.connect(db_url)
+    await listener.add_listener("hookgate_deliveries", lambda _c, pid, _ch, payload: heard.put_nowait((pid, payload)))
+    return listener, heard
+
+
+async def test_a_request_written_alone_is_announced_by_its_own_commit(db_url):
+    async with kit.app_client(db_url) as (ctx, client):
+        h = await kit.hook(ctx)
+        raw, headers = kit.github({"action": "opened"})
+        listener, heard = await _listening(db_url)
+        try:
+            r = await client.post(h.path, content=raw, headers=headers)
+            _, payload = await asyncio.wait_for(heard.get(), 5)
+        finally:
+            await listener.close()
+        state = client._transport.app.state.ingress  # type: ignore[attr-defined]  # made by the first request
+        await state.notifier.settled()
+    assert r.status_code == 200 and payload == r.json()["delivery_id"]
+    assert state.notifier.sent == 0  # no wake-up of its own after the commit: the commit carried it
+
+
+async def test_a_duplicate_written_alone_announces_the_queued_original_not_its_own_id(db_url):
+    async with kit.app_client(db_url) as (ctx, client):
+        h = await kit.hook(ctx)
+        raw, headers = kit.github({"action": "opened"})
+        first = (await client.post(h.path, content=raw, headers=headers)).json()
+        listener, heard = await _listening(db_url)
+        try:
+            again = await client.post(h.path, content=raw, headers=headers)
+            _, payload = await asyncio.wait_for(heard.get(), 5)
+            await asyncio.sleep(0.2)  # anything else announced would have arrived by now
+        finally:
+            await listener.close()
+    assert again.json()["status"] == "duplicate" and payload == first["delivery_id"] and heard.empty()
+
+
+async def test_concurrent_requests_are_all_announced_whichever_way_they_are_written(db_url):
+    async with kit.app_client(db_url, ingest_inflight=2) as (ctx, client):
+        h = await kit.hook(ctx)
+        listener, heard = await _listening(db_url)
+        try:
+            answers = await _post_all(client, h.path, [kit.github({"action": "opened", "n": i}) for i in range(30)])
+            state = client._transport.app.state.ingress  # type: ignore[attr-defined]
+            await state.notifier.settled()
+            await asyncio.sleep(0.2)  # the last notification can arrive after its sender's answer
+        finally:
+            await listener.close()
+    announced = set()
+    while not heard.empty():
+        announced.update((await heard.get())[1].split(","))
+    assert {a.json()["delivery_id"] for a in answers} <= announced
+    assert state.notifier.sent > 0  # batches of several were announced after their commits
