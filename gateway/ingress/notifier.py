@@ -3,7 +3,8 @@
 Why not NOTIFY inside the delivery's transaction: PostgreSQL serialises every committing transaction
 that issued a NOTIFY on one database-wide lock held across its WAL flush, so group commit stops working
 and the ingress throughput halved in ``bench/ingress.py``. The notification is a hint only (workers
-poll the queue index every second), so it is sent after the commit instead, coalesced per process: the
+poll the queue index every second), so it is sent after the commit instead (except for a request written
+alone, whose own commit carries it: :mod:`gateway.ingress.batch`), coalesced per process: the
 first queued delivery after a quiet spell is announced at once, later ones at most once per
 ``interval`` (1 ms), the payload naming every delivery since the last one (``notify.name_deliveries``: up to
 64 ids, past that "look at the queue"), so that a worker can take exactly those by key. The window is short
