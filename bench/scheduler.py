@@ -99,12 +99,28 @@ async def baseline(server: str, name: str, args: argparse.Namespace) -> dict[str
             await conn.execute("VACUUM ANALYZE")
         finally:
             await conn.close()
-        for variant in ("plain", "loop"):
-            found[variant] = loop_floor(dsn, variant, args)
+        found["plain"] = loop_floor(dsn, "plain", args)
+        if args.statements:  # the loop's statements, to read beside the herd's (the same counters)
+            await _statements_reset(dsn)
+        found["loop"] = loop_floor(dsn, "loop", args)
+        if args.statements:
+            conn = await asyncpg.connect(dsn)
+            try:
+                found["statements"] = await top_statements(conn, args.statements)
+            finally:
+                await conn.close()
         return found
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{clone}" WITH (FORCE)')
         await admin.close()
+
+
+async def _statements_reset(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("SELECT pg_stat_statements_reset()")
+    finally:
+        await conn.close()
 
 
 #: The plain tables of the ``plain`` floor: due rows and fired rows, nothing else.
@@ -420,19 +436,31 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
     if seen["statements"]:
         print("statements by execution time over the window (pg_stat_statements; nested ones are also inside "
               "their caller's time):")
-        for row in seen["statements"]:
-            print(f"  {row['seconds']:7.2f} s exec {row['plan_seconds']:5.2f} s plan {row['calls']:7d} calls "
-                  f"{row['rows']:8d} rows {row['blocks']:9d} blocks {'top ' if row['toplevel'] else 'nest'} "
-                  f"{row['query'][:120]}")
+        print_statements(seen["statements"])
+        print("the floor's (bare loop) statements, same counters:")
+        print_statements(floor.get("statements", []))
     print("claims per runner: " + ", ".join(f"{r['runner_id']}={r['count']}" for r in runners))
     for boundary in boundaries:
-        one = [(r["created_at"] - r["planned_at"]).total_seconds() for r in runs if r["planned_at"] == boundary]
+        mine = [r for r in runs if r["planned_at"] == boundary]
+        one = [(r["created_at"] - r["planned_at"]).total_seconds() for r in mine]
+        seen_one = [seen["notified"][str(r["id"])] - boundary.timestamp() for r in mine
+                    if str(r["id"]) in seen["notified"]]
         if one:
             print(f"  {boundary:%H:%M}: runs={len(one)} min={min(one):.3f} p50={percentile(one, .5):.3f} "
-                  f"p99={percentile(one, .99):.3f} max={max(one):.3f} mean={statistics.fmean(one):.3f}")
+                  f"p99={percentile(one, .99):.3f} max={max(one):.3f} mean={statistics.fmean(one):.3f}"
+                  + (f"; committed p99={percentile(seen_one, .99):.3f}" if seen_one else "")
+                  + f"; not fired by the end: {args.triggers - len(one)}")
     (l0, l1) = seen["load"]
     print(f"host: {os.cpu_count()} CPUs, load average (1/5/15 min) at the first boundary "
           f"{' '.join(f'{x:.2f}' for x in l0)}, at the end {' '.join(f'{x:.2f}' for x in l1)}")
+
+
+def print_statements(rows: list[asyncpg.Record]) -> None:
+    """One line per statement: time, calls, rows, buffers touched, and the start of its text."""
+    for row in rows:
+        print(f"  {row['seconds']:7.2f} s exec {row['plan_seconds']:5.2f} s plan {row['calls']:7d} calls "
+              f"{row['rows']:8d} rows {row['blocks']:9d} blocks {'top ' if row['toplevel'] else 'nest'} "
+              f"{row['query'][:120]}")
 
 
 async def main() -> None:

@@ -5,6 +5,7 @@ import logging
 import signal
 from datetime import timedelta
 
+from hookgate import database
 from scheduler.jobs import SCHEDULE_JOB, autopilot_schedule_job, plan_due
 from scheduler.manager import Scheduler, SchedulerConfig
 from scheduler.spec import Scan
@@ -214,3 +215,45 @@ async def test_a_ticks_planners_resume_after_their_cursor_and_what_they_skipped_
     assert report.claimed[SCHEDULE_JOB] == 6
     runs, _ = await _fired(ctx, DAY0)
     assert sorted(r["trigger_id"] for r in runs) == triggers
+
+
+async def test_the_planners_read_probes_by_index_after_its_plan_was_made_on_small_tables(setup, ctx):
+    # A connection's prepared statements get a cached generic plan from their sixth call on, made from the
+    # statistics of that moment. The planner's read must not keep scanning sys_cron_executions whole for each
+    # due trigger once the table has grown (no ANALYZE in between: autovacuum off, or not there yet).
+    triggers = await _herd(setup, ctx, 20, "* * * * *", DAY0)
+    conn = await database.connect(ctx.dsn)
+    try:
+        await conn.execute("ALTER TABLE sys_cron_executions SET (autovacuum_enabled = false)")
+        await conn.execute("ANALYZE sys_cron_executions")  # empty
+        for _ in range(8):
+            await _planned_on(conn, Scan(), 5)
+        await conn.execute(  # the history of a herd: 20,000 finished occurrences of other triggers
+            """INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status, attempt,
+                                                max_attempts, runner_id, lease_token, heartbeat_at, stale_after,
+                                                started_at, single_flight, runner_lock, finished_at, duration_ms)
+               SELECT $1, 'trigger', gen_random_uuid()::text, $2, 'SUCCESS', 1, 3, 'old', gen_random_uuid(),
+                      $2, $2, $2, true, 1, $2, 0
+               FROM generate_series(1, 20000)""", SCHEDULE_JOB, DAY0 - MIN)
+        plans: list[str] = []
+        conn.add_log_listener(lambda _c, message: plans.append(message.message))
+        await conn.execute("LOAD 'auto_explain'")
+        await conn.execute("SET auto_explain.log_min_duration = 0; SET client_min_messages = log")
+        planned = await _planned_on(conn, Scan(), 5)
+        await conn.execute("SET client_min_messages = notice")
+    finally:
+        await conn.close()
+    assert planned == sorted(str(t["id"]) for t in triggers)[:5]
+    text = "\n".join(plans)
+    assert "sys_cron_executions" in text  # the read's own plan was logged
+    assert "Seq Scan on sys_cron_executions" not in text, text
+
+
+async def _planned_on(conn, scan, limit):
+    """The planner's plans on ``conn``, in a transaction rolled back afterwards."""
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        return sorted(p.scope_id for p in await plan_due(conn, DAY0 + SEC, limit, scan))
+    finally:
+        await transaction.rollback()
