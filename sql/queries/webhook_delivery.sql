@@ -114,7 +114,8 @@ WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 -- $9 = run statuses ('pending', 'skipped', or NULL for no run), $10 = rule versions, $11 = accountable
 -- members, $12 = run reason codes, $13 = run reasons, $14 = the deliveries' reasons (text). Then one element
 -- per request: $15 = its plan (1-based position in $1..$14), $16 = received_at, $17 = raw bodies, $18 =
--- content types, $19 = selected headers, $20 = envelopes (also the run payloads), $21 = events, $22 = dedupe
+-- content types, $19 = selected headers, $20 = envelopes as JSON text (the run payloads; text, so the caller can
+-- splice the body's own JSON text in as the payload instead of encoding it again), $21 = events, $22 = dedupe
 -- keys, $23 = dedupe sources, $24 = signature statuses, $25 = the new deliveries' ids, $26 = the new runs'
 -- ids (NULL: no run), both UUIDv7 made by the caller (hookgate_uuid7() in SQL cost more than all the rest of
 -- the statement's expressions together). Sending a plan's fields once rather than per request spares the
@@ -127,11 +128,12 @@ WITH p AS (
                              response, run_status, rule_version_id, accountable_id, run_reason_code, run_reason,
                              reason, plan)
 ), x AS (
-    SELECT r.n, plan, r.received_at, r.body, r.content_type, r.headers, r.envelope, r.event, r.dedupe_key,
+    SELECT r.n, plan, r.received_at, r.body, r.content_type, r.headers, r.envelope::jsonb AS envelope, r.event,
+           r.dedupe_key,
            r.dedupe_source, r.signature_status, r.delivery_id, r.run_id, p.trigger_id, p.digest, p.fingerprint,
            p.provider, p.status, p.reason_code, p.response_status, p.response, p.run_status, p.rule_version_id,
            p.accountable_id, p.run_reason_code, p.run_reason, p.reason
-    FROM unnest($15::integer[], $16::timestamptz[], $17::bytea[], $18::text[], $19::jsonb[], $20::jsonb[],
+    FROM unnest($15::integer[], $16::timestamptz[], $17::bytea[], $18::text[], $19::jsonb[], $20::text[],
                 $21::text[], $22::text[], $23::text[], $24::text[], $25::uuid[], $26::uuid[])
         WITH ORDINALITY AS r(plan, received_at, body, content_type, headers, envelope, event, dedupe_key,
                              dedupe_source, signature_status, delivery_id, run_id, n)
