@@ -29,6 +29,7 @@ from uuid import UUID
 
 import asyncpg
 
+from gateway.envelope import envelope_text
 from hookgate import database, metrics, notify
 from hookgate.database import Conn
 from sql import Q
@@ -53,7 +54,8 @@ class IngestRow:
     raw: bytes
     content_type: str | None
     headers: dict[str, Any]
-    envelope: dict[str, Any]
+    envelope: str
+    """As JSON text (:func:`gateway.envelope.envelope_text`): the body's own text is its payload when it can be."""
     event: str
     dedupe_key: str | None
     dedupe_source: str | None
@@ -66,7 +68,8 @@ class IngestRow:
         """The row of a decided request, with new UUIDv7 ids by the database clock (so ids sort like received_at)."""
         ms = int(r.received_at.timestamp() * 1000)
         rand = int.from_bytes(os.urandom(20), "big")  # both ids' random bits in one system call
-        return cls(trigger, p, r.received_at, r.raw, r.content_type, r.headers, r.envelope, r.event, r.dedupe_key,
+        return cls(trigger, p, r.received_at, r.raw, r.content_type, r.headers,
+                   envelope_text(r.envelope, r.payload_text), r.event, r.dedupe_key,
                    r.dedupe_source, r.signature, _uuid7(ms, rand),
                    None if p.run_status is None else _uuid7(ms, rand >> 80))
 

@@ -56,6 +56,8 @@ class Received:
     signature: str
     signature_detail: str | None = None
     """For a rejected signature of a scheme given as data, which part failed in words (stored, never answered)."""
+    payload_text: str | None = None
+    """The body's JSON text when it denotes the payload exactly (:func:`gateway.envelope.parse_body_with_text`)."""
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,11 @@ class Plan:
         return None if code is None else self.detail or REJECTED_TEXT.get(code) or admission.REASONS.get(code)
 
 
-def verify(trigger: Trigger, inbound: Inbound, payload: Payload) -> Received:
-    """Step 6 (and the envelope of step 5): event, dedupe key, signature, selected headers."""
+def verify(trigger: Trigger, inbound: Inbound, payload: Payload, payload_text: str | None = None) -> Received:
+    """Step 6 (and the envelope of step 5): event, dedupe key, signature, selected headers.
+
+    ``payload_text``: the body's JSON text if it denotes ``payload`` exactly, stored in its place.
+    """
     preset = trigger.preset
     event = preset.event(inbound)
     key, source = preset.dedupe_key(inbound)
@@ -97,7 +102,7 @@ def verify(trigger: Trigger, inbound: Inbound, payload: Payload) -> Received:
         received_at=received_at, raw=inbound.raw, content_type=content_type,
         headers=selected_headers(preset, inbound.headers), event=event, dedupe_key=key, dedupe_source=source,
         envelope=build_envelope(event, payload, received_at, content_type), signature=signature,
-        signature_detail=detail,
+        signature_detail=detail, payload_text=payload_text,
     )
 
 

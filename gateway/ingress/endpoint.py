@@ -31,7 +31,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway import bodies, handshakes, ratelimit
-from gateway.envelope import BodyError, Payload, parse_body
+from gateway.envelope import BodyError, Payload, parse_body_with_text
 from gateway.handshakes import AnyHandshake, HandshakeAnswer
 from gateway.ingress import decision, persist
 from gateway.ingress.batch import IngestBatcher
@@ -208,7 +208,7 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
         return early
     headers = _headers(scope)
     try:  # step 5
-        payload = parse_body(raw, headers.get("content-type"))
+        payload, payload_text = parse_body_with_text(raw, headers.get("content-type"))
         if (why := jsontext.unstorable(raw, payload)) is not None:
             raise BodyError(why)
     except BodyError as exc:
@@ -224,7 +224,7 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
     queue_full = state.queues.limit > 0 and await state.queues.full(trigger.workspace_id)
     for attempt in range(2):
         inbound = _inbound(state, scope, trigger, raw, headers, payload)
-        received = decision.verify(trigger, inbound, payload)  # step 6
+        received = decision.verify(trigger, inbound, payload, payload_text)  # step 6
         try:
             answer = await persist.persist_delivery(state.writer, trigger, received, queue_full=queue_full)
         except persist.Stale:

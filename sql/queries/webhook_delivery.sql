@@ -117,7 +117,8 @@ WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 -- $9 = run statuses ('pending', 'skipped', or NULL for no run), $10 = rule versions, $11 = accountable
 -- members, $12 = run reason codes, $13 = run reasons, $14 = the deliveries' reasons (text). Then one element
 -- per request: $15 = its plan (1-based position in $1..$14), $16 = received_at, $17 = raw bodies, $18 =
--- content types, $19 = selected headers, $20 = envelopes (also the run payloads), $21 = events, $22 = dedupe
+-- content types, $19 = selected headers, $20 = envelopes as JSON text (the run payloads; text, so the caller can
+-- splice the body's own JSON text in as the payload instead of encoding it again), $21 = events, $22 = dedupe
 -- keys, $23 = dedupe sources, $24 = signature statuses, $25 = the new deliveries' ids, $26 = the new runs'
 -- ids (NULL: no run), both UUIDv7 made by the caller (hookgate_uuid7() in SQL cost more than all the rest of
 -- the statement's expressions together). Sending a plan's fields once rather than per request spares the
@@ -130,11 +131,12 @@ WITH p AS (
                              response, run_status, rule_version_id, accountable_id, run_reason_code, run_reason,
                              reason, plan)
 ), x AS (
-    SELECT r.n, plan, r.received_at, r.body, r.content_type, r.headers, r.envelope, r.event, r.dedupe_key,
+    SELECT r.n, plan, r.received_at, r.body, r.content_type, r.headers, r.envelope::jsonb AS envelope, r.event,
+           r.dedupe_key,
            r.dedupe_source, r.signature_status, r.delivery_id, r.run_id, p.trigger_id, p.digest, p.fingerprint,
            p.provider, p.status, p.reason_code, p.response_status, p.response, p.run_status, p.rule_version_id,
            p.accountable_id, p.run_reason_code, p.run_reason, p.reason
-    FROM unnest($15::integer[], $16::timestamptz[], $17::bytea[], $18::text[], $19::jsonb[], $20::jsonb[],
+    FROM unnest($15::integer[], $16::timestamptz[], $17::bytea[], $18::text[], $19::jsonb[], $20::text[],
                 $21::text[], $22::text[], $23::text[], $24::text[], $25::uuid[], $26::uuid[])
         WITH ORDINALITY AS r(plan, received_at, body, content_type, headers, envelope, event, dedupe_key,
                              dedupe_source, signature_status, delivery_id, run_id, n)
@@ -152,14 +154,17 @@ WITH p AS (
 ), live AS (
     SELECT x.n, live_plan.workspace_id, live_plan.autopilot_id FROM x JOIN live_plan USING (plan)
 ), delivery AS (
-    -- The envelope is kept on the delivery too (the run's payload is the same): the worker admits a
-    -- queued delivery that has no run yet from it, and a replay copies it.
+    -- The envelope is stored once: as the run's payload when a run is made, else on the delivery (the worker
+    -- admits a queued delivery that has no run yet from it). Readers take coalesce(d.envelope, r.payload)
+    -- (delivery_get, the replays). A second copy made the delivery row pass PostgreSQL's 2 KB TOAST
+    -- threshold, so every accepted webhook paid a pglz compression of it (about 6 % of the ingest's
+    -- PostgreSQL CPU) and its WAL (docs/BENCHMARKS.md, "Envelope stored once").
     INSERT INTO webhook_delivery (id, workspace_id, trigger_id, autopilot_id, received_at, body, content_type,
                                   headers, envelope, provider, event, dedupe_key, dedupe_source,
                                   signature_status, status, reason_code, reason, response_status, response_body,
                                   run_id)
     SELECT x.delivery_id, live.workspace_id, x.trigger_id, live.autopilot_id, x.received_at, x.body,
-           x.content_type, x.headers, x.envelope, x.provider, x.event, x.dedupe_key, x.dedupe_source,
+           x.content_type, x.headers, CASE WHEN x.run_id IS NULL THEN x.envelope END, x.provider, x.event, x.dedupe_key, x.dedupe_source,
            x.signature_status, x.status, x.reason_code, x.reason, x.response_status,
            x.response || jsonb_build_object('delivery_id', x.delivery_id)
                || CASE WHEN x.run_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('run_id', x.run_id) END,
@@ -220,22 +225,32 @@ ORDER BY id DESC
 LIMIT $5;
 
 -- name: delivery_get
--- One delivery of workspace $1 by id $2, with its stored body and selected headers.
-SELECT * FROM webhook_delivery WHERE workspace_id = $1 AND id = $2;
+-- One delivery of workspace $1 by id $2, with its stored body and selected headers, and its envelope: the
+-- delivery's own, or (stored once since ingress makes the run in the same statement) its run's payload.
+SELECT d.id, d.workspace_id, d.trigger_id, d.autopilot_id, d.received_at, d.body, d.content_type, d.headers,
+       coalesce(d.envelope, r.payload) AS envelope, d.provider, d.event, d.dedupe_key, d.dedupe_source,
+       d.signature_status, d.status, d.attempt_count, d.dispatch_attempts, d.available_at, d.lease_token,
+       d.lease_expires_at, d.reason_code, d.reason, d.response_status, d.response_body, d.run_id,
+       d.replayed_from_delivery_id, d.updated_at, d.body_mismatch_count
+FROM webhook_delivery d
+LEFT JOIN autopilot_run r ON r.id = d.run_id AND d.envelope IS NULL
+WHERE d.workspace_id = $1 AND d.id = $2;
 
 -- name: delivery_insert_replays
 -- Replays of deliveries $1 (distinct ids), in one statement: per original a NEW delivery with the same body,
--- headers and envelope, no dedupe key (a replay must never collide with the original), linked by
+-- headers and envelope (the original's, or its run's payload: see delivery_get), no dedupe key (a replay must never collide with the original), linked by
 -- replayed_from_delivery_id. Parallel arrays, one element per original: $2 = statuses ('queued', or
 -- 'ignored' when the trigger no longer admits it), $3 = reason codes, $4 = reasons. Returns one row per
 -- copy: its id and the original it copies (RETURNING order is not array order; match on the original).
 INSERT INTO webhook_delivery (workspace_id, trigger_id, autopilot_id, body, content_type, headers, envelope,
                               provider, event, signature_status, status, reason_code, reason,
                               replayed_from_delivery_id)
-SELECT d.workspace_id, d.trigger_id, d.autopilot_id, d.body, d.content_type, d.headers, d.envelope,
-       d.provider, d.event, d.signature_status, x.status, x.reason_code, x.reason, d.id
+SELECT d.workspace_id, d.trigger_id, d.autopilot_id, d.body, d.content_type, d.headers,
+       coalesce(d.envelope, r.payload), d.provider, d.event, d.signature_status, x.status, x.reason_code, x.reason,
+       d.id
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS x(id, status, reason_code, reason, n)
 JOIN webhook_delivery d ON d.id = x.id
+LEFT JOIN autopilot_run r ON r.id = d.run_id AND d.envelope IS NULL
 ORDER BY x.n
 RETURNING id, replayed_from_delivery_id;
 
@@ -258,8 +273,9 @@ SELECT count(*) AS linked FROM linked;
 -- $3 = autopilot, $4 = statuses, $5 = event (exact), $6 = received at or after, $7 = received before,
 -- $10 = statuses of the delivery's run (a delivery without a run never matches). $8 = the caller when only
 -- the autopilots they may write count (creator or collaborator; NULL for owners and admins, who write every
--- autopilot). The columns a replay needs, the body left out.
-SELECT d.id, d.workspace_id, d.trigger_id, d.autopilot_id, d.event, d.envelope, d.run_id, d.status
+-- autopilot). The columns a replay needs, the body left out; the envelope as delivery_get reads it.
+SELECT d.id, d.workspace_id, d.trigger_id, d.autopilot_id, d.event, coalesce(d.envelope, r.payload) AS envelope,
+       d.run_id, d.status
 FROM webhook_delivery d
 JOIN autopilot_trigger t ON t.id = d.trigger_id AND t.deleted_at IS NULL
 JOIN autopilot a ON a.id = d.autopilot_id

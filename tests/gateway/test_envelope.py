@@ -16,8 +16,10 @@ from gateway.envelope import (
     UnsupportedMediaType,
     body_format,
     build_envelope,
+    envelope_text,
     media_type,
     parse_body,
+    parse_body_with_text,
 )
 
 FORM = "application/x-www-form-urlencoded"
@@ -249,3 +251,41 @@ json_values = st.recursive(
 @given(value=st.dictionaries(st.text(), json_values, max_size=5) | st.lists(json_values, max_size=5))
 def test_any_json_object_or_array_round_trips(value: dict[str, object] | list[object]) -> None:
     assert parse_body(json.dumps(value).encode(), "application/json") == value
+
+
+# -- the envelope as JSON text ----------------------------------------------------------------------------
+
+#: Bodies whose own text is stored as the payload: duplicate keys, escapes, a surrogate pair, a big integer,
+#: -0, whitespace and a BOM; each must make the same jsonb as the parsed payload encoded again.
+EXACT_BODIES = [
+    b'{"a": 1, "a": 2, "b": [true, false, null, -0, 123456789012345678901234567890]}',
+    b'{"s": "\\u00e9\\ud83d\\ude00 \\" \\\\ \\n", "t": "\xc3\xa9"}',
+    b'\xef\xbb\xbf \n [ {"z": {}}, [], "x" ] \n',
+]
+#: Bodies encoded again instead: a number with a fraction or an exponent, a form, a text body.
+ENCODED_BODIES = [(b'{"f": 1.10}', "application/json"), (b'{"e": 1e2}', None), (b"a=1&a=2", FORM),
+                  (b"<x/>", "application/xml")]
+
+
+@pytest.mark.parametrize("raw", EXACT_BODIES)
+def test_json_body_text_is_kept_when_it_denotes_the_payload_exactly(raw: bytes) -> None:
+    payload, text = parse_body_with_text(raw, "application/json")
+    assert text == raw.removeprefix(b"\xef\xbb\xbf").decode() and payload == parse_body(raw, "application/json")
+
+
+@pytest.mark.parametrize(("raw", "content_type"), ENCODED_BODIES)
+def test_a_fraction_an_exponent_a_form_or_text_is_encoded_again(raw: bytes, content_type: str | None) -> None:
+    payload, text = parse_body_with_text(raw, content_type)
+    assert text is None and payload == parse_body(raw, content_type)
+
+
+@pytest.mark.parametrize(("raw", "content_type"), [(raw, "application/json") for raw in EXACT_BODIES]
+                         + ENCODED_BODIES)
+async def test_envelope_text_is_the_same_jsonb_as_the_envelope_encoded(conn, raw: bytes,
+                                                                       content_type: str | None) -> None:
+    payload, text = parse_body_with_text(raw, content_type)
+    envelope = build_envelope("github.issues.opened", payload, datetime.now(UTC), content_type)
+    assert json.loads(envelope_text(envelope, text)) == envelope
+    assert await conn.fetchval("SELECT $1::text::jsonb = $2::jsonb", envelope_text(envelope, text), envelope)
+    assert await conn.fetchval("SELECT $1::text::jsonb::text = $2::jsonb::text", envelope_text(envelope, text),
+                               envelope)

@@ -10,6 +10,7 @@ import pytest
 from gateway.app import create_app
 from gateway.ingress.endpoint import BODY_CAP, NOT_FOUND
 from hookgate import crypto, metrics
+from sql import Q
 from tests import factories
 from tests.gateway import ingress_kit as kit
 
@@ -41,6 +42,22 @@ async def test_accepted_delivery_is_queued_with_a_pending_run_and_the_worker_is_
     assert d["response_status"] == 200 and d["response_body"] == body
     assert (run["status"], run["source"], run["webhook_delivery_id"]) == ("pending", "webhook", d["id"])
     assert run["payload"]["event"] == "github.issues.opened" and run["payload"]["payload"]["issue"]["number"] == 1
+
+
+async def test_an_admitted_deliverys_envelope_is_stored_once_as_its_runs_payload_and_read_back_with_it(
+        ctx, client, conn):
+    h = await kit.hook(ctx)
+    raw, headers = kit.github({"action": "opened", "issue": {"number": 7}})
+    assert (await client.post(h.path, content=raw, headers=headers)).json()["status"] == "accepted"
+    [d] = await kit.deliveries(conn)
+    [run] = await kit.runs(conn)
+    assert d["envelope"] is None and run["payload"]["payload"]["issue"]["number"] == 7
+    ws = d["workspace_id"]
+    assert (await conn.fetchrow(Q.delivery_get, ws, d["id"]))["envelope"] == run["payload"]
+    [picked] = await conn.fetch(Q.delivery_replay_select, ws, None, None, None, None, None, None, None, 10, None)
+    assert picked["envelope"] == run["payload"]
+    [copy] = await conn.fetch(Q.delivery_insert_replays, [d["id"]], ["queued"], [None], [None])
+    assert await conn.fetchval("SELECT envelope FROM webhook_delivery WHERE id = $1", copy["id"]) == run["payload"]
 
 
 async def test_correctly_signed_duplicate_counts_the_attempt_and_wakes_the_queued_original(ctx, client, conn,
