@@ -219,6 +219,8 @@ def push_body(claimed: tasks.Claimed, public_url: str) -> bytes:
 
 #: A push waiting for its group commit: the claim, its outcome, when it ran, and the waiter.
 Pending = tuple[tasks.Claimed, Outcome, Attempt, "asyncio.Future[None]"]
+#: An outcome still to be written one by one, with its claim.
+Written = tuple[tasks.Claimed, Outcome]
 
 
 class Pusher:
@@ -253,6 +255,8 @@ class Pusher:
         #: The asyncio task posting each task (by task id) while its request is in flight, and the task ids
         #: whose push a ``hookgate_cancels`` notice aborted.
         self._posting: dict[UUID, asyncio.Task[Any]] = {}
+        #: Pushes whose slot a flush handed over to the next task (:meth:`_write_done`): their end frees nothing.
+        self._passed_on: set[UUID] = set()
         self._aborted: set[UUID] = set()
         if wake is not None:
             wake.subscribe(notify.TASKS, self._on_task_notice)
@@ -316,6 +320,9 @@ class Pusher:
         claimed = self._inflight.pop(task, None)
         if claimed is not None:
             self.shares.ended(claimed.agent_id)
+            if claimed.id in self._passed_on:  # its slot went to the next task: the pushes loop has nothing to do
+                self._passed_on.discard(claimed.id)
+                return
         if self.wake is not None and self.backlog:
             self.wake.poke(notify.TASKS)
 
@@ -434,13 +441,15 @@ class Pusher:
             try:
                 async with self.ctx.pool.acquire() as conn:
                     health = await self._write_attempts(conn, group)
-                    rest = await self._write_done(conn, group)
+                    rest, handed = await self._write_done(conn, group, health)
                     await self._write_rest(conn, rest, health)
             except Exception as exc:
                 for *_, done in group:
                     if not done.done():
                         done.set_exception(exc)
                 continue
+            for claimed in handed:
+                self.submit(claimed)
             for *_, done in group:
                 if not done.done():
                     done.set_result(None)
@@ -494,23 +503,67 @@ class Pusher:
                 await alerts.emit(conn, row["workspace_id"], alerts.AGENT_RECOVERED, data)
                 await conn.execute(Q.notify_send, notify.TASKS, str(row["agent_id"]))
 
-    async def _write_done(self, conn: Any, group: list[Pending]) -> list[tuple[tasks.Claimed, Outcome]]:
-        """Write every ``done`` outcome of a group in one statement; returns what needs the one-by-one path.
+    async def _write_done(self, conn: Any, group: list[Pending],
+                          health: dict[UUID, Health]) -> tuple[list[Written], list[tasks.Claimed]]:
+        """Write every ``done`` outcome of a group in one statement, handing the slots they free over.
 
-        A done task the statement did not apply (a repeat, or a lease lost meanwhile) goes one by one too,
-        so it is told apart and recorded (LATE_RESULT) exactly like a single report.
+        Returns what needs the one-by-one path, and the tasks the same statement claimed into the freed slots
+        (:meth:`_hand_overs`), to push now. A done task the statement did not apply (a repeat, or a lease lost
+        meanwhile) goes one by one too, so it is told apart and recorded (LATE_RESULT) exactly like a single report.
         """
         done = [(c, o) for c, o, _, _ in group if o.kind == "done"]
         rest = [(c, o) for c, o, _, _ in group if o.kind != "done"]
-        if done:
-            applied = {r["id"] for r in await conn.fetch(
-                Q.task_succeed_many, [c.id for c, _ in done], [c.lease_token for c, _ in done],
-                [o.result for _, o in done], self.holder)}
-            metrics.COMPLETIONS.labels("tasks", "succeeded").inc(len(applied))
-            rest += [(c, o) for c, o in done if c.id not in applied]
-        return rest
+        if not done:
+            return rest, []
+        agents, most, lease = self._hand_overs(group, health)
+        rows = await conn.fetch(
+            Q.task_succeed_many, [c.id for c, _ in done], [c.lease_token for c, _ in done],
+            [o.result for _, o in done], self.holder, agents, most, lease, self.settings.agent_max_concurrency)
+        applied = {r["id"] for r in rows if r["kind"] == "done"}
+        handed = [tasks.Claimed.from_row(r) for r in rows if r["kind"] == "claimed"]
+        metrics.COMPLETIONS.labels("tasks", "succeeded").inc(len(applied))
+        metrics.CLAIMS.labels("tasks").inc(len(handed))
+        for agent, n in zip(agents, most, strict=True):
+            got = sum(1 for c in handed if c.agent_id == agent)
+            if got < n:
+                self.shares.due.discard(agent)  # no more due tasks: the push loop's next look finds any new ones
+            self._passed_on.update([c.id for c, _ in done if c.agent_id == agent and c.id in applied][:got])
+        return rest + [(c, o) for c, o in done if c.id not in applied], handed
 
-    async def _write_rest(self, conn: Any, rest: list[tuple[tasks.Claimed, Outcome]],
+    def _hand_overs(self, group: list[Pending],
+                    health: dict[UUID, Health]) -> tuple[list[UUID], list[int], list[float]]:
+        """Which agents get the slots the group's successes free, how many each at most, and the lease of their pushes.
+
+        Only agents the push loop last saw with due queued tasks (:attr:`Shares.due`) and healthy, and never more
+        than the agent's successes here nor its fair share once the group's pushes have ended: those still count
+        as in flight until the flush is done, so what is handed over replaces them, and no budget read meanwhile
+        (the take's, the push loop's) allows too much. None while stopping.
+        """
+        if self.stopping:
+            return [], [], []
+        s = self.settings
+        freed: dict[UUID, int] = {}
+        first: dict[UUID, tasks.Claimed] = {}
+        budget = self.shares.budget()
+        for claimed, outcome, _, _ in group:
+            if outcome.kind != "accepted":  # an accepted task keeps its slot until the agent reports
+                budget.spend(claimed.agent_id, claimed.workspace_id, -1)  # as if its push had ended already
+            if outcome.kind == "done" and claimed.agent_id in self.shares.due:
+                freed[claimed.agent_id] = freed.get(claimed.agent_id, 0) + 1
+                first.setdefault(claimed.agent_id, claimed)
+        agents, most, lease = [], [], []
+        for agent, n in freed.items():
+            state, claimed = health.get(agent), first[agent]
+            limit = min(n, budget.room(agent, claimed.workspace_id))
+            if limit <= 0 or (state is not None and state.unhealthy):
+                continue
+            budget.spend(agent, claimed.workspace_id, limit)
+            agents.append(agent)
+            most.append(limit)
+            lease.append(tasks.push_lease_s(claimed.timeout_s, s.push_timeout_cap_s, s.push_lease_margin_s))
+        return agents, most, lease
+
+    async def _write_rest(self, conn: Any, rest: list[Written],
                           health: dict[UUID, Health]) -> None:
         """Write the other outcomes one by one, in one transaction; on an error, each in its own."""
         if not rest:
