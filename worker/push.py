@@ -64,6 +64,10 @@ OUTCOME_GROUP = 64
 #: While other pushes are still in flight, a flush waits this long for their outcomes to join its group: a flush's
 #: statements cost about as much for one outcome as for a dozen.
 FLUSH_GATHER_S = 0.005
+#: Flushes writing at once: the outcomes that arrive while one writes its group are written by another instead of
+#: waiting for it. With hand-overs a slot is pushed again only once its flush is done, and one flush at a time
+#: made every slot of a busy agent wait for the same one, in lock-step (groups of ~56 of 64 in bench/dispatch.py).
+FLUSHERS = 2
 #: The most tasks one claim of the push loop takes for an agent.
 CLAIM_BATCH = 32
 #: An agent whose queued tasks wait for its slots is claimed for once a quarter of its slots (at most CLAIM_BATCH)
@@ -243,7 +247,9 @@ class Pusher:
         self._outcomes: list[Pending] = []
         #: How long a flush waits for the outcomes of pushes still in flight (FLUSH_GATHER_S).
         self.flush_gather_s = FLUSH_GATHER_S
-        self._flusher: asyncio.Task[None] | None = None
+        self._flushers: set[asyncio.Task[None]] = set()
+        #: One flusher at a time gathers the next group (FLUSH_GATHER_S) while the others write theirs.
+        self._gathering = False
         self._stopped = asyncio.Event()
         self.stopping = False
         #: Queued tasks of HTTP agents may be waiting for a slot or for push capacity: only then does a
@@ -424,19 +430,25 @@ class Pusher:
         """Queue the outcome for the next group commit and wait until it is written."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._outcomes.append((claimed, outcome, took, done))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush())
+        if not self._gathering and len(self._flushers) < FLUSHERS:
+            flusher = asyncio.create_task(self._flush())
+            self._flushers.add(flusher)
+            flusher.add_done_callback(self._flushers.discard)
         await done
 
     async def _flush(self) -> None:
-        """Write queued outcomes, up to OUTCOME_GROUP per transaction (one commit for many pushes).
+        """Write queued outcomes, up to OUTCOME_GROUP per transaction (one commit for many), beside other flushers.
 
         First the attempts and the agents' health (one statement), since a retry's wait depends on them, then
         the tasks' outcomes.
         """
-        while self._outcomes:
+        while self._outcomes and not self._gathering:  # another flusher gathering takes what is there
             if len(self._outcomes) < OUTCOME_GROUP and len(self._inflight) > len(self._outcomes):
-                await asyncio.sleep(self.flush_gather_s)
+                self._gathering = True
+                try:
+                    await asyncio.sleep(self.flush_gather_s)
+                finally:
+                    self._gathering = False
             group, self._outcomes = self._outcomes[:OUTCOME_GROUP], self._outcomes[OUTCOME_GROUP:]
             try:
                 async with self.ctx.pool.acquire() as conn:
