@@ -64,10 +64,6 @@ OUTCOME_GROUP = 64
 #: While other pushes are still in flight, a flush waits this long for their outcomes to join its group: a flush's
 #: statements cost about as much for one outcome as for a dozen.
 FLUSH_GATHER_S = 0.005
-#: Flushes writing at once: the outcomes that arrive while one writes its group are written by another instead of
-#: waiting for it. With hand-overs a slot is pushed again only once its flush is done, and one flush at a time
-#: made every slot of a busy agent wait for the same one, in lock-step (groups of ~56 of 64 in bench/dispatch.py).
-FLUSHERS = 2
 #: The most tasks one claim of the push loop takes for an agent.
 CLAIM_BATCH = 32
 #: An agent whose queued tasks wait for its slots is claimed for once a quarter of its slots (at most CLAIM_BATCH)
@@ -223,8 +219,6 @@ def push_body(claimed: tasks.Claimed, public_url: str) -> bytes:
 
 #: A push waiting for its group commit: the claim, its outcome, when it ran, and the waiter.
 Pending = tuple[tasks.Claimed, Outcome, Attempt, "asyncio.Future[None]"]
-#: An outcome still to be written one by one, with its claim.
-Written = tuple[tasks.Claimed, Outcome]
 
 
 class Pusher:
@@ -247,9 +241,7 @@ class Pusher:
         self._outcomes: list[Pending] = []
         #: How long a flush waits for the outcomes of pushes still in flight (FLUSH_GATHER_S).
         self.flush_gather_s = FLUSH_GATHER_S
-        self._flushers: set[asyncio.Task[None]] = set()
-        #: One flusher at a time gathers the next group (FLUSH_GATHER_S) while the others write theirs.
-        self._gathering = False
+        self._flusher: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self.stopping = False
         #: Queued tasks of HTTP agents may be waiting for a slot or for push capacity: only then does a
@@ -261,8 +253,6 @@ class Pusher:
         #: The asyncio task posting each task (by task id) while its request is in flight, and the task ids
         #: whose push a ``hookgate_cancels`` notice aborted.
         self._posting: dict[UUID, asyncio.Task[Any]] = {}
-        #: Pushes whose slot a flush handed over to the next task (:meth:`_write_done`): their end frees nothing.
-        self._passed_on: set[UUID] = set()
         self._aborted: set[UUID] = set()
         if wake is not None:
             wake.subscribe(notify.TASKS, self._on_task_notice)
@@ -326,9 +316,6 @@ class Pusher:
         claimed = self._inflight.pop(task, None)
         if claimed is not None:
             self.shares.ended(claimed.agent_id)
-            if claimed.id in self._passed_on:  # its slot went to the next task: the pushes loop has nothing to do
-                self._passed_on.discard(claimed.id)
-                return
         if self.wake is not None and self.backlog:
             self.wake.poke(notify.TASKS)
 
@@ -430,38 +417,30 @@ class Pusher:
         """Queue the outcome for the next group commit and wait until it is written."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._outcomes.append((claimed, outcome, took, done))
-        if not self._gathering and len(self._flushers) < FLUSHERS:
-            flusher = asyncio.create_task(self._flush())
-            self._flushers.add(flusher)
-            flusher.add_done_callback(self._flushers.discard)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
         await done
 
     async def _flush(self) -> None:
-        """Write queued outcomes, up to OUTCOME_GROUP per transaction (one commit for many), beside other flushers.
+        """Write queued outcomes, up to OUTCOME_GROUP per transaction (one commit for many pushes).
 
         First the attempts and the agents' health (one statement), since a retry's wait depends on them, then
         the tasks' outcomes.
         """
-        while self._outcomes and not self._gathering:  # another flusher gathering takes what is there
+        while self._outcomes:
             if len(self._outcomes) < OUTCOME_GROUP and len(self._inflight) > len(self._outcomes):
-                self._gathering = True
-                try:
-                    await asyncio.sleep(self.flush_gather_s)
-                finally:
-                    self._gathering = False
+                await asyncio.sleep(self.flush_gather_s)
             group, self._outcomes = self._outcomes[:OUTCOME_GROUP], self._outcomes[OUTCOME_GROUP:]
             try:
                 async with self.ctx.pool.acquire() as conn:
                     health = await self._write_attempts(conn, group)
-                    rest, handed = await self._write_done(conn, group, health)
+                    rest = await self._write_done(conn, group)
                     await self._write_rest(conn, rest, health)
             except Exception as exc:
                 for *_, done in group:
                     if not done.done():
                         done.set_exception(exc)
                 continue
-            for claimed in handed:
-                self.submit(claimed)
             for *_, done in group:
                 if not done.done():
                     done.set_result(None)
@@ -515,67 +494,23 @@ class Pusher:
                 await alerts.emit(conn, row["workspace_id"], alerts.AGENT_RECOVERED, data)
                 await conn.execute(Q.notify_send, notify.TASKS, str(row["agent_id"]))
 
-    async def _write_done(self, conn: Any, group: list[Pending],
-                          health: dict[UUID, Health]) -> tuple[list[Written], list[tasks.Claimed]]:
-        """Write every ``done`` outcome of a group in one statement, handing the slots they free over.
+    async def _write_done(self, conn: Any, group: list[Pending]) -> list[tuple[tasks.Claimed, Outcome]]:
+        """Write every ``done`` outcome of a group in one statement; returns what needs the one-by-one path.
 
-        Returns what needs the one-by-one path, and the tasks the same statement claimed into the freed slots
-        (:meth:`_hand_overs`), to push now. A done task the statement did not apply (a repeat, or a lease lost
-        meanwhile) goes one by one too, so it is told apart and recorded (LATE_RESULT) exactly like a single report.
+        A done task the statement did not apply (a repeat, or a lease lost meanwhile) goes one by one too,
+        so it is told apart and recorded (LATE_RESULT) exactly like a single report.
         """
         done = [(c, o) for c, o, _, _ in group if o.kind == "done"]
         rest = [(c, o) for c, o, _, _ in group if o.kind != "done"]
-        if not done:
-            return rest, []
-        agents, most, lease = self._hand_overs(group, health)
-        rows = await conn.fetch(
-            Q.task_succeed_many, [c.id for c, _ in done], [c.lease_token for c, _ in done],
-            [o.result for _, o in done], self.holder, agents, most, lease, self.settings.agent_max_concurrency)
-        applied = {r["id"] for r in rows if r["kind"] == "done"}
-        handed = [tasks.Claimed.from_row(r) for r in rows if r["kind"] == "claimed"]
-        metrics.COMPLETIONS.labels("tasks", "succeeded").inc(len(applied))
-        metrics.CLAIMS.labels("tasks").inc(len(handed))
-        for agent, n in zip(agents, most, strict=True):
-            got = sum(1 for c in handed if c.agent_id == agent)
-            if got < n:
-                self.shares.due.discard(agent)  # no more due tasks: the push loop's next look finds any new ones
-            self._passed_on.update([c.id for c, _ in done if c.agent_id == agent and c.id in applied][:got])
-        return rest + [(c, o) for c, o in done if c.id not in applied], handed
+        if done:
+            applied = {r["id"] for r in await conn.fetch(
+                Q.task_succeed_many, [c.id for c, _ in done], [c.lease_token for c, _ in done],
+                [o.result for _, o in done], self.holder)}
+            metrics.COMPLETIONS.labels("tasks", "succeeded").inc(len(applied))
+            rest += [(c, o) for c, o in done if c.id not in applied]
+        return rest
 
-    def _hand_overs(self, group: list[Pending],
-                    health: dict[UUID, Health]) -> tuple[list[UUID], list[int], list[float]]:
-        """Which agents get the slots the group's successes free, how many each at most, and the lease of their pushes.
-
-        Only agents the push loop last saw with due queued tasks (:attr:`Shares.due`) and healthy, and never more
-        than the agent's successes here nor its fair share once the group's pushes have ended: those still count
-        as in flight until the flush is done, so what is handed over replaces them, and no budget read meanwhile
-        (the take's, the push loop's) allows too much. None while stopping.
-        """
-        if self.stopping:
-            return [], [], []
-        s = self.settings
-        freed: dict[UUID, int] = {}
-        first: dict[UUID, tasks.Claimed] = {}
-        budget = self.shares.budget()
-        for claimed, outcome, _, _ in group:
-            if outcome.kind != "accepted":  # an accepted task keeps its slot until the agent reports
-                budget.spend(claimed.agent_id, claimed.workspace_id, -1)  # as if its push had ended already
-            if outcome.kind == "done" and claimed.agent_id in self.shares.due:
-                freed[claimed.agent_id] = freed.get(claimed.agent_id, 0) + 1
-                first.setdefault(claimed.agent_id, claimed)
-        agents, most, lease = [], [], []
-        for agent, n in freed.items():
-            state, claimed = health.get(agent), first[agent]
-            limit = min(n, budget.room(agent, claimed.workspace_id))
-            if limit <= 0 or (state is not None and state.unhealthy):
-                continue
-            budget.spend(agent, claimed.workspace_id, limit)
-            agents.append(agent)
-            most.append(limit)
-            lease.append(tasks.push_lease_s(claimed.timeout_s, s.push_timeout_cap_s, s.push_lease_margin_s))
-        return agents, most, lease
-
-    async def _write_rest(self, conn: Any, rest: list[Written],
+    async def _write_rest(self, conn: Any, rest: list[tuple[tasks.Claimed, Outcome]],
                           health: dict[UUID, Health]) -> None:
         """Write the other outcomes one by one, in one transaction; on an error, each in its own."""
         if not rest:
@@ -639,8 +574,7 @@ class Pusher:
         pending = list(self._inflight)
         if pending:
             _, late = await asyncio.wait(pending, timeout=wait_s)
-            # Pushes a flush handed a slot to just before the stop began: not waited for, released like the late.
-            await self._release(late | (set(self._inflight) - set(pending)))
+            await self._release(late)
         if self._client is not None:
             await self._client.close()
         self._stopped.set()

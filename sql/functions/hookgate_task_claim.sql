@@ -7,8 +7,6 @@
 -- (READ COMMITTED: every claim committed before is seen), so two claimers can never fill one slot. Then pick
 -- as many due tasks, fairly, and give each a slot stamped with a fresh lease token, the task's autopilot and
 -- the time it was served.
--- p_freed (since 0035_task_hand_over): the lease tokens of tasks the calling statement just ended; the claim then
--- takes their slots (hookgate_slots_hand_over) instead of looking for free ones, and everything else is the same.
 -- A running task holds one agent_slot row, stamped with its lease token: the slot is free again as soon as
 -- that lease ends (report, retry, expiry, cancel) without any write on release.
 --
@@ -28,7 +26,7 @@
 -- signature (see sql/README.md).
 
 CREATE OR REPLACE FUNCTION hookgate_task_claim(p_agent uuid, p_task uuid, p_limit integer, p_lease_s double precision,
-                                               p_holder text, p_at timestamptz, p_cap integer, p_freed uuid[])
+                                               p_holder text, p_at timestamptz, p_cap integer)
 RETURNS SETOF agent_task
 LANGUAGE plpgsql
 -- A claim returns a few rows (at most its limit, 32 from the push worker): without this the planner takes the
@@ -56,11 +54,7 @@ DECLARE
     want   integer;
     start  uuid := gen_random_uuid();
 BEGIN
-    IF p_freed IS NULL THEN
-        free := hookgate_slots_take(p_agent, p_limit, p_cap);
-    ELSE
-        free := hookgate_slots_hand_over(p_agent, p_freed[1:p_limit], p_cap);
-    END IF;
+    free := hookgate_slots_take(p_agent, p_limit, p_cap);
     IF cardinality(free) = 0 THEN
         RETURN;
     END IF;

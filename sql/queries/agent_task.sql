@@ -23,7 +23,7 @@ SELECT id FROM agent_task WHERE idempotency_key = $1;
 -- a holder needs to do them (the autopilot; for http agents where and how to push, with the previous signing
 -- secret while a rotation's window lasts), saving a round trip.
 WITH claimed AS (
-    SELECT * FROM hookgate_task_claim($1, $2, $3, $4, $5, coalesce($7::timestamptz, now()), $8, NULL)
+    SELECT * FROM hookgate_task_claim($1, $2, $3, $4, $5, coalesce($7::timestamptz, now()), $8)
 ), started AS (
     UPDATE autopilot_run r SET status = 'running', updated_at = now()
     FROM claimed c
@@ -272,20 +272,15 @@ SELECT count(*) FROM agent_task WHERE run_id = $1;
 -- name: task_succeed_many
 -- Push outcomes in one statement: the holders' reports (P5) that tasks $1 (lease tokens $2, results $3,
 -- parallel arrays) succeeded. Each task is guarded by its lease token and audited as RELEASE by actor type
--- 'worker' / id $4; its run ends completed from that fact (a run keeps its first ending).
--- The hand-over, in the same statement: for each agent $5 (parallel arrays: at most $6 tasks, leased for $7
--- seconds), the slots its successes here free go at once to its next due queued tasks, claimed as task_claim
--- does (fair across autopilots, run moved to running, CLAIM audited, holder $4) but in those slots
--- (hookgate_task_claim with p_freed); $8 = the bound of every agent's cap (HOOKGATE_AGENT_MAX_CONCURRENCY).
--- Returns a row per task applied (kind 'done'; a missing one is a repeat or a late result, which the caller
--- reports alone to tell which) and a row per task handed a slot (kind 'claimed', with what task_claim returns).
+-- 'worker' / id $4; its run ends completed from that fact (a run keeps its first ending). Returns the tasks
+-- applied; a missing one is a repeat or a late result (the caller reports it alone to tell which).
 WITH done AS (
     UPDATE agent_task t
     SET status = 'succeeded', result = x.result, error = NULL, retry_class = NULL, released_token = t.lease_token,
         lease_token = NULL, lease_expires_at = NULL, finished_at = now(), updated_at = now()
     FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS x(id, token, result)
     WHERE t.id = x.id AND t.lease_token = x.token AND t.status = 'running'
-    RETURNING t.id, t.workspace_id, t.run_id, t.status, t.attempt, t.agent_id, t.released_token
+    RETURNING t.id, t.workspace_id, t.run_id, t.status, t.attempt
 ), audited AS (
     INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
     SELECT workspace_id, 'RELEASE', 'worker', $4, 'agent_task', id::text,
@@ -295,38 +290,8 @@ WITH done AS (
     UPDATE autopilot_run r SET status = 'completed', finished_at = now(), updated_at = now()
     FROM done
     WHERE r.id = done.run_id AND r.status NOT IN ('completed', 'failed', 'cancelled', 'skipped')
-), claimed AS (
-    -- The freed tokens are read from done (all of it, so done has run first) and passed by value: the claim
-    -- relies on them, not on seeing this statement's writes.
-    SELECT c.* FROM unnest($5::uuid[], $6::integer[], $7::double precision[]) AS h(agent_id, most, lease_s)
-    CROSS JOIN LATERAL hookgate_task_claim(
-        h.agent_id, NULL, h.most, h.lease_s, $4, now(), $8,
-        ARRAY(SELECT d.released_token FROM done d WHERE d.agent_id = h.agent_id)) c
-), started AS (
-    UPDATE autopilot_run r SET status = 'running', updated_at = now()
-    FROM claimed c
-    WHERE r.id = c.run_id AND r.status IN ('pending', 'issue_created', 'queued')
-), claim_audited AS (
-    INSERT INTO audit_log (workspace_id, action, actor_type, actor_id, subject_type, subject_id, detail)
-    SELECT c.workspace_id, 'CLAIM', 'worker', $4, 'agent_task', c.id::text,
-           jsonb_build_object('attempt', c.attempt, 'lease_expires_at', c.lease_expires_at, 'run_id', c.run_id)
-    FROM claimed c
 )
-SELECT 'done' AS kind, d.id, d.workspace_id, d.run_id, d.agent_id, NULL::jsonb AS payload, d.attempt,
-       NULL::integer AS max_attempts, NULL::uuid AS lease_token, NULL::timestamptz AS lease_expires_at,
-       NULL::text AS endpoint_url, NULL::double precision AS timeout_s, NULL::bytea AS signing_secret_ct,
-       NULL::bytea AS previous_secret_ct, NULL::uuid AS autopilot_id, NULL::text AS autopilot_title,
-       NULL::text AS autopilot_instructions
-FROM done d
-UNION ALL
-SELECT 'claimed', c.id, c.workspace_id, c.run_id, c.agent_id, c.payload, c.attempt, c.max_attempts, c.lease_token,
-       c.lease_expires_at, ag.endpoint_url, ag.timeout_s, ag.signing_secret_ct,
-       CASE WHEN ag.previous_secret_expires_at > now() THEN ag.previous_secret_ct END,
-       ap.id, ap.title, ap.instructions
-FROM claimed c
-JOIN agent ag ON ag.id = c.agent_id
-LEFT JOIN autopilot_run r ON r.id = c.run_id
-LEFT JOIN autopilot ap ON ap.id = r.autopilot_id;
+SELECT id FROM done;
 
 -- name: task_agents_among
 -- Which of agents $2 own any of tasks $1 (routing a burst of hookgate_tasks notifications, whose payload is a

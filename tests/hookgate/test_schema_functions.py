@@ -67,10 +67,8 @@ CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
     "hookgate_slots_settle",
     # takes its slots from hookgate_slots_take (one slot rule); stamps attempt_started_at; fair across autopilots;
     # plans with key lookups only and no sorts an index spares, expects a few rows, locks its candidates by key;
-    # 0023_agent_cap_argument and 0035_task_hand_over made it with a placeholder body
+    # 0023_agent_cap_argument made it with a placeholder body
     "hookgate_task_claim",
-    # 0035_task_hand_over made it with a placeholder body
-    "hookgate_slots_hand_over",
     # locks its row and writes it once per take (it was an upsert and an update)
     "hookgate_pace_take",
 })
