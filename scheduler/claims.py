@@ -9,8 +9,9 @@ occurrence, and two schedulers racing cannot deadlock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,6 +27,18 @@ from sql import Q
 log = logging.getLogger("hookgate.scheduler")
 
 _FAR_PAST = timedelta(days=366)
+
+
+@contextlib.asynccontextmanager
+async def planned_afresh(pool: asyncpg.Pool) -> AsyncIterator[Conn]:
+    """A pooled connection in a transaction whose statements are planned for the tables as they are now.
+
+    For the tick's statements on ``sys_cron_executions`` (sweeps, takeovers, the next-wake read): a cached
+    generic plan made while the table was small keeps scanning it whole after a herd (``cron_plan_afresh``).
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(Q.cron_plan_afresh)
+        yield conn
 
 
 async def sweep_abandoned(conn: Conn, jobs: Sequence[JobSpec], at: datetime) -> tuple[int, int]:
@@ -94,7 +107,7 @@ class Claimer:
 
     async def take_over(self, spec: JobSpec, at: datetime) -> int:
         """Take over the job's due retries and stale re-entries (one guarded UPDATE) and start them."""
-        async with self.pool.acquire() as conn:
+        async with planned_afresh(self.pool) as conn:
             rows = await conn.fetch(Q.cron_takeover, spec.name, at, self.runner_id,
                                     spec.stale_timeout.total_seconds(), spec.stale_reentry, self.claim_batch,
                                     self.lock_key)

@@ -25,7 +25,7 @@ from hookgate import database, notify
 from hookgate.database import Conn
 from hookgate.notify import NotifyListener
 from scheduler import transactional
-from scheduler.claims import Claimer, sweep_abandoned
+from scheduler.claims import Claimer, planned_afresh, sweep_abandoned
 from scheduler.clock import Clock, DatabaseClock, FixedClock
 from scheduler.execution import Executor
 from scheduler.liveness import Liveness
@@ -175,7 +175,7 @@ class Scheduler:
         At most ``liveness_poll`` while another runner holds executions.
         """
         poll = now + self.liveness_poll
-        async with self.pool.acquire() as conn:
+        async with planned_afresh(self.pool) as conn:
             candidates = [await conn.fetchval(Q.cron_next_wake, [spec.name for spec in self.jobs],
                                               self.liveness.key, poll)]
             for spec in self.jobs:
@@ -203,7 +203,7 @@ class Scheduler:
         clock = self.clock if now is None else FixedClock(now)
         at = await clock.now()
         report = TickReport(at, live=await self.liveness.ensure())
-        async with self.pool.acquire() as conn:
+        async with planned_afresh(self.pool) as conn:
             report.gone, report.swept = await sweep_abandoned(conn, self.jobs, at)
         if not report.live:
             return report

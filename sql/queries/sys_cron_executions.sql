@@ -2,6 +2,15 @@
 -- The database clock: every scheduling decision uses it, never the host's clock (ARCHITECTURE §3).
 SELECT clock_timestamp() AS now;
 
+-- name: cron_plan_afresh
+-- For the rest of the transaction, plan each statement for the tables as they are now (a custom plan per call):
+-- the tick's sweeps, takeovers and next-wake read run in such a transaction (scheduler.claims.planned_afresh).
+-- A connection's cached generic plan of them is made from the statistics of its sixth call, in a young
+-- database while sys_cron_executions was small (analyzed empty, no autovacuum since): it kept scanning the
+-- table whole, twice per sweep, as a herd filled it (every statement of every tick: 20,000 rows read for none
+-- found). A custom plan sizes the table from its pages now and reads the partial indexes instead.
+SET LOCAL plan_cache_mode = force_custom_plan;
+
 -- name: cron_sweep_stale
 -- Mark RUNNING rows of job $1 whose holder stopped heartbeating (stale_after < $2 = now) FAILED
 -- 'stale_timeout'. With stale re-entry ($3) and attempts left they are due for a retry at once.

@@ -6,6 +6,7 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
+from hookgate import database
 from hookgate.errors import LeaseLost
 from scheduler.execution import succeed_in
 from scheduler.manager import Scheduler, SchedulerConfig
@@ -251,6 +252,45 @@ async def test_a_frozen_holder_session_is_ended_so_its_row_locks_cannot_outlive_
             await conn.fetchval("SELECT 1")
     finally:
         conn.terminate()
+
+
+async def test_the_ticks_statements_read_executions_by_index_after_their_plans_were_made_on_small_tables(ctx):
+    # A connection's prepared statements get a cached generic plan from their sixth call on, made from the
+    # statistics of that moment. The tick's sweeps, takeovers and next-wake read must not keep scanning
+    # sys_cron_executions whole once a herd has filled it (no ANALYZE in between: autovacuum off, or not yet).
+    await ctx.pool.execute("ALTER TABLE sys_cron_executions SET (autovacuum_enabled = false)")
+    await ctx.pool.execute("ANALYZE sys_cron_executions")  # empty
+    pool = await database.create_pool(ctx.dsn, min_size=1, max_size=1)  # so its statements reach a sixth call
+    try:
+        scheduler = Scheduler(pool, [job(Recorder(), stale_reentry=True)], SchedulerConfig(dsn=ctx.dsn))
+        for _ in range(8):
+            await scheduler.run_once(T0)
+            await scheduler._sleep_for(T0)
+        await ctx.pool.execute(  # the history of a herd: 20,000 finished occurrences
+            """INSERT INTO sys_cron_executions (job_name, scope_kind, scope_id, plan_time, status, attempt,
+                                                max_attempts, runner_id, lease_token, heartbeat_at, stale_after,
+                                                started_at, runner_lock, finished_at, duration_ms)
+               SELECT 'sweeper', '-', gen_random_uuid()::text, $1, 'SUCCESS', 1, 3, 'old', gen_random_uuid(),
+                      $1, $1, $1, 1, $1, 0
+               FROM generate_series(1, 20000)""", T0 - MIN)
+        before = await _scans(pool)
+        report = await scheduler.run_once(T0)
+        await scheduler._sleep_for(T0)
+        after = await _scans(pool)
+    finally:
+        await pool.close()
+    assert (report.swept, report.gone, report.claimed) == (0, 0, {"sweeper": 0})
+    assert after["idx_scan"] > before["idx_scan"]  # the tick's statements read the table, by index
+    assert after["seq_scan"] == before["seq_scan"]
+
+
+async def _scans(pool):
+    """sys_cron_executions' scan counters, with the pool connection's own counts flushed first."""
+    async with pool.acquire() as conn:
+        await conn.execute("SELECT pg_stat_force_next_flush()")  # flushed when the statement ends
+        row = await conn.fetchrow("SELECT seq_scan, idx_scan FROM pg_stat_user_tables "
+                                  "WHERE relname = 'sys_cron_executions'")
+    return row
 
 
 async def test_schedule_delay_holds_a_plan_back_until_it_has_settled(ctx):
