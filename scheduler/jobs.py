@@ -127,9 +127,9 @@ async def plan_due(conn: Conn, now: datetime, limit: int, scan: Scan) -> list[Pl
     scheduler, who may yet roll back) is due at the next tick, which starts from the beginning.
     """
     after: tuple[datetime, UUID] = scan.after or _BEFORE_ALL
-    await conn.execute(Q.trigger_due_plan_afresh)  # never a generic plan made while the tables were small
+    await conn.execute(Q.cron_plan_afresh)  # never a generic plan made while the tables were small
     rows = await conn.fetch(Q.trigger_due_schedules, now, limit, SCHEDULE_JOB, *after)
-    await conn.execute(Q.trigger_due_plan_done)
+    await conn.execute(Q.cron_plan_default)
     if rows:  # the tick's workers share the cursor: keep the furthest
         scan.after = max(after, (rows[-1]["next_fire_at"], rows[-1]["id"]))
     decided = [plan_trigger(row, now) for row in rows]

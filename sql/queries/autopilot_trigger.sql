@@ -81,21 +81,6 @@ LEFT JOIN LATERAL (SELECT e.status, e.next_retry_at, e.stale_after FROM sys_cron
                      AND (e.status = 'RUNNING' OR (e.status = 'FAILED' AND e.next_retry_at IS NOT NULL))
                    LIMIT 1) flight ON true;
 
--- name: trigger_due_plan_afresh
--- For the rest of the transaction, until trigger_due_plan_done: plan each statement for the tables as they are
--- now (a custom plan per call), for the planner's read (trigger_due_schedules). A connection's cached generic
--- plan of that read is made from the statistics of its sixth call, and a young database's
--- sys_cron_executions was analyzed empty (or not since its first herd: autovacuum off, or not there yet): the
--- plan kept sequential scans for the two probes per due trigger as the table grew, and a herd's second minute
--- read 10,000 rows per trigger (bench/scheduler.py: p99 9.4 s against 0.46 s for the first minute, 6,000 of
--- 10,000 occurrences late). A custom plan sizes the table from its pages now. Not for the whole transaction:
--- the foreign-key checks of the run inserts that follow would be planned again for every row.
-SET LOCAL plan_cache_mode = force_custom_plan;
-
--- name: trigger_due_plan_done
--- Back to the session's plan_cache_mode after the planner's read (see trigger_due_plan_afresh).
-SET LOCAL plan_cache_mode TO DEFAULT;
-
 -- name: trigger_fire
 -- Fire a batch of schedule occurrences in ONE statement, inside the transaction whose planner locked their
 -- triggers and moved their next_fire_at: claim each occurrence (hookgate_cron_claim_done: the execution row

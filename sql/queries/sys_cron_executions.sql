@@ -3,13 +3,20 @@
 SELECT clock_timestamp() AS now;
 
 -- name: cron_plan_afresh
--- For the rest of the transaction, plan each statement for the tables as they are now (a custom plan per call):
--- the tick's sweeps, takeovers and next-wake read run in such a transaction (scheduler.claims.planned_afresh).
--- A connection's cached generic plan of them is made from the statistics of its sixth call, in a young
--- database while sys_cron_executions was small (analyzed empty, no autovacuum since): it kept scanning the
--- table whole, twice per sweep, as a herd filled it (every statement of every tick: 20,000 rows read for none
--- found). A custom plan sizes the table from its pages now and reads the partial indexes instead.
+-- For the rest of the transaction (or until cron_plan_default), plan each statement for the tables as they are
+-- now (a custom plan per call). A connection's cached generic plan is made from the statistics of its sixth
+-- call, in a young database while sys_cron_executions was small (analyzed empty, no autovacuum since), and it
+-- kept scanning the table whole as a herd filled it: the tick's sweeps, takeovers and next-wake read (20,000
+-- rows read for none found; they run in such a transaction, scheduler.claims.planned_afresh), and the
+-- planner's read (trigger_due_schedules: two probes per due trigger, a herd's second minute p99 9.4 s against
+-- 0.46 s for the first in bench/scheduler.py). A custom plan sizes the table from its pages now and reads the
+-- partial indexes instead.
 SET LOCAL plan_cache_mode = force_custom_plan;
+
+-- name: cron_plan_default
+-- Back to the session's plan_cache_mode (after cron_plan_afresh) for the rest of the transaction: the planner's
+-- read is followed by the run inserts, whose foreign-key checks would otherwise be planned again for every row.
+SET LOCAL plan_cache_mode TO DEFAULT;
 
 -- name: cron_sweep_stale
 -- Mark RUNNING rows of job $1 whose holder stopped heartbeating (stale_after < $2 = now) FAILED
