@@ -27,7 +27,10 @@ BEGIN
     WITH retired AS (
         SELECT sl.slot, sl.lease_token FROM agent_slot sl
         WHERE sl.agent_id = p_agent AND sl.slot >= p_cap
-          AND EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token)
+          AND sl.lease_token IS NOT NULL
+          -- By key for each slot, as in hookgate_slots_take (an EXISTS here is a semi-join over every running task).
+          AND (SELECT r.id FROM agent_task r WHERE r.lease_token = sl.lease_token AND r.status = 'running'
+               LIMIT 1) IS NOT NULL
         ORDER BY sl.slot
         LIMIT cardinality(p_free)
         FOR UPDATE OF sl SKIP LOCKED

@@ -252,6 +252,34 @@ async def test_the_take_keeps_reading_by_index_after_its_plans_were_made_on_smal
     assert scans == [], f"sequential scans of {scans} in the take:\n{text}"
 
 
+async def test_a_slot_search_reads_each_slots_running_task_by_key_under_analyzed_plans(wctx, agent_server):
+    # A slot is free when no running task holds its lease token. Written as NOT EXISTS, that test became an
+    # anti-join whose generic plan, made from statistics with many running tasks, read every running task for
+    # every slot it looked at: 64 x 64 index entries for a full agent instead of 64.
+    _, agent, ap, trigger = await _setup(wctx, agent_server, max_concurrency=64)
+    options = options_for(wctx, "t1", Pusher(wctx, holder="t1"))
+    async with wctx.pool.acquire() as conn:
+        await bulk_deliveries(conn, ap, trigger, 64 * 17)
+        for _ in range(16):  # a history of finished tasks beside the running ones, as a live agent has
+            done = await take.take_batch(conn, limit=64, lease_s=120, cursor=None, fanout=16, options=options,
+                                       capacity=64)
+            await conn.execute("UPDATE agent_task SET status = 'succeeded' WHERE id = ANY ($1::uuid[])",
+                               [c.id for c in done.claimed])
+        full = await take.take_batch(conn, limit=64, lease_s=120, cursor=None, fanout=16, options=options,
+                                   capacity=64)
+        assert len(full.claimed) == 64  # every slot is held by a running task now
+        await conn.execute("ANALYZE agent_task; ANALYZE agent_slot")
+        async with conn.transaction():
+            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")  # as the take runs it
+            read = ("SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid))::integer FROM pg_index "
+                    "WHERE indrelid = 'agent_task'::regclass")
+            before = await conn.fetchval(read)
+            free = await conn.fetchval("SELECT hookgate_slots_take($1, 1, 64)", agent.row["id"])
+            after = await conn.fetchval(read)
+    assert free == []
+    assert after - before <= 64, f"{after - before} index entries of agent_task read to find no free slot of 64"
+
+
 async def _flooded_workspace(wctx, agent_server, name: str, triggers: int, each: int):
     """A workspace whose autopilot has ``triggers`` webhook triggers with ``each`` queued deliveries apiece."""
     w = await factories.world(wctx, name)
