@@ -19,7 +19,7 @@ BEGIN
     -- Claimers lock slots SKIP LOCKED and never wait for one, so waiting here cannot deadlock with them.
     PERFORM 1 FROM agent_slot WHERE agent_id = p_agent ORDER BY slot FOR UPDATE;
     -- Each statement below takes a fresh snapshot (READ COMMITTED, volatile function): it sees every claim
-    -- committed before the locks were granted.
+    -- committed before the locks were granted. A slot is free as hookgate_slots_take tests it, by key.
     SELECT max_concurrency INTO cap FROM agent WHERE id = p_agent;
     IF NOT FOUND THEN
         RETURN;
@@ -28,10 +28,10 @@ BEGIN
     ON CONFLICT DO NOTHING;
     SELECT array_agg(sl.slot ORDER BY sl.slot) INTO free FROM agent_slot sl
     WHERE sl.agent_id = p_agent AND sl.slot < cap
-      AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token);
+      AND (SELECT r.id FROM agent_task r WHERE r.lease_token = sl.lease_token AND r.status = 'running' LIMIT 1) IS NULL;
     PERFORM hookgate_slots_settle(p_agent, cap, free);
     DELETE FROM agent_slot sl
     WHERE sl.agent_id = p_agent AND sl.slot >= cap
-      AND NOT EXISTS (SELECT 1 FROM agent_task r WHERE r.status = 'running' AND r.lease_token = sl.lease_token);
+      AND (SELECT r.id FROM agent_task r WHERE r.lease_token = sl.lease_token AND r.status = 'running' LIMIT 1) IS NULL;
 END
 $$;

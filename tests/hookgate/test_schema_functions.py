@@ -63,8 +63,10 @@ CHANGED_SINCE_MIGRATIONS: frozenset[str] = frozenset({
     # 0020_fair_deliveries, 0023_agent_cap_argument, 0030_workspace_rooms and 0033_take_named made it with a
     # placeholder body: its definition is the file's
     "hookgate_delivery_take",
-    # no JIT, as every function that pins its plans
+    # no JIT, as every function that pins its plans; the free-slot test by key, as hookgate_slots_take's
     "hookgate_slots_settle",
+    # the free-slot test by key, as hookgate_slots_take's
+    "hookgate_slots_resize",
     # takes its slots from hookgate_slots_take (one slot rule); stamps attempt_started_at; fair across autopilots;
     # plans with key lookups only and no sorts an index spares, expects a few rows, locks its candidates by key;
     # 0023_agent_cap_argument made it with a placeholder body
