@@ -337,7 +337,8 @@ def _segment(value: object) -> str | None:
     if not isinstance(value, str):
         return None
     text = "_".join(value.lower().replace("/", ".").split())
-    text = "".join(char for char in text if char.isprintable())
+    if not text.isprintable():  # rare: a name is almost always printable, and this walks it char by char
+        text = "".join(char for char in text if char.isprintable())
     return text[:_MAX_SEGMENT] or None
 
 
