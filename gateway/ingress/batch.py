@@ -22,7 +22,7 @@ import os
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -31,7 +31,7 @@ import asyncpg
 from asyncpg.pgproto.pgproto import UUID as _FastUUID
 
 from gateway.envelope import envelope_text
-from hookgate import database, metrics, notify
+from hookgate import database, jsontext, metrics, notify
 from hookgate.database import Conn
 from sql import Q
 
@@ -51,10 +51,12 @@ class IngestRow:
 
     trigger: Trigger
     plan: Plan
-    received_at: datetime
+    received_us: int
+    """``received_at`` in microseconds since the Unix epoch: asyncpg encodes a datetime in Python, an int in C."""
     raw: bytes
     content_type: str | None
-    headers: dict[str, Any]
+    headers: str
+    """The selected headers as JSON text (a jsonb parameter is encoded by a Python codec per element)."""
     envelope: str
     """As JSON text (:func:`gateway.envelope.envelope_text`): the body's own text is its payload when it can be."""
     event: str
@@ -67,9 +69,10 @@ class IngestRow:
     @classmethod
     def of(cls, trigger: Trigger, r: Received, p: Plan) -> IngestRow:
         """The row of a decided request, with new UUIDv7 ids by the database clock (so ids sort like received_at)."""
-        ms = int(r.received_at.timestamp() * 1000)
+        us = (r.received_at - _EPOCH) // _MICROSECOND
         rand = int.from_bytes(os.urandom(20), "big")  # both ids' random bits in one system call
-        return cls(trigger, p, r.received_at, r.raw, r.content_type, r.headers,
+        ms = us // 1000
+        return cls(trigger, p, us, r.raw, r.content_type, _ENCODE(r.headers),
                    envelope_text(r.envelope, r.payload_text), r.event, r.dedupe_key,
                    r.dedupe_source, r.signature, _uuid7(ms, rand),
                    None if p.run_status is None else _uuid7(ms, rand >> 80))
@@ -97,6 +100,9 @@ class IngestRow:
                 *map(list, zip(*map(_OWN_FIELDS, rows), strict=True))]
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_ENCODE = jsontext.compact_encoder(allow_nan=True)  # as the pool's jsonb codec encodes (hookgate/database.py)
 _OWN_FIELDS = attrgetter(*[f.name for f in fields(IngestRow)][2:])
 _Pending = tuple[IngestRow, "asyncio.Future[asyncpg.Record]"]
 

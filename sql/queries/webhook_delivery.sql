@@ -116,13 +116,15 @@ WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 -- statuses, $8 = response bodies without ids (delivery_id, and run_id when a run is made, are added here),
 -- $9 = run statuses ('pending', 'skipped', or NULL for no run), $10 = rule versions, $11 = accountable
 -- members, $12 = run reason codes, $13 = run reasons, $14 = the deliveries' reasons (text). Then one element
--- per request: $15 = its plan (1-based position in $1..$14), $16 = received_at, $17 = raw bodies, $18 =
--- content types, $19 = selected headers, $20 = envelopes as JSON text (the run payloads; text, so the caller can
--- splice the body's own JSON text in as the payload instead of encoding it again), $21 = events, $22 = dedupe
--- keys, $23 = dedupe sources, $24 = signature statuses, $25 = the new deliveries' ids, $26 = the new runs'
--- ids (NULL: no run), both UUIDv7 made by the caller (hookgate_uuid7() in SQL cost more than all the rest of
--- the statement's expressions together). Sending a plan's fields once rather than per request spares the
--- caller most of the statement's parameter encoding. Returns one row per request: n (its 1-based position),
+-- per request: $15 = its plan (1-based position in $1..$14), $16 = received_at in microseconds since the Unix
+-- epoch, $17 = raw bodies, $18 = content types, $19 = selected headers as JSON text, $20 = envelopes as JSON
+-- text (the run payloads; text, so the caller can splice the body's own JSON text in as the payload instead of
+-- encoding it again), $21 = events, $22 = dedupe keys, $23 = dedupe sources, $24 = signature statuses, $25 = the
+-- new deliveries' ids, $26 = the new runs' ids (NULL: no run), both UUIDv7 made by the caller (hookgate_uuid7()
+-- in SQL cost more than all the rest of the statement's expressions together). Sending a plan's fields once
+-- rather than per request spares the caller most of the statement's parameter encoding; so do the times as
+-- integers and the headers as text: asyncpg encodes each timestamptz or jsonb element in Python, 2-5 µs of the
+-- gateway's CPU per request (bench/ingress.py's rows, in process). Returns one row per request: n (its 1-based position),
 -- live, delivery_id, status, run_id, woken (1 when this statement announced the batch's queued deliveries).
 WITH p AS (
     SELECT * FROM unnest($1::uuid[], $2::bytea[], $3::text[], $4::text[], $5::text[], $6::text[], $7::integer[],
@@ -131,14 +133,14 @@ WITH p AS (
                              response, run_status, rule_version_id, accountable_id, run_reason_code, run_reason,
                              reason, plan)
 ), x AS (
-    SELECT r.n, plan, r.received_at, r.body, r.content_type, r.headers, r.envelope::jsonb AS envelope, r.event,
-           r.dedupe_key,
+    SELECT r.n, plan, 'epoch'::timestamptz + r.received_us * interval '1 microsecond' AS received_at, r.body,
+           r.content_type, r.headers::jsonb AS headers, r.envelope::jsonb AS envelope, r.event, r.dedupe_key,
            r.dedupe_source, r.signature_status, r.delivery_id, r.run_id, p.trigger_id, p.digest, p.fingerprint,
            p.provider, p.status, p.reason_code, p.response_status, p.response, p.run_status, p.rule_version_id,
            p.accountable_id, p.run_reason_code, p.run_reason, p.reason
-    FROM unnest($15::integer[], $16::timestamptz[], $17::bytea[], $18::text[], $19::jsonb[], $20::text[],
+    FROM unnest($15::integer[], $16::bigint[], $17::bytea[], $18::text[], $19::text[], $20::text[],
                 $21::text[], $22::text[], $23::text[], $24::text[], $25::uuid[], $26::uuid[])
-        WITH ORDINALITY AS r(plan, received_at, body, content_type, headers, envelope, event, dedupe_key,
+        WITH ORDINALITY AS r(plan, received_us, body, content_type, headers, envelope, event, dedupe_key,
                              dedupe_source, signature_status, delivery_id, run_id, n)
     JOIN p USING (plan)
 ), live_plan AS (

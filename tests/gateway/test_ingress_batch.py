@@ -1,6 +1,7 @@
 """Ingress group commit: concurrent deliveries share statements, yet each is decided and answered alone."""
 
 import asyncio
+from datetime import UTC
 
 import asyncpg
 import pytest
@@ -187,3 +188,22 @@ async def test_concurrent_requests_are_all_announced_whichever_way_they_are_writ
         announced.update((await heard.get())[1].split(","))
     assert {a.json()["delivery_id"] for a in answers} <= announced
     assert state.notifier.sent > 0  # batches of several were announced after their commits
+
+
+async def test_a_batch_stores_each_request_s_own_time_and_headers_exactly(db_url):
+    # received_at travels as integer microseconds and the headers as JSON text: both must land as they were made.
+    async with kit.app_client(db_url, ingest_inflight=1) as (ctx, client):
+        h = await kit.hook(ctx)
+        requests = [kit.github({"action": "opened", "n": i}) for i in range(12)]
+        await _post_all(client, h.path, requests)
+        async with ctx.pool.acquire() as conn:
+            rows = await conn.fetch("""
+                SELECT d.received_at, d.headers, r.payload FROM webhook_delivery d
+                JOIN autopilot_run r ON r.webhook_delivery_id = d.id""")
+    assert len(rows) == 12
+    sent = {headers["x-github-delivery"] for _, headers in requests}
+    assert {row["headers"]["x-github-delivery"] for row in rows} == sent
+    for row in rows:
+        assert row["headers"]["x-hub-signature-256"] is True and row["headers"]["content-type"] == "application/json"
+        stamp = row["received_at"].astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+        assert row["payload"]["request"]["received_at"] == stamp
