@@ -44,25 +44,26 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class IngestRow:
-    """One request's write: its trigger and plan, and its own fields (``delivery_ingest``'s ``$16..$26``, in order).
+    """One request's write: its trigger, plan and the fields that repeat, then its own fields.
 
-    The trigger's and plan's fields are ``$1..$14``, sent once per plan of a batch.
+    The trigger's and plan's fields and the four that repeat are ``delivery_ingest``'s ``$1..$18``, sent once per
+    distinct set of them in a batch; the request's own fields are ``$20..$26``, in order.
     """
 
     trigger: Trigger
     plan: Plan
+    content_type: str | None
+    event: str
+    dedupe_source: str | None
+    signature: str
     received_us: int
     """``received_at`` in microseconds since the Unix epoch: asyncpg encodes a datetime in Python, an int in C."""
     raw: bytes
-    content_type: str | None
     headers: str
     """The selected headers as JSON text (a jsonb parameter is encoded by a Python codec per element)."""
     envelope: str
     """As JSON text (:func:`gateway.envelope.envelope_text`): the body's own text is its payload when it can be."""
-    event: str
     dedupe_key: str | None
-    dedupe_source: str | None
-    signature: str
     delivery_id: UUID
     run_id: UUID | None
 
@@ -72,29 +73,30 @@ class IngestRow:
         us = (r.received_at - _EPOCH) // _MICROSECOND
         rand = int.from_bytes(os.urandom(20), "big")  # both ids' random bits in one system call
         ms = us // 1000
-        return cls(trigger, p, us, r.raw, r.content_type, _ENCODE(r.headers),
-                   envelope_text(r.envelope, r.payload_text), r.event, r.dedupe_key,
-                   r.dedupe_source, r.signature, _uuid7(ms, rand),
+        return cls(trigger, p, r.content_type, r.event, r.dedupe_source, r.signature, us, r.raw, _ENCODE(r.headers),
+                   envelope_text(r.envelope, r.payload_text), r.dedupe_key, _uuid7(ms, rand),
                    None if p.run_status is None else _uuid7(ms, rand >> 80))
 
     @staticmethod
     def arguments(rows: Sequence[IngestRow]) -> list[list[Any]]:
         """``delivery_ingest``'s arguments for ``rows``: one array per field, in ``$n`` order.
 
-        Rows that share a plan object (:func:`gateway.ingress.decision.admitted` hands one per trigger lookup)
-        share its elements of ``$1..$14``; the plan's position is each row's ``$15``.
+        Rows that share a plan object (:func:`gateway.ingress.decision.admitted` hands one per trigger lookup) and
+        the four repeating fields share their elements of ``$1..$18``; the set's position is each row's ``$19``.
         """
-        plans: dict[int, int] = {}
+        sets: dict[tuple[Any, ...], int] = {}
         fixed: list[tuple[Any, ...]] = []
         positions = []
         for row in rows:
-            position = plans.get(id(row.plan))  # every plan of the batch is alive, so no id is reused
+            # Every plan of the batch is alive, so no id is reused.
+            key = (id(row.plan), row.content_type, row.event, row.dedupe_source, row.signature)
+            position = sets.get(key)
             if position is None:
-                position = plans[id(row.plan)] = len(plans) + 1
+                position = sets[key] = len(sets) + 1
                 t, p = row.trigger, row.plan
                 fixed.append((t.id, t.digest, t.fingerprint, t.provider, p.status, p.reason_code, p.response_status,
                               p.response, p.run_status, p.rule_version_id, p.accountable_id, p.run_reason_code,
-                              p.run_reason, p.reason))
+                              p.run_reason, p.reason, *key[1:]))
             positions.append(position)
         return [*map(list, zip(*fixed, strict=True)), positions,
                 *map(list, zip(*map(_OWN_FIELDS, rows), strict=True))]
@@ -103,7 +105,7 @@ class IngestRow:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _ENCODE = jsontext.compact_encoder(allow_nan=True)  # as the pool's jsonb codec encodes (hookgate/database.py)
-_OWN_FIELDS = attrgetter(*[f.name for f in fields(IngestRow)][2:])
+_OWN_FIELDS = attrgetter(*[f.name for f in fields(IngestRow)][6:])
 _Pending = tuple[IngestRow, "asyncio.Future[asyncpg.Record]"]
 
 
