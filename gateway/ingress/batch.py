@@ -159,13 +159,16 @@ class IngestBatcher:
     async def _write_while_queued(self) -> None:
         try:
             while self._queue:
-                batch: list[_Pending] = []
+                batch: list[_Pending] | None = None  # None until connected
                 try:
+                    # One connection for as long as batches keep coming: an acquire and release with a timeout
+                    # cost 40-70 us of CPU (asyncpg's pool, in process), 3-4 us per request in batches of 16.
                     async with self.pool.acquire(timeout=self.acquire_timeout) as conn:
-                        batch = self._take()  # taken once connected: what queued meanwhile joins too
-                        await self._write(conn, batch)
+                        while self._queue:
+                            batch = self._take()  # taken once connected: what queued meanwhile joins too
+                            await self._write(conn, batch)
                 except Exception as exc:  # no connection (or it broke on release): these requests get a 503
-                    for _, done in batch or self._take():
+                    for _, done in self._take() if batch is None else batch:
                         if not done.done():
                             done.set_exception(exc)
         finally:
