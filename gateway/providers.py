@@ -39,6 +39,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -134,6 +135,15 @@ class Preset:
                 return _bounded(value), source
         return None, None
 
+    @cached_property
+    def kept_headers(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The headers `selected_headers` stores by value and as True, in order: worked out once per preset."""
+        dedupe = {
+            source.removeprefix("header:") for source in self.dedupe_sources if source.startswith("header:")
+        }
+        keep = sorted((_COMMON_HEADERS | self.stored_headers | dedupe) - self.signature_headers)
+        return tuple(keep), tuple(sorted(self.signature_headers))
+
     def verify(self, req: Inbound, secrets: Sequence[str]) -> SignatureStatus:
         """Check the signature against each secret; no (non-empty) secret means `not_required`."""
         results = [self.check(req, secret) for secret in secrets if secret]
@@ -163,12 +173,9 @@ def slack_challenge(req: Inbound) -> str | None:
 
 def selected_headers(preset: Preset, headers: Mapping[str, str]) -> dict[str, str | bool]:
     """The headers to store on a delivery: an allow-list, with signature headers reduced to True."""
-    dedupe = {
-        source.removeprefix("header:") for source in preset.dedupe_sources if source.startswith("header:")
-    }
-    keep = sorted((_COMMON_HEADERS | preset.stored_headers | dedupe) - preset.signature_headers)
+    keep, signed = preset.kept_headers
     selected: dict[str, str | bool] = {name: headers[name][:_MAX_HEADER] for name in keep if name in headers}
-    selected.update((name, True) for name in sorted(preset.signature_headers) if name in headers)
+    selected.update((name, True) for name in signed if name in headers)
     return selected
 
 
@@ -330,7 +337,8 @@ def _segment(value: object) -> str | None:
     if not isinstance(value, str):
         return None
     text = "_".join(value.lower().replace("/", ".").split())
-    text = "".join(char for char in text if char.isprintable())
+    if not text.isprintable():  # rare: a name is almost always printable, and this walks it char by char
+        text = "".join(char for char in text if char.isprintable())
     return text[:_MAX_SEGMENT] or None
 
 

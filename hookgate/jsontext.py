@@ -46,6 +46,15 @@ def loads(text: str | bytes, **options: Any) -> Any:
     return json.loads(text, **options)
 
 
+def decode(text: str, decoder: json.JSONDecoder) -> Any:
+    """:func:`loads` of ``text`` with a ``decoder`` built once (``json.loads`` with options builds one per call)."""
+    if text.startswith("\ufeff"):  # as json.loads refuses it
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    if too_deep(text):
+        raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return decoder.decode(text)
+
+
 def too_deep(text: str | bytes) -> bool:
     """Whether JSON ``text`` nests deeper than :data:`MAX_DEPTH`, by scanning its brackets (no recursion).
 
@@ -119,7 +128,7 @@ _DIGIT_FOLD = bytes.maketrans(b"0123456789E", b"0000000000e")
 _DIGIT_RUN = b"0" * 300
 
 
-def _suspect(raw: bytes) -> bool:
+def _suspect(raw: bytes, numbers: bool) -> bool:
     # Substring tests first: one alternation regex over every byte cost ~4x as much (a hot path). The rare
     # byte of each test is looked for alone first, so a plain body costs a few memchr-speed scans.
     # %5C: a form field's percent-encoded backslash, which may start a \u0000 escape once decoded.
@@ -129,6 +138,8 @@ def _suspect(raw: bytes) -> bool:
         return True
     if b"\\" in raw and _ESCAPE.search(raw) is not None:
         return True
+    if not numbers:
+        return False
     # _HUGE_NUMBER needs a digit, an exponent of three digits or more, or 300 digits in a row; with the digits
     # folded to "0" these are plain substring tests, so its regex (half of this function's time) runs only then.
     folded = raw.translate(_DIGIT_FOLD)
@@ -137,9 +148,12 @@ def _suspect(raw: bytes) -> bool:
     return _HUGE_NUMBER.search(raw) is not None
 
 
-def unstorable(raw: bytes, payload: object) -> str | None:
-    """Why PostgreSQL's jsonb cannot hold this payload (NUL, lone surrogate, infinite number), or None."""
-    if not _suspect(raw):
+def unstorable(raw: bytes, payload: object, *, floats: bool = True) -> str | None:
+    """Why PostgreSQL's jsonb cannot hold this payload (NUL, lone surrogate, infinite number), or None.
+
+    ``floats=False``: the caller knows ``payload`` holds no float (its parser saw none), so no number is looked for.
+    """
+    if not _suspect(raw, floats):
         return None  # the common case costs a few scans of the raw bytes
     return _walk(payload)
 

@@ -209,7 +209,7 @@ async def verify_and_ingest(state: IngressState, scope: Scope, ip: bytes, trigge
     headers = _headers(scope)
     try:  # step 5
         payload, payload_text = parse_body_with_text(raw, headers.get("content-type"))
-        if (why := jsontext.unstorable(raw, payload)) is not None:
+        if (why := jsontext.unstorable(raw, payload, floats=payload_text is None)) is not None:
             raise BodyError(why)
     except BodyError as exc:
         status = 415 if exc.code == "unsupported_media_type" else 400

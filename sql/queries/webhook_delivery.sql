@@ -110,36 +110,41 @@ WHERE t.token_digest = $1 AND t.kind = 'webhook' AND t.deleted_at IS NULL;
 -- serialises every notifying commit (and its WAL flush), which cut ingress throughput by about half; so the
 -- caller passes a channel only for a request written alone, with no other batch in flight
 -- (gateway/ingress/batch.py), where it saves the wake-up its own round trip.
--- Two sets of parallel arrays. What the trigger and the decision fix, once per distinct plan of the batch
--- (usually one: every accepted request of a trigger shares its plan): $1 = trigger ids, $2 = token digests,
--- $3 = fingerprints, $4 = providers, $5 = delivery statuses, $6 = delivery reason codes, $7 = response
--- statuses, $8 = response bodies without ids (delivery_id, and run_id when a run is made, are added here),
--- $9 = run statuses ('pending', 'skipped', or NULL for no run), $10 = rule versions, $11 = accountable
--- members, $12 = run reason codes, $13 = run reasons, $14 = the deliveries' reasons (text). Then one element
--- per request: $15 = its plan (1-based position in $1..$14), $16 = received_at, $17 = raw bodies, $18 =
--- content types, $19 = selected headers, $20 = envelopes as JSON text (the run payloads; text, so the caller can
--- splice the body's own JSON text in as the payload instead of encoding it again), $21 = events, $22 = dedupe
--- keys, $23 = dedupe sources, $24 = signature statuses, $25 = the new deliveries' ids, $26 = the new runs'
--- ids (NULL: no run), both UUIDv7 made by the caller (hookgate_uuid7() in SQL cost more than all the rest of
--- the statement's expressions together). Sending a plan's fields once rather than per request spares the
--- caller most of the statement's parameter encoding. Returns one row per request: n (its 1-based position),
--- live, delivery_id, status, run_id, woken (1 when this statement announced the batch's queued deliveries).
+-- Two sets of parallel arrays. What the trigger and the decision fix, and the request's fields that nearly always
+-- repeat, once per distinct set of them in the batch (usually one: every accepted request of a trigger shares
+-- its plan and, from one sender, its content type, event, dedupe source and signature status): $1 = trigger
+-- ids, $2 = token digests, $3 = fingerprints, $4 = providers, $5 = delivery statuses, $6 = delivery reason codes,
+-- $7 = response statuses, $8 = response bodies without ids (delivery_id, and run_id when a run is made, are
+-- added here), $9 = run statuses ('pending', 'skipped', or NULL for no run), $10 = rule versions, $11 =
+-- accountable members, $12 = run reason codes, $13 = run reasons, $14 = the deliveries' reasons (text), $15 =
+-- content types, $16 = events, $17 = dedupe sources, $18 = signature statuses. Then one element per request:
+-- $19 = its set (1-based position in $1..$18), $20 = received_at in microseconds since the Unix epoch, $21 = raw
+-- bodies, $22 = selected headers as JSON text, $23 = envelopes as JSON text (the run payloads; text, so the
+-- caller can splice the body's own JSON text in as the payload instead of encoding it again), $24 = dedupe keys,
+-- $25 = the new deliveries' ids, $26 = the new runs' ids (NULL: no run), both UUIDv7 made by the caller
+-- (hookgate_uuid7() in SQL cost more than all the rest of the statement's expressions together). asyncpg's
+-- encoding of the arrays is a large part of the gateway's CPU per request, and it goes by element: hence the
+-- sets sent once rather than per request, the times as integers and the headers as text (asyncpg encodes each
+-- timestamptz or jsonb element in Python: 2-5 µs a request), and four fewer text elements per request (a str
+-- element costs about 1 µs, most of it asyncpg's check of whether it is a sub-array). Returns one row per
+-- request: n (its 1-based position), live, delivery_id, status, run_id, woken (1 when this statement announced
+-- the batch's queued deliveries).
 WITH p AS (
     SELECT * FROM unnest($1::uuid[], $2::bytea[], $3::text[], $4::text[], $5::text[], $6::text[], $7::integer[],
-                         $8::jsonb[], $9::text[], $10::uuid[], $11::uuid[], $12::text[], $13::text[], $14::text[])
+                         $8::jsonb[], $9::text[], $10::uuid[], $11::uuid[], $12::text[], $13::text[], $14::text[],
+                         $15::text[], $16::text[], $17::text[], $18::text[])
         WITH ORDINALITY AS p(trigger_id, digest, fingerprint, provider, status, reason_code, response_status,
                              response, run_status, rule_version_id, accountable_id, run_reason_code, run_reason,
-                             reason, plan)
+                             reason, content_type, event, dedupe_source, signature_status, plan)
 ), x AS (
-    SELECT r.n, plan, r.received_at, r.body, r.content_type, r.headers, r.envelope::jsonb AS envelope, r.event,
-           r.dedupe_key,
-           r.dedupe_source, r.signature_status, r.delivery_id, r.run_id, p.trigger_id, p.digest, p.fingerprint,
+    SELECT r.n, plan, 'epoch'::timestamptz + r.received_us * interval '1 microsecond' AS received_at, r.body,
+           p.content_type, r.headers::jsonb AS headers, r.envelope::jsonb AS envelope, p.event, r.dedupe_key,
+           p.dedupe_source, p.signature_status, r.delivery_id, r.run_id, p.trigger_id, p.digest, p.fingerprint,
            p.provider, p.status, p.reason_code, p.response_status, p.response, p.run_status, p.rule_version_id,
            p.accountable_id, p.run_reason_code, p.run_reason, p.reason
-    FROM unnest($15::integer[], $16::timestamptz[], $17::bytea[], $18::text[], $19::jsonb[], $20::text[],
-                $21::text[], $22::text[], $23::text[], $24::text[], $25::uuid[], $26::uuid[])
-        WITH ORDINALITY AS r(plan, received_at, body, content_type, headers, envelope, event, dedupe_key,
-                             dedupe_source, signature_status, delivery_id, run_id, n)
+    FROM unnest($19::integer[], $20::bigint[], $21::bytea[], $22::text[], $23::text[], $24::text[], $25::uuid[],
+                $26::uuid[])
+        WITH ORDINALITY AS r(plan, received_us, body, headers, envelope, dedupe_key, delivery_id, run_id, n)
     JOIN p USING (plan)
 ), live_plan AS (
     -- Per plan, so per lookup: a batch may span triggers, and one may change between two requests' lookups.

@@ -1,6 +1,7 @@
 """Ingress group commit: concurrent deliveries share statements, yet each is decided and answered alone."""
 
 import asyncio
+from datetime import UTC
 
 import asyncpg
 import pytest
@@ -187,3 +188,47 @@ async def test_concurrent_requests_are_all_announced_whichever_way_they_are_writ
         announced.update((await heard.get())[1].split(","))
     assert {a.json()["delivery_id"] for a in answers} <= announced
     assert state.notifier.sent > 0  # batches of several were announced after their commits
+
+
+async def test_a_batch_stores_each_request_s_own_time_and_headers_exactly(db_url):
+    # received_at travels as integer microseconds and the headers as JSON text: both must land as they were made.
+    async with kit.app_client(db_url, ingest_inflight=1) as (ctx, client):
+        h = await kit.hook(ctx)
+        requests = [kit.github({"action": "opened", "n": i}) for i in range(12)]
+        await _post_all(client, h.path, requests)
+        async with ctx.pool.acquire() as conn:
+            rows = await conn.fetch("""
+                SELECT d.received_at, d.headers, r.payload FROM webhook_delivery d
+                JOIN autopilot_run r ON r.webhook_delivery_id = d.id""")
+    assert len(rows) == 12
+    sent = {headers["x-github-delivery"] for _, headers in requests}
+    assert {row["headers"]["x-github-delivery"] for row in rows} == sent
+    for row in rows:
+        assert row["headers"]["x-hub-signature-256"] is True and row["headers"]["content-type"] == "application/json"
+        stamp = row["received_at"].astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+        assert row["payload"]["request"]["received_at"] == stamp
+
+
+async def test_requests_of_one_batch_keep_their_own_event_content_type_and_signature(db_url):
+    # Content type, event, dedupe source and signature status are sent once per distinct set in a batch.
+    async with kit.app_client(db_url, ingest_inflight=1) as (ctx, client):
+        h = await kit.hook(ctx)
+        requests = []
+        for i in range(24):
+            raw, headers = kit.github({"action": ["opened", "closed", "edited"][i % 3], "n": i})
+            if i % 4 == 0:
+                headers["content-type"] = "application/json; charset=utf-8"
+            if i % 5 == 0:
+                headers["x-hub-signature-256"] = "sha256=" + "0" * 64
+            requests.append((raw, headers))
+        answers = await _post_all(client, h.path, requests)
+        async with ctx.pool.acquire() as conn:
+            rows = {r["dedupe_key"]: r for r in await conn.fetch(
+                "SELECT dedupe_key, event, content_type, signature_status, dedupe_source FROM webhook_delivery")}
+    assert len(rows) == 24 and sum(a.status_code == 401 for a in answers) == 5
+    for i, (_, headers) in enumerate(requests):
+        row = rows[headers["x-github-delivery"]]
+        assert row["event"] == "github.issues." + ["opened", "closed", "edited"][i % 3]
+        assert row["content_type"] == headers["content-type"]
+        assert row["signature_status"] == ("invalid" if i % 5 == 0 else "valid")
+        assert row["dedupe_source"] == "header:x-github-delivery"
