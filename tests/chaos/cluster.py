@@ -35,10 +35,12 @@ SECRET_KEY = base64.b64encode(b"chaos-secret-key-of-32-bytes-ok!").decode()
 # Short leases and timeouts so that every recovery fits a run of a minute or two (DISPATCH.md settings). The
 # heartbeat timeout is the exception kept longer than the rest: a pull runtime can record no heartbeat while
 # PostgreSQL restarts, and once the restart and the processes' reconnection took longer than the timeout, the
-# standard preset's runs were skipped as runtime_offline, rightly so (CI saw 7 with 6 s on a loaded machine).
+# standard preset's runs were skipped as runtime_offline, rightly so (CI saw 7 with 6 s on a loaded machine, and 5
+# with 20 s on a slower host running benchmarks beside it, where the runtimes' claims, which heartbeat, were
+# presumably starved).
 FAST_RECOVERY = {
     "HOOKGATE_DELIVERY_LEASE_S": "5", "HOOKGATE_RUN_REPAIR_AFTER_S": "3", "HOOKGATE_TASK_LEASE_S": "6",
-    "HOOKGATE_PUSH_LEASE_MARGIN_S": "2", "HOOKGATE_HEARTBEAT_TIMEOUT_S": "20", "HOOKGATE_WATCHDOG_INTERVAL_S": "1",
+    "HOOKGATE_PUSH_LEASE_MARGIN_S": "2", "HOOKGATE_HEARTBEAT_TIMEOUT_S": "60", "HOOKGATE_WATCHDOG_INTERVAL_S": "1",
     "HOOKGATE_PUSH_RETRY_SCHEDULE": "0.2,0.4,0.8,1.6,2,2,2,2,2",
     # The circuit breaker: 5 failed pushes in a row open it; probes 0.5 s apart, doubling up to 2 s.
     "HOOKGATE_AGENT_TRIP_AFTER": "5", "HOOKGATE_AGENT_PROBE_MIN_S": "0.5", "HOOKGATE_AGENT_PROBE_MAX_S": "2",
