@@ -41,9 +41,10 @@ def loads(text: str | bytes, **options: Any) -> Any:
     """
     if isinstance(text, bytes):
         text = text.removeprefix(_BOM).decode("utf-8")
-    if too_deep(text):
-        raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels")
-    return json.loads(text, **options)
+    return decode(text, json.JSONDecoder(**options) if options else _DEFAULT)
+
+
+_DEFAULT = json.JSONDecoder()
 
 
 def decode(text: str, decoder: json.JSONDecoder) -> Any:
