@@ -102,8 +102,18 @@ class NotifyListener:
 
     @property
     def application_name(self) -> str:
-        """How the listening session shows in ``pg_stat_activity``: ``hookgate listen <pid>``."""
-        return f"hookgate listen {os.getpid()}"
+        """How the listening session shows in ``pg_stat_activity``: ``hookgate listen <pid>``.
+
+        A listener of announced deliveries adds `` deliveries``: the delivery workers find each other by it
+        (``server_delivery_takers``) to share out the deliveries ingress names.
+        """
+        return f"hookgate listen {os.getpid()}" + (" deliveries" if DELIVERIES in self.events else "")
+
+    @property
+    def server_pid(self) -> int | None:
+        """The server process id of the listening session while it is open, else None."""
+        conn = self._conn
+        return conn.get_server_pid() if conn is not None and not conn.is_closed() else None
 
     def _on_notify(self, _conn: Any, _pid: int, channel: str, payload: object) -> None:
         event = self.events.get(channel)

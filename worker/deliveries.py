@@ -20,6 +20,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -59,6 +60,34 @@ def options_for(ctx: Context, holder: str, pusher: Pusher | None,
     return dispatch.Options(s.heartbeat_timeout_s, s.retry_schedule.attempts, claim)
 
 
+@dataclass(frozen=True)
+class Takers:
+    """Which deliveries that ingress announces by name this worker takes: ``rank`` of ``count`` listening workers.
+
+    Every delivery worker hears every announcement. Two workers take each announced delivery by name, the two
+    its id falls to among the listening workers (``server_delivery_takers``, read again at least every
+    ``worker_poll_s``): the first of them free to take it gets it, and the other's take finds it gone. Two,
+    not one: a worker busy with a push or a commit when the notice comes would hold its delivery up, and with
+    two the delivery waits for the sooner (alternated runs of ``bench/dispatch.py`` measured one owner slower
+    at p50). Two, not all: each further worker's take would also find nothing, a round trip and a statement
+    for nothing. Views that disagree while a worker comes or goes cost a take more, or leave a delivery to
+    the next walk of the queue, which every worker makes at least every ``worker_poll_s``: never one lost.
+    """
+
+    rank: int = 0
+    count: int = 1
+
+    def owns(self, delivery: UUID) -> bool:
+        """Whether this worker takes ``delivery`` when it is announced (ids are UUIDv7: their low bits are random)."""
+        first = delivery.int % self.count
+        return self.rank in (first, (first + 1) % self.count)
+
+    @classmethod
+    def among(cls, listening: list[int], own: int | None) -> Takers:
+        """The share of the worker whose listening session is ``own`` among ``listening`` (all when not among them)."""
+        return cls(listening.index(own), len(listening)) if own in listening else cls()
+
+
 def holding(pusher: Pusher | None) -> contextlib.AbstractContextManager[Reservations | None]:
     """The slots one dispatch transaction of the one-by-one path holds for its claims (None without a pusher)."""
     return contextlib.nullcontext() if pusher is None else Reservations(pusher)
@@ -83,6 +112,11 @@ class DeliveryWorker:
         self._named: list[UUID] = []
         self._look = True
         self._walked = 0.0  # when the claimer last walked the queue (monotonic)
+        #: This worker's share of the announced deliveries, when it was last read, and whether a notice named only
+        #: others' deliveries since the last take (then there is nothing to take until the next walk is due).
+        self.takers = Takers()
+        self._takers_read = -float("inf")
+        self._foreign = False
         if wake is not None:
             wake.subscribe(notify.DELIVERIES, self._on_notice)
 
@@ -242,6 +276,11 @@ class DeliveryWorker:
                 await self._pause(self._taken.wait(), self.settings.worker_poll_s)
                 continue
             named = self._named_take(room)
+            if named == []:  # only other workers' deliveries were announced: nothing to take before the next walk
+                await self._pause(self._wake(), self._walked + self.settings.worker_poll_s - time.monotonic())
+                continue
+            if named is None:
+                await self._read_takers()
             try:
                 taken = await self.take_batch(room, ids=named)
             except database.DATABASE_ERRORS as exc:
@@ -258,27 +297,54 @@ class DeliveryWorker:
     def _on_notice(self, payload: str) -> None:
         """A ``hookgate_deliveries`` notice: remember the deliveries it names, or that the queue must be walked."""
         named = notify.named_deliveries(payload)
-        if named is None or len(self._named) + len(named) > self._buffer:
+        if named is None:
             self._look = True
             self._named.clear()  # the walk finds them
+            return
+        mine = [d for d in named if self.takers.owns(d)]
+        self._foreign = self._foreign or len(mine) < len(named)
+        if len(self._named) + len(mine) > self._buffer:
+            self._look = True
+            self._named.clear()
         else:
-            self._named.extend(named)
+            self._named.extend(mine)
 
     def _named_take(self, room: int) -> list[UUID] | None:
-        """The deliveries the next take reads by key, or None to walk the queue.
+        """The deliveries the next take reads by key, None to walk the queue, or [] for no take now.
 
         By key only while every delivery announced since the last take fits in it and nothing is known to wait
         behind them: then the walk's fairness has nothing to share out, and its index probes (which step over
         every entry that left the queue since the last vacuum) cost most of a webhook's way to its agent. The
-        queue is still walked at least every ``worker_poll_s``: for paced, retried and unannounced deliveries.
+        queue is still walked at least every ``worker_poll_s``: for paced, retried and unannounced deliveries,
+        and for other workers' shares of the announced ones (:class:`Takers`) that nobody took. [] when the
+        notices since the last take named only other workers' deliveries.
         """
         named, self._named = self._named, []
         look, self._look = self._look, False
+        foreign, self._foreign = self._foreign, False
         clock = time.monotonic()
-        if look or not named or len(named) > room or clock - self._walked >= self.settings.worker_poll_s:
+        if look or len(named) > room or clock - self._walked >= self.settings.worker_poll_s:
+            self._walked = clock
+            return None
+        if not named:
+            if foreign:
+                return []
             self._walked = clock
             return None
         return named
+
+    async def _read_takers(self) -> None:
+        """Read this worker's share of the announced deliveries again, at most every ``worker_poll_s``."""
+        clock = time.monotonic()
+        if self.wake is None or clock - self._takers_read < self.settings.worker_poll_s:
+            return
+        self._takers_read = clock
+        try:
+            async with self.ctx.pool.acquire() as conn:
+                listening = [r["pid"] for r in await conn.fetch(Q.server_delivery_takers)]
+        except database.DATABASE_ERRORS:
+            listening = []  # not known: take every announced delivery, as a lone worker does
+        self.takers = Takers.among(listening, self.wake.server_pid)
 
     async def _wake(self) -> None:
         if self.wake is not None:

@@ -36,3 +36,11 @@ SELECT current_setting('synchronous_commit') AS synchronous_commit,
        coalesce((SELECT array_agg(application_name ORDER BY application_name)
                  FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')), '{}') AS sync_standbys,
        (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL) AS hidden;
+
+-- name: server_delivery_takers
+-- The sessions of this database that listen for announced deliveries (the delivery workers' LISTEN
+-- connections, named `hookgate listen <pid> deliveries`), by server process id: the workers share the
+-- deliveries ingress announces by name among themselves by their rank here (worker/deliveries.py, Takers).
+SELECT pid FROM pg_stat_activity
+WHERE datname = current_database() AND application_name LIKE 'hookgate listen % deliveries'
+ORDER BY pid;

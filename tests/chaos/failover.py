@@ -57,7 +57,9 @@ DATABASE = "hookgate"
 #: everything that decides how fast a role reconnects keeps its default (the scheduler's longest tick too).
 LEASES = {k: v for k, v in FAST_RECOVERY.items() if k not in ("HOOKGATE_SCHEDULER_MAX_TICK_S", "HOOKGATE_LOG_LEVEL")}
 #: The query by which a role's listening connection is found on a server: its application_name names its pid.
-LISTENERS = "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'hookgate listen %'"
+#: (A worker's adds " deliveries": the first three words name the process.)
+LISTENERS = ("SELECT array_to_string((string_to_array(application_name, ' '))[1:3], ' ') AS application_name "
+             "FROM pg_stat_activity WHERE application_name LIKE 'hookgate listen %'")
 
 
 @dataclass(frozen=True)

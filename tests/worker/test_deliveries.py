@@ -1,9 +1,13 @@
 import asyncio
+import contextlib
 import uuid
 
+from hookgate.context import open_context
+from hookgate.notify import NotifyListener
 from tests import factories
-from tests.worker.conftest import add_delivery
-from worker.deliveries import DeliveryWorker
+from tests.conftest import make_settings
+from tests.worker.conftest import FAST, add_delivery
+from worker.deliveries import DeliveryWorker, Takers
 from worker.push import Pusher
 
 
@@ -148,3 +152,91 @@ async def test_running_worker_wakes_on_notify_and_stop_releases_buffered_leases(
     async with wctx.pool.acquire() as conn:
         assert await conn.fetchval("SELECT status FROM autopilot_run WHERE id = $1", run_id) == "completed"
         assert await conn.fetchval("SELECT count(*) FROM webhook_delivery WHERE lease_token IS NOT NULL") == 0
+
+
+@contextlib.asynccontextmanager
+async def _listening_workers(ctx, names):
+    """Delivery workers ``names``, each with its own listener (connected first) and pusher, running until the end.
+
+    Yields the workers and their run tasks.
+    """
+    wakes = [NotifyListener(ctx.dsn) for _ in names]
+    for wake in wakes:
+        await wake.ensure()
+    pushers = [Pusher(ctx, holder=name, wake=wake) for name, wake in zip(names, wakes, strict=True)]
+    workers = [DeliveryWorker(ctx, holder=name, pusher=pusher, wake=wake)
+               for name, pusher, wake in zip(names, pushers, wakes, strict=True)]
+    runners = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        yield workers, runners
+    finally:
+        for worker, runner, pusher, wake in zip(workers, runners, pushers, wakes, strict=True):
+            if not runner.done():
+                await worker.stop()
+                await asyncio.wait_for(runner, 5)
+            await pusher.stop(deadline=5)
+            await wake.stop()
+
+
+async def _announce_and_wait(ctx, s, holders, count):
+    """Add ``count`` deliveries one at a time, each announced by name as ingress does; the holder of each task."""
+    found = []
+    async with ctx.pool.acquire() as conn:
+        for _ in range(count):
+            delivery, run_id = await add_delivery(conn, s.autopilot, s.trigger)
+            await conn.execute("SELECT pg_notify('hookgate_deliveries', $1::text)", str(delivery))
+            for _ in range(500):
+                holder = await conn.fetchval("SELECT holder_instance FROM agent_task WHERE run_id = $1", run_id)
+                if holder is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert holder in holders, f"delivery {delivery} was not dispatched by a worker in 5 s"
+            found.append((delivery, holder))
+    return found
+
+
+def test_each_announced_delivery_falls_to_two_listening_workers_or_to_a_lone_one():
+    ids = [uuid.uuid4() for _ in range(200)]
+    assert all(Takers(0, 1).owns(i) for i in ids)
+    assert all(Takers(0, 2).owns(i) and Takers(1, 2).owns(i) for i in ids)
+    for count in (3, 5):
+        owners = [[rank for rank in range(count) if Takers(rank, count).owns(i)] for i in ids]
+        assert all(len(o) == 2 for o in owners)
+        assert {rank for o in owners for rank in o} == set(range(count))  # every worker gets a share
+
+
+async def _sharing(workers, count):
+    """Until every worker has read ``count`` listening workers (each reads them at its first walk)."""
+    for _ in range(100):
+        if all(w.takers.count == count for w in workers):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the workers read {[w.takers for w in workers]}, not {count} listening")
+
+
+async def test_listening_workers_share_announced_deliveries_each_taken_by_one_of_its_two(db_url, agent_server):
+    # A walk of the queue only every 30 s: each announced delivery is taken by name, by a worker it falls to.
+    async with open_context(make_settings(db_url, **{**FAST, "worker_poll_s": 30.0}), migrate=False) as ctx:
+        s = await factories.small(ctx, agent_url=agent_server.url("a"), rate_limit_per_minute=100000)
+        async with _listening_workers(ctx, ["w1", "w2", "w3"]) as (workers, _):
+            await _sharing(workers, 3)
+            listening = sorted(w.wake.server_pid for w in workers)
+            assert [w.takers.rank for w in workers] == [listening.index(w.wake.server_pid) for w in workers]
+            taken = await _announce_and_wait(ctx, s, {"w1", "w2", "w3"}, 30)
+    owner = {w.holder: w.takers for w in workers}
+    assert all(owner[holder].owns(delivery) for delivery, holder in taken)
+    assert all(sum(t.owns(delivery) for t in owner.values()) == 2 for delivery, _ in taken)
+
+
+async def test_workers_left_take_every_announced_delivery_when_one_goes(db_url, agent_server):
+    async with open_context(make_settings(db_url, **{**FAST, "worker_poll_s": 0.2}), migrate=False) as ctx:
+        s = await factories.small(ctx, agent_url=agent_server.url("a"), rate_limit_per_minute=100000)
+        async with _listening_workers(ctx, ["w1", "w2", "w3"]) as ((first, second, third), (_, stopping, _)):
+            await _sharing([first, second, third], 3)
+            await second.stop()  # its listening session closes: the others find two at their next read
+            await asyncio.wait_for(stopping, 5)
+            await second.wake.stop()
+            taken = await _announce_and_wait(ctx, s, {"w1", "w3"}, 12)
+            await _sharing([first, third], 2)
+    assert {first.takers.rank, third.takers.rank} == {0, 1}
+    assert {holder for _, holder in taken} <= {"w1", "w3"}
