@@ -10,7 +10,8 @@ One command (PostgreSQL server URL in ``HOOKGATE_BENCH_SERVER_URL``, default the
 3. **latency**: one delivery + run committed with NOTIFY every ``1/--rate`` s (the writes of ingress steps
    7-12), measured from just before that transaction to the agent's receipt of the push (p50/p99).
 4. **end to end**: ``POST /hooks/{token}`` to a real ``hookgate gateway`` process every ``1/--rate`` s,
-   measured from just before the POST to the agent's receipt of the signed push (p50/p99).
+   measured from just before the POST to the agent's receipt of the signed push (p50/p99), and the CPU per
+   webhook of the gateway, the workers and their PostgreSQL server processes over this phase.
 5. **bare chain**: the same POSTs at the same rate to ``bench/bare_chain.py`` (Starlette ``INSERT`` + ``NOTIFY``,
    a ``LISTEN``ing asyncpg loop, one HTTP POST to the same agent): the floor of phase 4, and its ratios.
 ``--loop`` picks the event loop of every server process (``HOOKGATE_EVENT_LOOP``; default uvloop, as they run).
@@ -243,7 +244,16 @@ async def main(args: argparse.Namespace) -> None:
             stats = (await http.get(f"http://127.0.0.1:{port}/stats")).json()
             await http.delete(f"http://127.0.0.1:{port}/stats")
             done_before = args.runs + int(args.rate * args.seconds)
+            # CPU per webhook of each part of the chain at this rate (at a steady 200/s nothing is batched, so
+            # it is what one webhook costs alone; the drain's figures above are per run under a backlog).
+            gateway_pids = [w.pid for w in workers[args.workers:]]
+            e2e_db0 = {pid: cpu_seconds([pid]) for pid in await backends(conn)}
+            e2e_cpu0 = (cpu_seconds(drainers), cpu_seconds(gateway_pids))
             await end_to_end(conn, gateway_port, token, args.rate, args.seconds, done_before)
+            e2e_count = int(args.rate * args.seconds)
+            e2e_cpu = {"worker": cpu_seconds(drainers) - e2e_cpu0[0],
+                       "gateway": cpu_seconds(gateway_pids) - e2e_cpu0[1],
+                       "postgres": sum(cpu_seconds([pid]) - e2e_db0.get(pid, 0.0) for pid in await backends(conn))}
             e2e = (await http.get(f"http://127.0.0.1:{port}/stats")).json()["latencies_ms"]
             bare = await bare_chain(http, url, port, args.rate, args.seconds, args.loop)
         lat = stats["latencies_ms"]
@@ -255,6 +265,7 @@ async def main(args: argparse.Namespace) -> None:
             "latency_max_ms": round(max(lat), 2),
             "e2e_post_to_agent_samples": len(e2e), "e2e_p50_ms": round(statistics.median(e2e), 2),
             "e2e_p99_ms": round(percentile(e2e, 0.99), 2), "e2e_max_ms": round(max(e2e), 2),
+            **{f"e2e_{part}_cpu_us_per_webhook": round(seconds * 1e6 / e2e_count) for part, seconds in e2e_cpu.items()},
             "bare_chain_samples": len(bare), "bare_chain_p50_ms": round(statistics.median(bare), 2),
             "bare_chain_p99_ms": round(percentile(bare, 0.99), 2),
             "e2e_over_bare_p50": round(statistics.median(e2e) / statistics.median(bare), 2),
