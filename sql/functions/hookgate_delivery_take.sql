@@ -74,29 +74,31 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_at       timestamptz := coalesce(p_at, now());
-    v_low      uuid := '00000000-0000-0000-0000-000000000000';
-    v_high     uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
-    v_qlo      uuid;
-    v_qhi      uuid;
-    v_ids      uuid[];
-    v_triggers uuid[];
-    v_due      timestamptz[];
-    v_granted  uuid[];
-    v_plain    uuid[];
-    v_runs     uuid[];
-    v_agents   uuid[];
-    v_spaces   uuid[];
-    v_pushable boolean[];
-    v_leases   double precision[];
-    v_tokens   uuid[];
-    v_slots    integer[];
-    v_agent    uuid;
-    v_at_n     integer[];
-    v_free     integer[];
-    v_done     uuid[];
-    v_tasks    uuid[];
-    v_queued   uuid[];
+    v_at         timestamptz := coalesce(p_at, now());
+    v_low        uuid := '00000000-0000-0000-0000-000000000000';
+    v_high       uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
+    v_qlo        uuid;
+    v_qhi        uuid;
+    v_ids        uuid[];
+    v_triggers   uuid[];
+    v_due        timestamptz[];
+    v_granted    uuid[];
+    v_over       uuid[];
+    v_over_until timestamptz[];
+    v_plain      uuid[];
+    v_runs       uuid[];
+    v_agents     uuid[];
+    v_spaces     uuid[];
+    v_pushable   boolean[];
+    v_leases     double precision[];
+    v_tokens     uuid[];
+    v_slots      integer[];
+    v_agent      uuid;
+    v_at_n       integer[];
+    v_free       integer[];
+    v_done       uuid[];
+    v_tasks      uuid[];
+    v_queued     uuid[];
 BEGIN
     -- The id range that holds the queued deliveries (one probe of webhook_delivery_queued_idx per partition,
     -- once per take). Every probe below is bounded to it: the bounds are parameters of the generic plan, so
@@ -230,22 +232,28 @@ BEGIN
                row_number() OVER (PARTITION BY p.trigger_id ORDER BY p.due, p.id) AS nth
         FROM unnest(v_ids, v_triggers, v_due) WITH ORDINALITY AS p(id, trigger_id, due, ord)
     ), paced AS (
-        -- One pacing take per trigger of the batch (volatile: run once, before the update below reads it).
+        -- One pacing take per trigger of the batch (volatile: the CTE is run once, not inlined).
         SELECT p.trigger_id, g.granted, g.window_end
         FROM (SELECT trigger_id, count(*)::integer AS wanted FROM picked GROUP BY trigger_id) p
         JOIN autopilot_trigger t ON t.id = p.trigger_id
         CROSS JOIN LATERAL hookgate_pace_take(p.trigger_id, p.wanted, t.rate_limit_per_minute, v_at) g
-    ), deferred AS (
+    )
+    SELECT array_agg(picked.id ORDER BY picked.ord) FILTER (WHERE picked.nth <= paced.granted),
+           array_agg(picked.id) FILTER (WHERE picked.nth > paced.granted),
+           array_agg(paced.window_end) FILTER (WHERE picked.nth > paced.granted)
+    INTO v_granted, v_over, v_over_until
+    FROM picked JOIN paced ON paced.trigger_id = picked.trigger_id;
+
+    -- The rows over their trigger's budget wait for its next window. Its own statement, run only when there are
+    -- some: as a writing CTE of the statement above, its plan over every partition was started on every take.
+    IF v_over IS NOT NULL THEN
         UPDATE webhook_delivery w
-        SET lease_token = NULL, lease_expires_at = NULL, available_at = paced.window_end,
+        SET lease_token = NULL, lease_expires_at = NULL, available_at = o.window_end,
             reason_code = 'paced', reason = 'over the trigger''s rate_limit_per_minute: waits for its next window',
             updated_at = now()
-        FROM picked JOIN paced ON paced.trigger_id = picked.trigger_id
-        WHERE w.id = picked.id AND picked.nth > paced.granted
-    )
-    SELECT array_agg(picked.id ORDER BY picked.ord) INTO v_granted
-    FROM picked JOIN paced ON paced.trigger_id = picked.trigger_id
-    WHERE picked.nth <= paced.granted;
+        FROM unnest(v_over, v_over_until) AS o(id, window_end)
+        WHERE w.id = o.id;
+    END IF;
 
     IF v_granted IS NULL THEN
         RETURN;
