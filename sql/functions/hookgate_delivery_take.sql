@@ -74,29 +74,29 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_at       timestamptz := coalesce(p_at, now());
-    v_low      uuid := '00000000-0000-0000-0000-000000000000';
-    v_high     uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
-    v_qlo      uuid;
-    v_qhi      uuid;
-    v_ids      uuid[];
-    v_triggers uuid[];
-    v_due      timestamptz[];
-    v_granted  uuid[];
-    v_plain    uuid[];
-    v_runs     uuid[];
-    v_agents   uuid[];
-    v_spaces   uuid[];
-    v_pushable boolean[];
-    v_leases   double precision[];
-    v_tokens   uuid[];
-    v_slots    integer[];
-    v_agent    uuid;
-    v_at_n     integer[];
-    v_free     integer[];
-    v_done     uuid[];
-    v_tasks    uuid[];
-    v_queued   uuid[];
+    v_at         timestamptz := coalesce(p_at, now());
+    v_low        uuid := '00000000-0000-0000-0000-000000000000';
+    v_high       uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
+    v_qlo        uuid;
+    v_qhi        uuid;
+    v_ids        uuid[];
+    v_triggers   uuid[];
+    v_due        timestamptz[];
+    v_granted    uuid[];
+    v_over       uuid[];
+    v_over_until timestamptz[];
+    v_plain      uuid[];
+    v_runs       uuid[];
+    v_agents     uuid[];
+    v_spaces     uuid[];
+    v_pushable   boolean[];
+    v_leases     double precision[];
+    v_tokens     uuid[];
+    v_slots      integer[];
+    v_agent      uuid;
+    v_at_n       integer[];
+    v_free       integer[];
+    v_done       integer := 0;
 BEGIN
     -- The id range that holds the queued deliveries (one probe of webhook_delivery_queued_idx per partition,
     -- once per take). Every probe below is bounded to it: the bounds are parameters of the generic plan, so
@@ -230,22 +230,28 @@ BEGIN
                row_number() OVER (PARTITION BY p.trigger_id ORDER BY p.due, p.id) AS nth
         FROM unnest(v_ids, v_triggers, v_due) WITH ORDINALITY AS p(id, trigger_id, due, ord)
     ), paced AS (
-        -- One pacing take per trigger of the batch (volatile: run once, before the update below reads it).
+        -- One pacing take per trigger of the batch (volatile: the CTE is run once, not inlined).
         SELECT p.trigger_id, g.granted, g.window_end
         FROM (SELECT trigger_id, count(*)::integer AS wanted FROM picked GROUP BY trigger_id) p
         JOIN autopilot_trigger t ON t.id = p.trigger_id
         CROSS JOIN LATERAL hookgate_pace_take(p.trigger_id, p.wanted, t.rate_limit_per_minute, v_at) g
-    ), deferred AS (
+    )
+    SELECT array_agg(picked.id ORDER BY picked.ord) FILTER (WHERE picked.nth <= paced.granted),
+           array_agg(picked.id) FILTER (WHERE picked.nth > paced.granted),
+           array_agg(paced.window_end) FILTER (WHERE picked.nth > paced.granted)
+    INTO v_granted, v_over, v_over_until
+    FROM picked JOIN paced ON paced.trigger_id = picked.trigger_id;
+
+    -- The rows over their trigger's budget wait for its next window. Its own statement, run only when there are
+    -- some: as a writing CTE of the statement above, its plan over every partition was started on every take.
+    IF v_over IS NOT NULL THEN
         UPDATE webhook_delivery w
-        SET lease_token = NULL, lease_expires_at = NULL, available_at = paced.window_end,
+        SET lease_token = NULL, lease_expires_at = NULL, available_at = o.window_end,
             reason_code = 'paced', reason = 'over the trigger''s rate_limit_per_minute: waits for its next window',
             updated_at = now()
-        FROM picked JOIN paced ON paced.trigger_id = picked.trigger_id
-        WHERE w.id = picked.id AND picked.nth > paced.granted
-    )
-    SELECT array_agg(picked.id ORDER BY picked.ord) INTO v_granted
-    FROM picked JOIN paced ON paced.trigger_id = picked.trigger_id
-    WHERE picked.nth <= paced.granted;
+        FROM unnest(v_over, v_over_until) AS o(id, window_end)
+        WHERE w.id = o.id;
+    END IF;
 
     IF v_granted IS NULL THEN
         RETURN;
@@ -308,6 +314,10 @@ BEGIN
             END LOOP;
         END LOOP;
 
+        -- One statement writes the tasks, the slots, the runs, the audit and the deliveries, announces the queued
+        -- tasks and returns the dispatched rows: a read-back and a NOTIFY of their own cost two more executor
+        -- start-ups per take (the read-back's over every partition of webhook_delivery).
+        RETURN QUERY
         WITH x AS (
             SELECT * FROM unnest(v_plain, v_runs, v_agents, v_leases, v_tokens, v_slots) WITH ORDINALITY
                 AS x(delivery_id, run_id, agent_id, lease_s, token, slot, n)
@@ -327,7 +337,8 @@ BEGIN
             FROM x JOIN autopilot_run r ON r.id = x.run_id JOIN agent ag ON ag.id = x.agent_id
             ORDER BY x.n
             ON CONFLICT (idempotency_key) DO NOTHING
-            RETURNING id, run_id, workspace_id, agent_id, status, attempt, lease_token, lease_expires_at, autopilot_id
+            RETURNING id, run_id, workspace_id, agent_id, payload, status, attempt, max_attempts, lease_token,
+                      lease_expires_at, autopilot_id
         ), slotted AS (
             UPDATE agent_slot sl SET lease_token = m.lease_token, autopilot_id = m.autopilot_id, served_at = now()
             FROM made m JOIN x ON x.run_id = m.run_id
@@ -349,31 +360,29 @@ BEGIN
                 reason = CASE WHEN w.reason_code = 'paced' THEN NULL ELSE w.reason END, updated_at = now()
             FROM made m JOIN x ON x.run_id = m.run_id
             WHERE w.id = x.delivery_id
+            RETURNING w.id, w.trigger_id, w.event, w.dispatch_attempts, w.received_at
+        ), announced AS (
+            -- The queued tasks, for the push workers (sent at commit). A plain CTE runs only when read: the
+            -- count below reads it, once.
+            SELECT pg_notify('hookgate_tasks', m.id::text) FROM made m WHERE m.status = 'queued'
         )
-        SELECT array_agg(x.delivery_id ORDER BY x.n), array_agg(m.id ORDER BY x.n),
-               array_agg(m.id) FILTER (WHERE m.status = 'queued')
-        INTO v_done, v_tasks, v_queued
-        FROM made m JOIN x ON x.run_id = m.run_id;
-
-        PERFORM pg_notify('hookgate_tasks', t::text) FROM unnest(v_queued) AS t;
+        SELECT 'dispatched'::text, c.id, NULL::uuid, m.workspace_id, c.trigger_id, m.autopilot_id, c.event,
+               NULL::jsonb, m.run_id, c.dispatch_attempts, c.received_at, NULL::integer, m.status = 'running', m.id,
+               m.agent_id, m.payload, m.attempt, m.max_attempts, m.lease_token, m.lease_expires_at, ag.endpoint_url,
+               ag.timeout_s, ag.signing_secret_ct, ap.title, ap.instructions,
+               CASE WHEN ag.previous_secret_expires_at > now() THEN ag.previous_secret_ct END
+        FROM made m
+        JOIN x ON x.run_id = m.run_id
+        JOIN completed c ON c.id = x.delivery_id
+        JOIN agent ag ON ag.id = m.agent_id
+        JOIN autopilot ap ON ap.id = m.autopilot_id
+        WHERE (SELECT count(*) FROM announced) >= 0
+        ORDER BY x.n;
+        GET DIAGNOSTICS v_done = ROW_COUNT;
     END IF;
 
-    RETURN QUERY
-    SELECT 'dispatched'::text, w.id, NULL::uuid, t.workspace_id, w.trigger_id, r.autopilot_id, w.event, NULL::jsonb,
-           t.run_id, w.dispatch_attempts, w.received_at, NULL::integer, t.status = 'running', t.id, t.agent_id,
-           t.payload, t.attempt, t.max_attempts, t.lease_token, t.lease_expires_at, ag.endpoint_url, ag.timeout_s,
-           ag.signing_secret_ct, ap.title, ap.instructions,
-           CASE WHEN ag.previous_secret_expires_at > now() THEN ag.previous_secret_ct END
-    FROM unnest(v_done, v_tasks) WITH ORDINALITY AS x(delivery_id, task_id, n)
-    JOIN webhook_delivery w ON w.id = x.delivery_id
-    JOIN agent_task t ON t.id = x.task_id
-    JOIN agent ag ON ag.id = t.agent_id
-    JOIN autopilot_run r ON r.id = t.run_id
-    JOIN autopilot ap ON ap.id = r.autopilot_id
-    ORDER BY x.n;
-
     -- The rest is leased for the one-by-one path (nothing, most times: the statement costs ~0.2 ms even then).
-    IF cardinality(v_granted) = coalesce(cardinality(v_done), 0) THEN
+    IF cardinality(v_granted) = v_done THEN
         RETURN;
     END IF;
     RETURN QUERY
@@ -382,7 +391,8 @@ BEGIN
         SET lease_token = gen_random_uuid(), lease_expires_at = v_at + make_interval(secs => p_lease_s),
             available_at = v_at + make_interval(secs => p_lease_s), updated_at = now()
         FROM autopilot_trigger tr
-        WHERE w.id = ANY (v_granted) AND w.id <> ALL (coalesce(v_done, '{}')) AND w.status = 'queued'
+        -- The dispatched ones are no longer queued (written by the statement above).
+        WHERE w.id = ANY (v_granted) AND w.status = 'queued'
           AND tr.id = w.trigger_id
         RETURNING w.id, w.lease_token, w.workspace_id, w.trigger_id, w.autopilot_id, w.event, w.envelope, w.run_id,
                   w.dispatch_attempts, w.received_at, tr.rate_limit_per_minute

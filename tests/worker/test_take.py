@@ -396,3 +396,22 @@ async def test_announced_deliveries_are_taken_by_name_and_the_queue_still_walked
             await pusher.stop(deadline=5)
             await wake.close()
     assert seen == "dispatched" and waited < 1.5
+
+
+async def test_racing_named_takes_grant_exactly_the_budget_and_defer_the_rest_to_the_window_end(wctx, agent_server):
+    _, _, ap, trigger = await _setup(wctx, agent_server)
+    async with wctx.pool.acquire() as conn:
+        await conn.execute("UPDATE autopilot_trigger SET rate_limit_per_minute = 3 WHERE id = $1", trigger["id"])
+        ids = [(await add_delivery(conn, ap, trigger))[0] for _ in range(8)]
+    worker = DeliveryWorker(wctx, holder="t")
+    takes = await asyncio.gather(*(worker.take_batch(limit=16, ids=ids[i::2]) for i in range(2)))
+    async with wctx.pool.acquire() as conn:
+        rows = await conn.fetch("SELECT status, reason_code, lease_token, dispatch_attempts, available_at"
+                                " FROM webhook_delivery WHERE id = ANY ($1)", ids)
+        pace = await conn.fetchrow("SELECT used, window_start + interval '1 minute' AS window_end FROM trigger_pace"
+                                   " WHERE trigger_id = $1", trigger["id"])
+    assert sum(t.dispatched for t in takes) == 3 and not any(t.leased for t in takes)
+    assert sorted(r["status"] for r in rows) == ["dispatched"] * 3 + ["queued"] * 5 and pace["used"] == 3
+    deferred = [r for r in rows if r["status"] == "queued"]
+    assert all(r["reason_code"] == "paced" and r["lease_token"] is None and r["dispatch_attempts"] == 0
+               and r["available_at"] == pace["window_end"] for r in deferred)
