@@ -68,10 +68,11 @@ class Takers:
     its id falls to among the listening workers (``server_delivery_takers``, read again at least every
     ``worker_poll_s``): the first of them free to take it gets it, and the other's take finds it gone. Two,
     not one: a worker busy with a push or a commit when the notice comes would hold its delivery up, and with
-    two the delivery waits for the sooner (alternated runs of ``bench/dispatch.py`` measured one owner slower
-    at p50). Two, not all: each further worker's take would also find nothing, a round trip and a statement
-    for nothing. Views that disagree while a worker comes or goes cost a take more, or leave a delivery to
-    the next walk of the queue, which every worker makes at least every ``worker_poll_s``: never one lost.
+    two the delivery waits for the sooner (alternated runs of the end-to-end phase of ``bench/dispatch.py``
+    measured a single owner slower at p50; docs/BENCHMARKS.md). Two, not all: each further worker's take would
+    also find nothing, a round trip and a statement for nothing. Views that disagree while a worker comes or
+    goes cost a take more, or leave a delivery to the next walk of the queue, which every worker makes at least
+    every ``worker_poll_s``: never one lost.
     """
 
     rank: int = 0
