@@ -324,15 +324,11 @@ class DeliveryWorker:
         look, self._look = self._look, False
         foreign, self._foreign = self._foreign, False
         clock = time.monotonic()
-        if look or len(named) > room or clock - self._walked >= self.settings.worker_poll_s:
+        due = clock - self._walked >= self.settings.worker_poll_s
+        if look or len(named) > room or due or not (named or foreign):
             self._walked = clock
             return None
-        if not named:
-            if foreign:
-                return []
-            self._walked = clock
-            return None
-        return named
+        return named  # [] when only other workers' deliveries were announced
 
     async def _read_takers(self) -> None:
         """Read this worker's share of the announced deliveries again, at most every ``worker_poll_s``."""
