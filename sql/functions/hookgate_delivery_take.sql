@@ -184,12 +184,13 @@ BEGIN
             FROM heads h JOIN visited v ON v.workspace_id = h.workspace_id
             WHERE h.trigger_id IS NOT NULL
         ), locked AS (
-            -- Ordered by the (trigger_id, available_at) index, so each trigger's head is read, not its backlog.
+            -- Ordered by webhook_delivery_fair_idx (workspace_id, trigger_id, available_at, id), so each trigger's
+            -- head is read, not its backlog.
             SELECT x.id, x.trigger_id, x.available_at, w.workspace_id, w.ws_ord, w.trigger_ord,
                    row_number() OVER (PARTITION BY x.trigger_id ORDER BY x.available_at) AS rn
             FROM walked w CROSS JOIN LATERAL (
                 SELECT d.id, d.trigger_id, d.available_at FROM webhook_delivery d
-                WHERE d.trigger_id = w.trigger_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
+                WHERE d.workspace_id = w.workspace_id AND d.trigger_id = w.trigger_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
                 ORDER BY d.available_at
                 LIMIT w.take_n
                 FOR UPDATE SKIP LOCKED

@@ -27,7 +27,7 @@ EXPECTED_TABLES = {
     "notification_channel", "notification", "trigger_rejection_alert", "webhook_delivery_dedupe", "dashboard_session",
 }
 EXPECTED_INDEXES = {
-    "webhook_delivery_dedupe_pkey", "webhook_delivery_queue_idx", "autopilot_run_planned_uq",
+    "webhook_delivery_dedupe_pkey", "webhook_delivery_queued_idx", "autopilot_run_planned_uq",
     "autopilot_run_delivery_uq", "agent_task_queue_idx", "agent_task_lease_idx", "autopilot_trigger_due_idx",
     "sys_cron_executions_stale_idx", "notification_due_idx", "webhook_delivery_rejected_idx",
 }

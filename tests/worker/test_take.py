@@ -2,6 +2,7 @@
 
 import asyncio
 import logging
+import re
 import time
 import uuid
 from datetime import timedelta
@@ -250,6 +251,9 @@ async def test_the_take_keeps_reading_by_index_after_its_plans_were_made_on_smal
     assert "INSERT INTO agent_task" in text and "webhook_delivery" in text  # the take's own statements
     scans = sorted({table for table in _BIG_TABLES if f"Seq Scan on {table}" in text})
     assert scans == [], f"sequential scans of {scans} in the take:\n{text}"
+    # A trigger's queue is read in order from webhook_delivery_fair_idx, both keys bound (its head, not its backlog).
+    assert re.search(r"Index Cond: \(\(workspace_id = \w+\.workspace_id\) AND \(trigger_id = \w+\.trigger_id\) AND "
+                     r"\(available_at <=", text), text
 
 
 async def test_a_slot_search_reads_each_slots_running_task_by_key_under_analyzed_plans(wctx, agent_server):
