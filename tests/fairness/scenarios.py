@@ -216,10 +216,11 @@ INSERT INTO autopilot_run (workspace_id, autopilot_id, trigger_id, webhook_deliv
 SELECT $1, $3, $2, d.id, 'webhook', $6, d.envelope, $7 FROM d
 RETURNING webhook_delivery_id
 """
-# A data-modifying CTE's rows are invisible to its own statement: link runs to deliveries in a second one.
+# A data-modifying CTE's rows are invisible to its own statement: link runs to deliveries in a second one, by key
+# ($1 = the deliveries just inserted), so it costs the same however many queued deliveries wait.
 _LINK_RUNS = """
 UPDATE webhook_delivery w SET run_id = r.id
-FROM autopilot_run r WHERE r.webhook_delivery_id = w.id AND w.run_id IS NULL AND w.status = 'queued'
+FROM autopilot_run r WHERE w.id = ANY ($1::uuid[]) AND r.webhook_delivery_id = w.id
 """
 
 
@@ -234,9 +235,10 @@ async def insert_backlog(conn: Any, autopilot: asyncpg.Record, trigger: asyncpg.
     async with conn.transaction():
         made = await conn.fetch(_INSERT_DELIVERIES, autopilot["workspace_id"], trigger["id"], autopilot["id"], count,
                                 t0, version, trigger["published_by_id"])
-        await conn.execute(_LINK_RUNS)
+        ids = [r[0] for r in made]
+        await conn.execute(_LINK_RUNS, ids)
         # As ingress announces them: by id, or "look at the queue" for more than one notice names.
-        await conn.execute(Q.notify_send, notify.DELIVERIES, notify.name_deliveries([r[0] for r in made]))
+        await conn.execute(Q.notify_send, notify.DELIVERIES, notify.name_deliveries(ids))
 
 
 class AgentStats:
