@@ -256,6 +256,44 @@ async def test_the_take_keeps_reading_by_index_after_its_plans_were_made_on_smal
                      r"\(available_at <=", text), text
 
 
+async def test_push_outcomes_reach_their_tasks_by_key_while_the_running_indexes_hold_ended_tasks(wctx, agent_server):
+    # The partial indexes of running tasks keep the entries of every task that ran until a vacuum removes them,
+    # while the statistics count few running tasks: a completion's cached plan must reach each reported task by
+    # its key, never read those entries (seen: a hash join over ~4,000 of them for one report).
+    _, _, ap, trigger = await _setup(wctx, agent_server, max_concurrency=4096)
+    options = options_for(wctx, "t1", Pusher(wctx, holder="t1"))
+    conn = await database.connect(wctx.dsn)
+
+    async def take_and_complete(n: int) -> int:
+        taken = await take.take_batch(conn, limit=n, lease_s=120, cursor=None, fanout=16, options=options,
+                                      capacity=4096)
+        done = await conn.fetch(Q.task_succeed_many, [c.id for c in taken.claimed],
+                                [c.lease_token for c in taken.claimed], ['{"ok": true}'] * len(taken.claimed), "t1")
+        return len(done)
+
+    try:
+        await conn.execute("ALTER TABLE agent_task SET (autovacuum_enabled = false)")
+        await bulk_deliveries(conn, ap, trigger, 2000)
+        assert sum([await take_and_complete(64) for _ in range(32)]) == 2000  # 2,000 tasks ran and ended
+        await conn.execute("ANALYZE agent_task")
+        for _ in range(8):  # one report at a time, as at a steady rate: the connection settles on a cached plan
+            await add_delivery(conn, ap, trigger)
+            assert await take_and_complete(1) == 1
+        await add_delivery(conn, ap, trigger)
+        plans: list[str] = []
+        conn.add_log_listener(lambda _c, message: plans.append(message.message))
+        await conn.execute("LOAD 'auto_explain'")
+        await conn.execute("SET auto_explain.log_min_duration = 0; SET auto_explain.log_analyze = on; "
+                           "SET client_min_messages = log")
+        assert await take_and_complete(1) == 1
+        await conn.execute("SET client_min_messages = notice")
+    finally:
+        await conn.close()
+    [plan] = [p for p in plans if "SET status = 'succeeded'" in p]
+    assert "Index Scan using agent_task_pkey on agent_task" in plan, plan
+    assert "agent_task_running" not in plan and "Seq Scan on agent_task" not in plan, plan
+
+
 async def test_a_slot_search_reads_each_slots_running_task_by_key_under_analyzed_plans(wctx, agent_server):
     # A slot is free when no running task holds its lease token. Written as NOT EXISTS, that test became an
     # anti-join whose generic plan, made from statistics with many running tasks, read every running task for
