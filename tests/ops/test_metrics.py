@@ -5,6 +5,7 @@ import httpx
 
 from hookgate import metrics
 from hookgate.context import Context
+from tests import factories
 from tests.ops.conftest import Small, admit_runs, samples, scrape
 
 FAMILIES = (
@@ -35,6 +36,17 @@ async def test_queue_depth_and_oldest_age_come_from_the_database(client, ctx: Co
     assert 89 <= found[("hookgate_queue_oldest_age_seconds", runs)] < 200
     assert found[("hookgate_queue_depth", (("agent", ""), ("queue", "deliveries")))] == 0
     assert found[("hookgate_queue_stats_up", ())] == 1
+
+
+async def test_queued_deliveries_are_counted_and_the_oldest_aged_by_receipt(client, ctx: Context, small: Small):
+    await factories.delivery(ctx.pool, small.trigger, received_at=await ctx.pool.fetchval(
+        "SELECT now() - interval '90 seconds'"))
+    await factories.delivery(ctx.pool, small.trigger)
+    await factories.delivery(ctx.pool, small.trigger, status="dispatched")
+    found = await scrape(client)
+    deliveries = (("agent", ""), ("queue", "deliveries"))
+    assert found[("hookgate_queue_depth", deliveries)] == 2
+    assert 89 <= found[("hookgate_queue_oldest_age_seconds", deliveries)] < 200
 
 
 async def test_queued_tasks_are_counted_per_agent(client, ctx: Context, small: Small):
