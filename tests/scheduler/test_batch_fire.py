@@ -10,6 +10,7 @@ from scheduler.jobs import SCHEDULE_JOB, autopilot_schedule_job, plan_due
 from scheduler.manager import Scheduler, SchedulerConfig
 from scheduler.spec import Scan
 from tests import factories
+from tests.plans import logged_plans
 from tests.scheduler.conftest import break_run_inserts, repair_run_inserts, run_inserts_held, utc, waiting_run_insert
 
 MIN = timedelta(minutes=1)
@@ -235,12 +236,8 @@ async def test_the_planners_read_probes_by_index_after_its_plan_was_made_on_smal
                SELECT $1, 'trigger', gen_random_uuid()::text, $2, 'SUCCESS', 1, 3, 'old', gen_random_uuid(),
                       $2, $2, $2, true, 1, $2, 0
                FROM generate_series(1, 20000)""", SCHEDULE_JOB, DAY0 - MIN)
-        plans: list[str] = []
-        conn.add_log_listener(lambda _c, message: plans.append(message.message))
-        await conn.execute("LOAD 'auto_explain'")
-        await conn.execute("SET auto_explain.log_min_duration = 0; SET client_min_messages = log")
-        planned = await _planned_on(conn, Scan(), 5)
-        await conn.execute("SET client_min_messages = notice")
+        async with logged_plans(conn) as plans:
+            planned = await _planned_on(conn, Scan(), 5)
     finally:
         await conn.close()
     assert planned == sorted(str(t["id"]) for t in triggers)[:5]

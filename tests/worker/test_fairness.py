@@ -14,6 +14,7 @@ from hookgate import database
 from hookgate.context import open_context
 from tests import factories
 from tests.conftest import make_settings
+from tests.plans import logged_plans
 from tests.worker.conftest import FAST, UNPACED, add_delivery, agent_world, bulk_deliveries, push_loop, wait_for
 from worker.deliveries import DeliveryWorker
 
@@ -142,13 +143,8 @@ async def test_the_fair_claim_walks_its_index_after_its_plans_were_made_on_a_sma
             await queue(conn, 3)
             await claim_and_finish(conn, 8)
         await queue(conn, 500)
-        plans: list[str] = []
-        conn.add_log_listener(lambda _c, message: plans.append(message.message))
-        await conn.execute("LOAD 'auto_explain'")
-        await conn.execute("SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; "
-                           "SET client_min_messages = log")
-        await claim_and_finish(conn, 8)
-        await conn.execute("SET client_min_messages = notice")
+        async with logged_plans(conn, "auto_explain.log_nested_statements = on") as plans:
+            await claim_and_finish(conn, 8)
     finally:
         await conn.close()
     [walk] = [p for p in plans if "WITH RECURSIVE above" in p]

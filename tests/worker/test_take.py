@@ -16,6 +16,7 @@ from hookgate.notify import NotifyListener
 from sql import Q
 from tests import factories
 from tests.conftest import make_settings
+from tests.plans import logged_plans
 from tests.worker.conftest import FAST, UNPACED, add_delivery, agent_world, bulk_deliveries, wait_for
 from worker import take, watchdog
 from worker.deliveries import DeliveryWorker, options_for
@@ -236,14 +237,9 @@ async def test_the_take_keeps_reading_by_index_after_its_plans_were_made_on_smal
         await bulk_deliveries(conn, ap, trigger, 3000)
         for _ in range(40):  # the tables grow under the cached plans: ~2,500 tasks, runs, audit rows
             await take.take_batch(conn, limit=64, lease_s=120, cursor=None, fanout=16, options=options, capacity=64)
-        plans: list[str] = []
-        conn.add_log_listener(lambda _c, message: plans.append(message.message))
-        await conn.execute("LOAD 'auto_explain'")
-        await conn.execute("SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; "
-                           "SET client_min_messages = log")
-        taken = await take.take_batch(conn, limit=32, lease_s=120, cursor=None, fanout=16, options=options,
-                                    capacity=64)
-        await conn.execute("SET client_min_messages = notice")
+        async with logged_plans(conn, "auto_explain.log_nested_statements = on") as plans:
+            taken = await take.take_batch(conn, limit=32, lease_s=120, cursor=None, fanout=16, options=options,
+                                        capacity=64)
     finally:
         await conn.close()
     assert taken.dispatched == 32
@@ -280,13 +276,8 @@ async def test_push_outcomes_reach_their_tasks_by_key_while_the_running_indexes_
             await add_delivery(conn, ap, trigger)
             assert await take_and_complete(1) == 1
         await add_delivery(conn, ap, trigger)
-        plans: list[str] = []
-        conn.add_log_listener(lambda _c, message: plans.append(message.message))
-        await conn.execute("LOAD 'auto_explain'")
-        await conn.execute("SET auto_explain.log_min_duration = 0; SET auto_explain.log_analyze = on; "
-                           "SET client_min_messages = log")
-        assert await take_and_complete(1) == 1
-        await conn.execute("SET client_min_messages = notice")
+        async with logged_plans(conn, "auto_explain.log_analyze = on") as plans:
+            assert await take_and_complete(1) == 1
     finally:
         await conn.close()
     [plan] = [p for p in plans if "SET status = 'succeeded'" in p]
