@@ -3,6 +3,7 @@
 One command (PostgreSQL server URL in ``HOOKGATE_BENCH_SERVER_URL``, default the local trust-auth server)::
 
     python bench/dispatch.py [--runs 20000] [--workers 2] [--rate 200] [--seconds 10] [--pooler] [--drain-only]
+    python bench/dispatch.py --runs 2000 --statements 15   # also where PostgreSQL spent phase 4, per webhook
 
 1. **baseline**: a bare ``FOR UPDATE SKIP LOCKED`` claim + complete loop over a one-table queue (jobs/s).
 2. **drain**: ``--runs`` queued deliveries with admitted runs (what ingress stores) are drained by
@@ -11,13 +12,17 @@ One command (PostgreSQL server URL in ``HOOKGATE_BENCH_SERVER_URL``, default the
    7-12), measured from just before that transaction to the agent's receipt of the push (p50/p99).
 4. **end to end**: ``POST /hooks/{token}`` to a real ``hookgate gateway`` process every ``1/--rate`` s,
    measured from just before the POST to the agent's receipt of the signed push (p50/p99), and the CPU per
-   webhook of the gateway, the workers and their PostgreSQL server processes over this phase.
+   webhook of the gateway, the workers and their PostgreSQL server processes over this phase; also where the
+   time goes, read back from the rows (``e2e_stages_p50_ms``, each from the POST: the ingest's transaction
+   started, the take's transaction started, the push started, the push's answer came back).
 5. **bare chain**: the same POSTs at the same rate to ``bench/bare_chain.py`` (Starlette ``INSERT`` + ``NOTIFY``,
    a ``LISTEN``ing asyncpg loop, one HTTP POST to the same agent): the floor of phase 4, and its ratios.
 ``--loop`` picks the event loop of every server process (``HOOKGATE_EVENT_LOOP``; default uvloop, as they run).
 The agent is a separate minimal HTTP server process (``bench/agent.py``). With ``--pooler`` the workers' and the
 gateway's pools go through a real PgBouncer in transaction mode (``tests/pooler.py``; their LISTEN straight to
-the server), so the figures show what the pooler and what it disables cost.
+the server), so the figures show what the pooler and what it disables cost. ``--statements N`` prints the N
+statements phase 4 spent most execution time in, with calls and microseconds per webhook (it needs
+``pg_stat_statements`` in the server's ``shared_preload_libraries``; the counters are reset for that phase).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from figures import cpu_seconds, percentile  # noqa: E402  (bench/, this script's folder)
+from figures import cpu_seconds, percentile, print_statements, top_statements  # noqa: E402  (bench/, this script's folder)
 
 from autopilot import agents, workspaces  # noqa: E402
 from hookgate import database  # noqa: E402
@@ -133,6 +138,23 @@ async def end_to_end(conn: Any, port: int, token: str, rate: float, seconds: flo
     await wait_done(conn, total_before + count)
 
 
+#: Phase 4's webhooks, each as milliseconds from its POST (the body's ``t0``, this host's clock as the database's):
+#: when the ingest's transaction started (its run's ``created_at``), when the take's did (its task's), when the
+#: worker began the push and when the push's answer came (its attempt's ``started_at`` and ``finished_at``).
+STAGES = """
+    WITH s AS (
+        SELECT (convert_from(d.body, 'UTF8')::jsonb ->> 't0')::float8 AS t0, r.created_at AS ingest_txn,
+               t.created_at AS take_txn, a.started_at AS push_start, a.finished_at AS push_answered
+        FROM webhook_delivery d JOIN autopilot_run r ON r.id = d.run_id JOIN agent_task t ON t.run_id = r.id
+        JOIN task_attempt a ON a.task_id = t.id
+        WHERE d.dedupe_key LIKE '%e2e-%')
+    SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM ingest_txn) - t0) * 1000 AS ingest_txn,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM take_txn) - t0) * 1000 AS take_txn,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM push_start) - t0) * 1000 AS push_start,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM push_answered) - t0) * 1000 AS push_answered
+    FROM s"""
+
+
 async def bare_chain(http: httpx.AsyncClient, url: str, agent: int, rate: float, seconds: float,
                      loop: str) -> list[float]:
     """Phase 5: the same steady POSTs through the bare chain; the agent's latencies of its pushes."""
@@ -206,6 +228,8 @@ async def main(args: argparse.Namespace) -> None:
         base_rate = await baseline(url, args.runs)
         conn = await database.connect(url)
         ap, trigger, token = await world(conn, f"http://127.0.0.1:{port}/agent")
+        if args.statements:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         # Autovacuum decides when plans change under a drain, JIT whether a plan costed high compiles: a figure
         # is read with the server's settings beside it.
         server_settings = {name: await conn.fetchval("SELECT current_setting($1)", name)
@@ -248,9 +272,13 @@ async def main(args: argparse.Namespace) -> None:
             # it is what one webhook costs alone; the drain's figures above are per run under a backlog).
             gateway_pids = [w.pid for w in workers[args.workers:]]
             e2e_db0 = {pid: cpu_seconds([pid]) for pid in await backends(conn)}
+            if args.statements:
+                await conn.execute("SELECT pg_stat_statements_reset()")
             e2e_cpu0 = (cpu_seconds(drainers), cpu_seconds(gateway_pids))
             await end_to_end(conn, gateway_port, token, args.rate, args.seconds, done_before)
             e2e_count = int(args.rate * args.seconds)
+            statements = await top_statements(conn, args.statements) if args.statements else []
+            stages = dict((await conn.fetch(STAGES))[0])
             e2e_cpu = {"worker": cpu_seconds(drainers) - e2e_cpu0[0],
                        "gateway": cpu_seconds(gateway_pids) - e2e_cpu0[1],
                        "postgres": sum(cpu_seconds([pid]) - e2e_db0.get(pid, 0.0) for pid in await backends(conn))}
@@ -265,6 +293,7 @@ async def main(args: argparse.Namespace) -> None:
             "latency_max_ms": round(max(lat), 2),
             "e2e_post_to_agent_samples": len(e2e), "e2e_p50_ms": round(statistics.median(e2e), 2),
             "e2e_p99_ms": round(percentile(e2e, 0.99), 2), "e2e_max_ms": round(max(e2e), 2),
+            "e2e_stages_p50_ms": {stage: round(ms, 2) for stage, ms in stages.items()},
             **{f"e2e_{part}_cpu_us_per_webhook": round(seconds * 1e6 / e2e_count) for part, seconds in e2e_cpu.items()},
             "bare_chain_samples": len(bare), "bare_chain_p50_ms": round(statistics.median(bare), 2),
             "bare_chain_p99_ms": round(percentile(bare, 0.99), 2),
@@ -272,6 +301,10 @@ async def main(args: argparse.Namespace) -> None:
             "e2e_over_bare_p99": round(percentile(e2e, 0.99) / percentile(bare, 0.99), 2),
             "event_loop": args.loop,
         }, indent=2))
+        if statements:
+            print(f"phase 4's statements by execution time ({e2e_count} webhooks; pg_stat_statements, "
+                  "nested ones are also inside their callers' time):")
+            print_statements(statements, per=e2e_count)
         # bench/run_all's table: each figure beside the same-run baseline it is read against.
         print("BENCH " + json.dumps({"subject": "drain, default settings", "value": round(drain),
                                      "unit": "runs/s", "baseline": f"{base_rate:.0f} jobs/s (bare SKIP LOCKED loop)",
@@ -301,6 +334,9 @@ if __name__ == "__main__":
                         help="event loop of the gateway, the workers and the bare chain")
     parser.add_argument("--drain-only", action="store_true",
                         help="phases 1 and 2 only: the bare loop and the drain beside it")
+    parser.add_argument("--statements", type=int, default=0,
+                        help="print the N statements phase 4 spent most time in, per webhook "
+                             "(needs pg_stat_statements in shared_preload_libraries of the server)")
     parser.add_argument("--pooler", action="store_true",
                         help="the workers' and the gateway's pools through a real PgBouncer in transaction mode")
     parsed = parser.parse_args()

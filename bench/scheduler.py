@@ -39,7 +39,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from figures import percentile  # noqa: E402  (bench/, this script's folder)
+from figures import percentile, print_statements, top_statements  # noqa: E402  (bench/, this script's folder)
 
 from autopilot import agents, rules, workspaces  # noqa: E402
 from hookgate import crypto, database, migrations, notify  # noqa: E402
@@ -357,16 +357,6 @@ async def measure(dsn: str, args: argparse.Namespace, boundaries: list[datetime]
             "statements": statements}
 
 
-async def top_statements(conn: asyncpg.Connection, limit: int) -> list[asyncpg.Record]:
-    """The statements of this database by total execution time (nested ones, in functions and triggers, too)."""
-    return await conn.fetch(
-        r"""SELECT toplevel, calls, rows, total_exec_time / 1000 AS seconds, total_plan_time / 1000 AS plan_seconds,
-                  shared_blks_hit + shared_blks_read AS blocks,
-                  regexp_replace(query, '\s+', ' ', 'g') AS query
-           FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-           ORDER BY total_exec_time DESC LIMIT $1""", limit)
-
-
 async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime], seen: dict[str, Any]) -> None:
     conn = await asyncpg.connect(dsn)
     try:
@@ -453,14 +443,6 @@ async def report(dsn: str, args: argparse.Namespace, boundaries: list[datetime],
     (l0, l1) = seen["load"]
     print(f"host: {os.cpu_count()} CPUs, load average (1/5/15 min) at the first boundary "
           f"{' '.join(f'{x:.2f}' for x in l0)}, at the end {' '.join(f'{x:.2f}' for x in l1)}")
-
-
-def print_statements(rows: list[asyncpg.Record]) -> None:
-    """One line per statement: time, calls, rows, buffers touched, and the start of its text."""
-    for row in rows:
-        print(f"  {row['seconds']:7.2f} s exec {row['plan_seconds']:5.2f} s plan {row['calls']:7d} calls "
-              f"{row['rows']:8d} rows {row['blocks']:9d} blocks {'top ' if row['toplevel'] else 'nest'} "
-              f"{row['query'][:120]}")
 
 
 async def main() -> None:
