@@ -4,6 +4,7 @@ One command (PostgreSQL server URL in ``HOOKGATE_BENCH_SERVER_URL``, default the
 
     python bench/dispatch.py [--runs 20000] [--workers 2] [--rate 200] [--seconds 10] [--pooler] [--drain-only]
     python bench/dispatch.py --runs 2000 --statements 15   # also where PostgreSQL spent phase 4, per webhook
+    python bench/dispatch.py --runs 2000 --history-days 365 # as a deployment that kept a year of deliveries
 
 1. **baseline**: a bare ``FOR UPDATE SKIP LOCKED`` claim + complete loop over a one-table queue (jobs/s).
 2. **drain**: ``--runs`` queued deliveries with admitted runs (what ingress stores) are drained by
@@ -23,6 +24,8 @@ gateway's pools go through a real PgBouncer in transaction mode (``tests/pooler.
 the server), so the figures show what the pooler and what it disables cost. ``--statements N`` prints the N
 statements phase 4 spent most execution time in, with calls and microseconds per webhook (it needs
 ``pg_stat_statements`` in the server's ``shared_preload_libraries``; the counters are reset for that phase).
+``--history-days N`` first makes N more day partitions of deliveries (made ahead, empty), as many as a deployment
+that kept N days of deliveries has: what a cached plan over the partitioned table pays for is their count.
 """
 
 from __future__ import annotations
@@ -230,6 +233,10 @@ async def main(args: argparse.Namespace) -> None:
         ap, trigger, token = await world(conn, f"http://127.0.0.1:{port}/agent")
         if args.statements:
             await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        if args.history_days:
+            await conn.fetch("SELECT hookgate_partitions_ensure(now() + make_interval(days => $1))", args.history_days)
+        partitions = await conn.fetchval(
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'webhook_delivery'::regclass")
         # Autovacuum decides when plans change under a drain, JIT whether a plan costed high compiles: a figure
         # is read with the server's settings beside it.
         server_settings = {name: await conn.fetchval("SELECT current_setting($1)", name)
@@ -250,6 +257,7 @@ async def main(args: argparse.Namespace) -> None:
         db_cpu = sum(cpu_seconds([pid]) - db0.get(pid, 0.0) for pid in await backends(conn))
         drained = {
             "pooler": "pgbouncer transaction mode" if bouncer is not None else "none",
+            "delivery_partitions": partitions,
             "server_autovacuum": server_settings["autovacuum"], "server_jit": server_settings["jit"],
             "baseline_skip_locked_jobs_per_s": round(base_rate),
             "drain_runs_per_s": round(drain), "drain_runs": args.runs, "workers": args.workers,
@@ -337,6 +345,9 @@ if __name__ == "__main__":
     parser.add_argument("--statements", type=int, default=0,
                         help="print the N statements phase 4 spent most time in, per webhook "
                              "(needs pg_stat_statements in shared_preload_libraries of the server)")
+    parser.add_argument("--history-days", type=int, default=0,
+                        help="first make this many more day partitions of deliveries, as a deployment that kept "
+                             "as many days has (default 0: the 7 days made ahead)")
     parser.add_argument("--pooler", action="store_true",
                         help="the workers' and the gateway's pools through a real PgBouncer in transaction mode")
     parsed = parser.parse_args()

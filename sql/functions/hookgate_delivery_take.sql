@@ -97,15 +97,21 @@ DECLARE
     v_at_n       integer[];
     v_free       integer[];
     v_done       integer := 0;
+    v_id         uuid;
 BEGIN
-    -- The id range that holds the queued deliveries (one probe of webhook_delivery_queued_idx per partition,
-    -- once per take). Every probe below is bounded to it: the bounds are parameters of the generic plan, so
-    -- PostgreSQL prunes the partitions outside them when the statement starts, and each loose-index-scan probe
-    -- reads the few partitions that can hold queued rows instead of a Merge Append over all of them (since
-    -- 0024_partitions). No clock is assumed: a row queued after these reads (outside the range) waits for
-    -- the next take. `dispatch_attempts >= 0` (always true) is the predicate of webhook_delivery_queued_idx,
-    -- which only these two reads can use.
-    -- Not for a take of named deliveries (p_ids), which reads them by key and walks nothing.
+    -- v_qlo..v_qhi: an id range that holds every delivery this take can read or write. Each statement below
+    -- that reads or writes webhook_delivery is bounded to it, whatever else selects its rows (a join, a key,
+    -- an array): the bounds are parameters of the generic plan, and a bound on the partition key is what lets
+    -- PostgreSQL leave the other partitions out when the statement starts (a join key or `= ANY (array)` does
+    -- not). Deliveries are kept in day partitions, forever by default, so an unbounded statement would start
+    -- and probe one more partition every day (a named take of one delivery: 2.2 ms with 8 partitions, 3.5 ms
+    -- with 38, 15.7 ms with 366; bounded, 2.0, 2.8 and 6.1 ms; docs/BENCHMARKS.md).
+    -- For a walk, the range is that of the queued deliveries (one probe of webhook_delivery_queued_idx per
+    -- partition, once per take), so that each loose-index-scan probe reads the few partitions that can hold
+    -- queued rows instead of a Merge Append over all of them (since 0024_partitions). No clock is assumed: a
+    -- row queued after these reads (outside the range) waits for the next take. `dispatch_attempts >= 0`
+    -- (always true) is the predicate of webhook_delivery_queued_idx, which only these two reads can use.
+    -- A take of named deliveries (p_ids) walks nothing: its range is that of the named ids (below).
     IF p_ids IS NULL THEN
         SELECT (SELECT q.id FROM webhook_delivery q WHERE q.status = 'queued' AND q.dispatch_attempts >= 0 ORDER BY q.id LIMIT 1),
                (SELECT q.id FROM webhook_delivery q WHERE q.status = 'queued' AND q.dispatch_attempts >= 0 ORDER BY q.id DESC LIMIT 1)
@@ -211,11 +217,19 @@ BEGIN
         -- A take of named deliveries (the ones ingress just announced, while nothing waits behind them): each
         -- is read by key, oldest first, and none of the walk above runs. Its own statement, so that not even the
         -- walk's plan is started (its probes step over every index entry that left the queue since the last
-        -- vacuum; a few dozen reads by key cost a fraction of that).
+        -- vacuum; a few dozen reads by key cost a fraction of that). Its range: the smallest and largest named id.
+        FOREACH v_id IN ARRAY p_ids LOOP
+            IF v_qlo IS NULL OR v_id < v_qlo THEN
+                v_qlo := v_id;
+            END IF;
+            IF v_qhi IS NULL OR v_id > v_qhi THEN
+                v_qhi := v_id;
+            END IF;
+        END LOOP;
         SELECT array_agg(d.id ORDER BY d.id), array_agg(d.trigger_id ORDER BY d.id), array_agg(d.available_at ORDER BY d.id)
         INTO v_ids, v_triggers, v_due
         FROM (SELECT d.id, d.trigger_id, d.available_at FROM webhook_delivery d
-              WHERE d.id = ANY (p_ids) AND d.status = 'queued' AND d.available_at <= v_at
+              WHERE d.id = ANY (p_ids) AND d.id BETWEEN v_qlo AND v_qhi AND d.status = 'queued' AND d.available_at <= v_at
               ORDER BY d.id
               LIMIT p_limit
               FOR UPDATE SKIP LOCKED) d;
@@ -251,7 +265,7 @@ BEGIN
             reason_code = 'paced', reason = 'over the trigger''s rate_limit_per_minute: waits for its next window',
             updated_at = now()
         FROM unnest(v_over, v_over_until) AS o(id, window_end)
-        WHERE w.id = o.id;
+        WHERE w.id = o.id AND w.id BETWEEN v_qlo AND v_qhi;
     END IF;
 
     IF v_granted IS NULL THEN
@@ -272,7 +286,7 @@ BEGIN
         -- (autovacuum analyzes only its partitions), the planner guessed dozens of rows per id through a plain
         -- join and started from all the autopilot's pending runs instead, each probing every granted id
         -- (~1 s per take with 5,000 runs; since 0024_partitions).
-        CROSS JOIN LATERAL (SELECT w.id, w.run_id FROM webhook_delivery w WHERE w.id = g.id LIMIT 1) w
+        CROSS JOIN LATERAL (SELECT w.id, w.run_id FROM webhook_delivery w WHERE w.id = g.id AND w.id BETWEEN v_qlo AND v_qhi LIMIT 1) w
         JOIN autopilot_run r ON r.id = w.run_id
         JOIN autopilot a ON a.id = r.autopilot_id
         CROSS JOIN LATERAL hookgate_assignee_agent(a.assignee_type, a.assignee_id, a.workspace_id) ag
@@ -360,7 +374,7 @@ BEGIN
                 reason_code = CASE WHEN w.reason_code = 'paced' THEN NULL ELSE w.reason_code END,
                 reason = CASE WHEN w.reason_code = 'paced' THEN NULL ELSE w.reason END, updated_at = now()
             FROM made m JOIN x ON x.run_id = m.run_id
-            WHERE w.id = x.delivery_id
+            WHERE w.id = x.delivery_id AND w.id BETWEEN v_qlo AND v_qhi
             RETURNING w.id, w.trigger_id, w.event, w.dispatch_attempts, w.received_at
         ), announced AS (
             -- The queued tasks, for the push workers (sent at commit). A plain CTE runs only when read: the
@@ -393,7 +407,7 @@ BEGIN
             available_at = v_at + make_interval(secs => p_lease_s), updated_at = now()
         FROM autopilot_trigger tr
         -- The dispatched ones are no longer queued (written by the statement above).
-        WHERE w.id = ANY (v_granted) AND w.status = 'queued'
+        WHERE w.id = ANY (v_granted) AND w.id BETWEEN v_qlo AND v_qhi AND w.status = 'queued'
           AND tr.id = w.trigger_id
         RETURNING w.id, w.lease_token, w.workspace_id, w.trigger_id, w.autopilot_id, w.event, w.envelope, w.run_id,
                   w.dispatch_attempts, w.received_at, tr.rate_limit_per_minute

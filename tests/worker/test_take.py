@@ -252,6 +252,40 @@ async def test_the_take_keeps_reading_by_index_after_its_plans_were_made_on_smal
                      r"\(available_at <=", text), text
 
 
+async def test_a_take_starts_only_the_delivery_partitions_its_deliveries_can_be_in(wctx, agent_server):
+    # Deliveries are kept in day partitions (forever by default): a statement of the take that reaches its rows
+    # by a join key or an array alone would start and probe every partition, one more each day.
+    _, _, ap, trigger = await _setup(wctx, agent_server)
+    options = options_for(wctx, "t1", Pusher(wctx, holder="t1"))
+    conn = await database.connect(wctx.dsn)
+    try:
+        await conn.fetch("SELECT hookgate_partitions_ensure(now() + interval '40 days')")  # a long history's count
+        partitions = await conn.fetchval(
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'webhook_delivery'::regclass")
+        assert partitions > 40
+        named, _ = await add_delivery(conn, ap, trigger)
+        await add_delivery(conn, ap, trigger)
+        # The second take of each kind runs the plans the connection cached on the first.
+        for _ in range(2):
+            async with logged_plans(conn, "auto_explain.log_nested_statements = on") as plans:
+                by_name = await take.take_batch(conn, limit=32, lease_s=120, cursor=None, fanout=16,
+                                                options=options, capacity=64, ids=[named])
+                walked = await take.take_batch(conn, limit=32, lease_s=120, cursor=None, fanout=16,
+                                               options=options, capacity=64)
+            assert by_name.dispatched == 1 and walked.dispatched == 1
+            named, _ = await add_delivery(conn, ap, trigger)
+            await add_delivery(conn, ap, trigger)
+    finally:
+        await conn.close()
+    # Every statement but the walk's first (the queued range: one probe of each partition's queued index, by
+    # design) reads its deliveries within their id range: no other partition is scanned, not even in a plan's
+    # never-executed branches. (PostgreSQL 15 still lists every partition as an UPDATE's target.)
+    keyed = [plan for plan in plans if "ORDER BY q.id LIMIT 1" not in plan]
+    assert any("INSERT INTO agent_task" in plan for plan in keyed) and any("Subplans Removed" in plan for plan in keyed)
+    scanned = {m for plan in keyed for m in re.findall(r"Scan(?: Backward)? using \S+ on (webhook_delivery_\w+)", plan)}
+    assert len(scanned) <= 1, f"{len(scanned)} of {partitions} delivery partitions scanned:\n" + "\n".join(keyed)
+
+
 async def test_push_outcomes_reach_their_tasks_by_key_while_the_running_indexes_hold_ended_tasks(wctx, agent_server):
     # The partial indexes of running tasks keep the entries of every task that ran until a vacuum removes them,
     # while the statistics count few running tasks: a completion's cached plan must reach each reported task by
