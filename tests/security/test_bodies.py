@@ -94,8 +94,9 @@ async def _send_huge(url: str, path: str, headers: dict[str, str], total: int) -
 @pytest.mark.parametrize("path,headers", [
     ("/v1/runtime/heartbeat", UNKNOWN_RUNTIME),
     ("/v1/runtime/claim", {}),
-    (f"/v1/runtime/tasks/{uuid.uuid4()}/report", {}),
-    (f"/v1/runtime/tasks/{uuid.uuid4()}/renew", UNKNOWN_RUNTIME),
+    # A task id nobody holds, fixed: parameters are the same in every collecting process (pytest -n).
+    ("/v1/runtime/tasks/6f1d2c3e-0b6a-4c1e-9a57-3d2f8e4b7c10/report", {}),
+    ("/v1/runtime/tasks/6f1d2c3e-0b6a-4c1e-9a57-3d2f8e4b7c10/renew", UNKNOWN_RUNTIME),
 ])
 async def test_a_50_mib_unauthenticated_runtime_body_gets_401_unread_and_no_memory(live_url, path, headers):
     with peak_rss() as rss:
