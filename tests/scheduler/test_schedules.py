@@ -84,6 +84,21 @@ async def test_cold_start_anchors_on_last_fired_at_and_a_new_trigger_never_fires
     assert await setup.runs(old["id"]) == []  # already fired before a (simulated) restart
 
 
+async def _retry_tick(ctx, scheduler: Scheduler, at: datetime) -> TickReport:
+    """``run_once(at)`` whose handlers end only after the tick's own claims.
+
+    A tick starts the retry it takes over, then claims fresh occurrences; a handler that ended in between (its
+    last attempt failed, or it succeeded) would free the trigger for the newest occurrence in that same tick.
+    Either order is right, but a test counting executions must know which: run inserts wait for a lock until
+    the tick has claimed, so the retry is still in flight when the fresh occurrences are planned.
+    """
+    async with run_inserts_held(ctx):
+        report = await scheduler.tick(at)
+    await scheduler.executor.drain()
+    await scheduler.liveness.close()
+    return report
+
+
 async def test_a_failed_occurrence_is_retried_as_the_same_plan_and_never_overlaps_the_next(setup, ctx):
     trigger = await setup.trigger("* * * * *", DAY0)
     await break_run_inserts(ctx)
@@ -101,7 +116,7 @@ async def test_a_failed_occurrence_is_retried_as_the_same_plan_and_never_overlap
         assert len(await setup.executions(trigger["id"])) == 1
         if attempt == 2:
             await repair_run_inserts(ctx)
-        await scheduler.run_once(row["next_retry_at"])
+        await _retry_tick(ctx, scheduler, row["next_retry_at"])
     assert MIN <= retries[0] <= 1.1 * MIN and 5 * MIN <= retries[1] <= 5.5 * MIN
     (row,) = await setup.executions(trigger["id"])
     assert (row["status"], row["attempt"], row["plan_time"]) == ("SUCCESS", 3, DAY0)
@@ -121,7 +136,7 @@ async def test_exhausted_attempts_release_the_trigger_to_its_next_occurrence(set
     await scheduler.run_once(DAY0 + SEC)
     for _ in range(2):
         (row,) = await setup.executions(trigger["id"])
-        await scheduler.run_once(row["next_retry_at"])
+        await _retry_tick(ctx, scheduler, row["next_retry_at"])
     (row,) = await setup.executions(trigger["id"])
     assert (row["status"], row["attempt"], row["next_retry_at"]) == ("FAILED", 3, None)
     await repair_run_inserts(ctx)
