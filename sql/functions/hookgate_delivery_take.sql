@@ -131,7 +131,11 @@ BEGIN
                   FROM (SELECT (SELECT d.workspace_id FROM webhook_delivery d
                                 WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
                                   AND d.workspace_id > coalesce(p_cursor, v_low)
-                                ORDER BY d.workspace_id LIMIT 1) AS first) s) a
+                                ORDER BY d.workspace_id LIMIT 1) AS first) s
+                  -- OFFSET 0: kept a subquery, so each probe runs once. Pulled up, its workspace_id was computed
+                  -- twice (in this WHERE and in the row), and the wrap-round probe, which steps over every index
+                  -- entry that left the queue since the last vacuum, read them twice per take.
+                  OFFSET 0) a
             WHERE a.workspace_id IS NOT NULL
             UNION ALL
             SELECT coalesce(n.next, CASE WHEN NOT s.wrapped THEN

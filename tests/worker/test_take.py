@@ -286,6 +286,30 @@ async def test_a_take_starts_only_the_delivery_partitions_its_deliveries_can_be_
     assert len(scanned) <= 1, f"{len(scanned)} of {partitions} delivery partitions scanned:\n" + "\n".join(keyed)
 
 
+async def test_a_walk_that_wraps_round_probes_for_its_first_workspace_once(wctx, agent_server):
+    # The wrap-round probe (the first workspace with due work, when none comes after the cursor) reads the queue's
+    # index from its start: over every entry that left the queue since the last vacuum. Pulled up into the
+    # statement around it, the probe ran twice per take.
+    w, _, ap, trigger = await _setup(wctx, agent_server)
+    options = options_for(wctx, "t1", Pusher(wctx, holder="t1"))
+    conn = await database.connect(wctx.dsn)
+    try:
+        for _ in range(2):  # the second take runs the plan the connection cached on the first
+            await add_delivery(conn, ap, trigger)
+            async with logged_plans(conn, "auto_explain.log_nested_statements = on",
+                                    "auto_explain.log_analyze = on") as plans:
+                walked = await take.take_batch(conn, limit=32, lease_s=120, cursor=w.workspace_id, fanout=16,
+                                               options=options, capacity=64)
+            assert walked.dispatched == 1
+    finally:
+        await conn.close()
+    [walk] = [plan for plan in plans if "WITH RECURSIVE spaces" in plan]
+    lines = walk.splitlines()
+    probes = [lines[i - 1] for i, line in enumerate(lines) if "Index Cond: ((workspace_id <= " in line]
+    ran = [node for node in probes if "never executed" not in node]
+    assert probes and len(ran) == 1, walk
+
+
 async def test_push_outcomes_reach_their_tasks_by_key_while_the_running_indexes_hold_ended_tasks(wctx, agent_server):
     # The partial indexes of running tasks keep the entries of every task that ran until a vacuum removes them,
     # while the statistics count few running tasks: a completion's cached plan must reach each reported task by
