@@ -123,60 +123,60 @@ BEGIN
         WITH RECURSIVE spaces AS (
             -- Loose index scan over the workspaces with due work: the first after p_cursor (or from the start when
             -- there is none after it), then the next ones, wrapping round to those up to p_cursor; p_limit at most.
-            SELECT a.workspace_id, 1 AS depth, (p_cursor IS NULL OR a.first IS NULL) AS wrapped
+            -- Each probe returns the workspace and its first trigger with due work (`pair`): the entry it stops at
+            -- holds both, and the walk over that workspace's triggers starts from it when it wraps round, instead of
+            -- reading the index from the workspace's start again (past every entry that left the queue since the
+            -- last vacuum).
+            SELECT a.pair, 1 AS depth, (p_cursor IS NULL OR a.first IS NULL) AS wrapped
             FROM (SELECT s.first, coalesce(s.first, CASE WHEN p_cursor IS NOT NULL THEN
-                      (SELECT d.workspace_id FROM webhook_delivery d
+                      (SELECT ARRAY[d.workspace_id, d.trigger_id] FROM webhook_delivery d
                        WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id <= p_cursor
-                       ORDER BY d.workspace_id LIMIT 1) END) AS workspace_id
-                  FROM (SELECT (SELECT d.workspace_id FROM webhook_delivery d
+                       ORDER BY d.workspace_id, d.trigger_id LIMIT 1) END) AS pair
+                  FROM (SELECT (SELECT ARRAY[d.workspace_id, d.trigger_id] FROM webhook_delivery d
                                 WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
                                   AND d.workspace_id > coalesce(p_cursor, v_low)
-                                ORDER BY d.workspace_id LIMIT 1) AS first) s
-                  -- OFFSET 0: kept a subquery, so each probe runs once. Pulled up, its workspace_id was computed
-                  -- twice (in this WHERE and in the row), and the wrap-round probe, which steps over every index
-                  -- entry that left the queue since the last vacuum, read them twice per take.
+                                ORDER BY d.workspace_id, d.trigger_id LIMIT 1) AS first) s
+                  -- OFFSET 0: kept a subquery, so each probe runs once. Pulled up, its pair was computed twice (in
+                  -- this WHERE and in the row), and the wrap-round probe, which steps over every index entry that
+                  -- left the queue since the last vacuum, read them twice per take.
                   OFFSET 0) a
-            WHERE a.workspace_id IS NOT NULL
+            WHERE a.pair IS NOT NULL
             UNION ALL
             SELECT coalesce(n.next, CASE WHEN NOT s.wrapped THEN
-                       (SELECT d.workspace_id FROM webhook_delivery d
+                       (SELECT ARRAY[d.workspace_id, d.trigger_id] FROM webhook_delivery d
                         WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id <= p_cursor
-                        ORDER BY d.workspace_id LIMIT 1) END),
+                        ORDER BY d.workspace_id, d.trigger_id LIMIT 1) END),
                    s.depth + 1, s.wrapped OR n.next IS NULL
             FROM spaces s CROSS JOIN LATERAL (
-                SELECT (SELECT d.workspace_id FROM webhook_delivery d
-                        WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id > s.workspace_id
+                SELECT (SELECT ARRAY[d.workspace_id, d.trigger_id] FROM webhook_delivery d
+                        WHERE d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi AND d.workspace_id > s.pair[1]
                           AND d.workspace_id <= CASE WHEN s.wrapped THEN coalesce(p_cursor, v_high) ELSE v_high END
-                        ORDER BY d.workspace_id LIMIT 1) AS next) n
-            WHERE s.workspace_id IS NOT NULL AND s.depth < p_limit
+                        ORDER BY d.workspace_id, d.trigger_id LIMIT 1) AS next) n
+            WHERE s.pair IS NOT NULL AND s.depth < p_limit
         ), visited AS (
             -- Each workspace's share of the triggers visited: p_fanout, fewer when many workspaces share the batch.
-            SELECT s.workspace_id, s.depth AS ws_ord,
+            SELECT s.pair[1] AS workspace_id, s.pair[2] AS first_trigger, s.depth AS ws_ord,
                    least(p_fanout, ceil(p_limit::numeric / count(*) OVER ())::integer) AS trigger_cap,
                    count(*) OVER () AS spaces_n,
-                   (p_trigger_cursors ->> s.workspace_id::text)::uuid AS trigger_cursor
-            FROM spaces s WHERE s.workspace_id IS NOT NULL
+                   (p_trigger_cursors ->> s.pair[1]::text)::uuid AS trigger_cursor
+            FROM spaces s WHERE s.pair IS NOT NULL
         ), heads AS (
-            -- Within each workspace the same walk over its triggers, after its own cursor (p_trigger_cursors).
-            SELECT v.workspace_id, v.ws_ord, v.trigger_cap, v.trigger_cursor, a.trigger_id, 1 AS depth,
+            -- Within each workspace the same walk over its triggers, after its own cursor (p_trigger_cursors), from
+            -- its first trigger with due work (first_trigger) when it has no cursor or wraps round past it.
+            SELECT v.workspace_id, v.ws_ord, v.trigger_cap, v.trigger_cursor, v.first_trigger, a.trigger_id, 1 AS depth,
                    (v.trigger_cursor IS NULL OR a.first IS NULL) AS wrapped
             FROM visited v CROSS JOIN LATERAL (
-                SELECT s.first, coalesce(s.first, CASE WHEN v.trigger_cursor IS NOT NULL THEN
-                           (SELECT d.trigger_id FROM webhook_delivery d
-                            WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
-                              AND d.trigger_id <= v.trigger_cursor
-                            ORDER BY d.trigger_id LIMIT 1) END) AS trigger_id
-                FROM (SELECT (SELECT d.trigger_id FROM webhook_delivery d
-                              WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
-                                AND d.trigger_id > coalesce(v.trigger_cursor, v_low)
-                              ORDER BY d.trigger_id LIMIT 1) AS first) s) a
+                SELECT s.first, coalesce(s.first, CASE WHEN v.first_trigger <= v.trigger_cursor THEN v.first_trigger END)
+                           AS trigger_id
+                FROM (SELECT CASE WHEN v.trigger_cursor IS NULL THEN v.first_trigger ELSE
+                              (SELECT d.trigger_id FROM webhook_delivery d
+                               WHERE d.workspace_id = v.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
+                                 AND d.trigger_id > v.trigger_cursor
+                               ORDER BY d.trigger_id LIMIT 1) END AS first
+                      OFFSET 0) s) a  -- OFFSET 0: one probe, as in spaces above
             UNION ALL
-            SELECT h.workspace_id, h.ws_ord, h.trigger_cap, h.trigger_cursor,
-                   coalesce(n.next, CASE WHEN NOT h.wrapped THEN
-                       (SELECT d.trigger_id FROM webhook_delivery d
-                        WHERE d.workspace_id = h.workspace_id AND d.status = 'queued' AND d.available_at <= v_at AND d.id BETWEEN v_qlo AND v_qhi
-                          AND d.trigger_id <= h.trigger_cursor
-                        ORDER BY d.trigger_id LIMIT 1) END),
+            SELECT h.workspace_id, h.ws_ord, h.trigger_cap, h.trigger_cursor, h.first_trigger,
+                   coalesce(n.next, CASE WHEN NOT h.wrapped AND h.first_trigger <= h.trigger_cursor THEN h.first_trigger END),
                    h.depth + 1, h.wrapped OR n.next IS NULL
             FROM heads h CROSS JOIN LATERAL (
                 SELECT (SELECT d.trigger_id FROM webhook_delivery d
