@@ -120,13 +120,14 @@ async def wait_done(conn: Any, total: int, timeout: float = 600) -> float:
     """
     deadline = time.perf_counter() + timeout
     while True:
-        if not await conn.fetchval(PENDING_WORK):
+        idle = not await conn.fetchval(PENDING_WORK)
+        late = time.perf_counter() > deadline
+        if idle or late:
             done = await conn.fetchval("SELECT count(*) FROM agent_task WHERE status = 'succeeded'")
             if done >= total:
                 return time.perf_counter()
-        if time.perf_counter() > deadline:
-            done = await conn.fetchval("SELECT count(*) FROM agent_task WHERE status = 'succeeded'")
-            raise TimeoutError(f"only {done}/{total} tasks succeeded")
+            if late:
+                raise TimeoutError(f"only {done}/{total} tasks succeeded")
         await asyncio.sleep(0.01)
 
 
