@@ -64,6 +64,7 @@ async def test_replay_bulk_dry_runs_then_replays_what_the_filters_select(ctx, li
     failed = [str(await factories.delivery(conn, trigger, event="push", envelope={}, signature_status="valid",
                                            status=status, received_at=hour_ago))
               for status in ("failed", "failed", "dispatched")][:2]
+    failed.sort()  # one received_at, so in id order; two ids made in one millisecond need not follow their inserts
     monkeypatch.setenv("HOOKGATE_URL", live_url)
     monkeypatch.setenv("HOOKGATE_API_KEY", w.api_key)
     select = ("--trigger", str(trigger["id"]), "--status", "failed", "--since", "2h", "--until", "30m")
