@@ -128,6 +128,8 @@ class PullRuntimes:
     claims: int = 0
     vanished: int = 0
     stopping: bool = False
+    #: Set once a claim has been answered: its instance heartbeated, so the pull agent's runtime is ready.
+    online: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self) -> None:
         """Run every runtime until ``stopping``."""
@@ -141,6 +143,8 @@ class PullRuntimes:
             base = self.rng.choice(self.base_urls)
             try:
                 answer = await client.post(f"{base}/v1/runtime/claim", json={"wait_s": 1, "instance": instance})
+                if answer.status_code in (200, 204):
+                    self.online.set()
                 if answer.status_code != 200:
                     await asyncio.sleep(0.2 if answer.status_code == 204 else 0.5)
                     continue

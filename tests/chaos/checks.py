@@ -165,6 +165,8 @@ async def figures(conn: asyncpg.Connection) -> dict[str, Any]:
                (SELECT count(*) FROM task_attempt) AS task_attempts,
                (SELECT coalesce(string_agg(reason_code || ' ' || n, ', ' ORDER BY reason_code), '-')
                   FROM (SELECT reason_code, count(*) AS n FROM autopilot_run WHERE status = 'skipped'
-                         GROUP BY reason_code) s) AS skipped_by_reason""")
+                         GROUP BY reason_code) s) AS skipped_by_reason,
+               (SELECT count(*) FROM autopilot_run WHERE status = 'skipped' AND reason_code = 'runtime_offline'
+                  AND created_at < (SELECT min(first_seen_at) FROM agent_instance)) AS skipped_before_a_runtime""")
     assert row is not None
     return dict(row)

@@ -37,7 +37,8 @@ SECRET_KEY = base64.b64encode(b"chaos-secret-key-of-32-bytes-ok!").decode()
 # PostgreSQL restarts, and once the restart and the processes' reconnection took longer than the timeout, the
 # standard preset's runs were skipped as runtime_offline, rightly so (CI saw 7 with 6 s on a loaded machine, and 5
 # with 20 s on a slower host running benchmarks beside it, where the runtimes' claims, which heartbeat, were
-# presumably starved).
+# presumably starved). Skips counted before the first heartbeat are a different cause: runs admitted before any
+# runtime's first claim (13 once, with 60 s, under pytest -n auto), which the run now waits for before its load.
 FAST_RECOVERY = {
     "HOOKGATE_DELIVERY_LEASE_S": "5", "HOOKGATE_RUN_REPAIR_AFTER_S": "3", "HOOKGATE_TASK_LEASE_S": "6",
     "HOOKGATE_PUSH_LEASE_MARGIN_S": "2", "HOOKGATE_HEARTBEAT_TIMEOUT_S": "60", "HOOKGATE_WATCHDOG_INTERVAL_S": "1",

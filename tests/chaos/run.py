@@ -106,6 +106,9 @@ async def _experiment(cluster: Cluster, config: Config) -> Report:
                              drain_timeout_s=config.quiescence_timeout_s)
     background = [asyncio.create_task(c) for c in (runtimes.run(), faults.run(), faults.watch_recovery(cluster.dsn))]
     watching = [asyncio.create_task(c) for c in (outage.run(), outage.watch())] if outage is not None else []
+    # As in a deployment, the pull runtime is up before the webhooks come: a standard run admitted before its
+    # first heartbeat is skipped runtime_offline, rightly, and a loaded machine let 13 in before it.
+    await asyncio.wait_for(runtimes.online.wait(), 60)
     await load.run()
     faults.stopping = True
     await background[1]
