@@ -1,11 +1,11 @@
 """Benchmark: what one take by name of one announced delivery costs the server, next to a bare claim of one job.
 
-At a steady rate every webhook is taken alone, by name (the worker's hot path at low load), so what the take
-costs PostgreSQL is most of a webhook's way to its agent. This measures it without the noise of the other
-processes: one connection makes ``--takes`` takes, each of one freshly admitted delivery (what ingress stores)
-whose HTTP agent has a free slot, so each is claimed and born running; another connection makes the deliveries
-and frees the slot between takes. The taking connection's server process does nothing else, so its CPU
-(``/proc``, user + system, the commit's flush included) over the loop is the takes' own.
+At a steady rate every webhook is taken alone, by name (the worker's hot path at low load), and that take is the
+largest single part of what a webhook costs PostgreSQL on its way to its agent. This measures it without the noise
+of the other processes: one connection makes ``--takes`` takes, each of one freshly admitted delivery (what
+ingress stores) whose HTTP agent has a free slot, so each is claimed and born running; another connection makes
+the deliveries and frees the slot between takes. The taking connection's server process does nothing else, so its
+CPU (``/proc``, user + system, the commit's flush included) over the loop is the takes' own.
 
 Beside it, in the same run and the same way: a bare claim of one named job from a one-table queue that writes
 one task row, one statement and its commit per call (the floor any PostgreSQL queue pays for a hand-over).
