@@ -27,18 +27,22 @@ import sys
 import time
 from pathlib import Path
 
+from pydantic import SecretStr
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dispatch import world  # noqa: E402  (bench/, this script's folder)
+from dispatch import KEY, world  # noqa: E402  (bench/, this script's folder)
 from figures import cpu_seconds, percentile  # noqa: E402
 
-from autopilot import dispatch  # noqa: E402
 from hookgate import database  # noqa: E402
+from hookgate.context import open_context  # noqa: E402
 from hookgate.settings import Settings  # noqa: E402
 from tests import databases  # noqa: E402
 from tests.fairness.scenarios import insert_backlog  # noqa: E402
 from worker import take  # noqa: E402
+from worker.deliveries import options_for  # noqa: E402
+from worker.push import Pusher  # noqa: E402
 
 DB = f"hookgate_bench_take_{os.getpid()}"
 
@@ -63,10 +67,9 @@ async def takes(url: str, count: int, warmup: int = 100) -> dict[str, float]:
     setup, taker = await database.connect(url), await database.connect(url)
     try:
         ap, trigger, _ = await world(setup, "http://127.0.0.1:9/agent")  # no push is made
-        s = Settings()
-        options = dispatch.Options(s.heartbeat_timeout_s, s.retry_schedule.attempts,
-                                   dispatch.ClaimFor("bench-take", s.push_timeout_cap_s, s.push_lease_margin_s,
-                                                     s.agent_max_concurrency))
+        s = Settings(database_url=SecretStr(url), secret_key=SecretStr(KEY))
+        async with open_context(s, migrate=False) as ctx:  # the worker's own options, which claim at once
+            options = options_for(ctx, "bench-take", Pusher(ctx, holder="bench-take"))
         pid = await taker.fetchval("SELECT pg_backend_pid()")
         walls: list[float] = []
         for i in range(warmup + count):
